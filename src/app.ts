@@ -1,0 +1,86 @@
+/**
+ * The Animal Store application, as one Fastify plugin. src/server.ts runs it as a process;
+ * the tests build it the same way (test/helper.ts). The order below is the order things start.
+ */
+import { randomUUID } from 'node:crypto'
+import type { Server } from 'node:http'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import {
+  type FastifyHttpOptions,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  LogController,
+} from 'fastify'
+import { redactApiKeys } from './api-keys.ts'
+import type { Config } from './config.ts'
+import auth from './plugins/auth.ts'
+import errors from './plugins/errors.ts'
+import openapi from './plugins/openapi.ts'
+import store from './plugins/store.ts'
+import health from './routes/health.ts'
+import messages from './routes/messages.ts'
+import pets from './routes/pets.ts'
+import { schemaErrorFormatter, validatorCompiler } from './validation.ts'
+
+export interface AppOptions {
+  config: Config
+}
+
+/** A client's X-Request-Id is kept when it is a sane token; otherwise we make one. */
+const REQUEST_ID = /^[\w.:-]{1,128}$/
+
+/** One log line per request, when it completes (Fastify's default is two). */
+class RequestLog extends LogController {
+  override incomingRequest(): void {}
+  override requestCompleted(_error: unknown, request: FastifyRequest, reply: FastifyReply): void {
+    request.log.info({ req: request, status: reply.statusCode, ms: reply.elapsedTime }, 'request completed')
+  }
+}
+
+/** Fastify's server options for this app: used by src/server.ts and by the tests. */
+export function serverOptions(config: Config): FastifyHttpOptions<Server> {
+  return {
+    logger: {
+      level: config.logLevel,
+      // Requests are logged without headers; anything shaped like a key is masked in URLs too.
+      serializers: {
+        req: (req) => ({ method: req.method, url: redactApiKeys(req.url), remoteAddress: req.ip }),
+      },
+    },
+    logController: new RequestLog({ requestIdLogLabel: 'requestId' }),
+    genReqId: (req) => {
+      const given = req.headers['x-request-id']
+      return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID()
+    },
+    trustProxy: config.trustProxy,
+    bodyLimit: config.bodyLimit,
+    connectionTimeout: config.requestTimeoutMs,
+    keepAliveTimeout: config.keepAliveTimeoutMs,
+    requestTimeout: config.requestTimeoutMs,
+    http: { headersTimeout: config.headersTimeoutMs },
+    return503OnClosing: false,
+    routerOptions: { maxParamLength: 500 },
+    schemaErrorFormatter,
+  }
+}
+
+export default async function animalStore(fastify: FastifyInstance, { config }: AppOptions): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
+  app.setValidatorCompiler(validatorCompiler)
+  // Bodies are JSON only: anything else, text/plain included, is 415.
+  app.removeContentTypeParser('text/plain')
+
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id)
+  })
+
+  await app.register(errors)
+  await app.register(store, { databaseUrl: config.databaseUrl })
+  await app.register(auth, { config })
+  await app.register(openapi, { config })
+
+  await app.register(health)
+  await app.register(pets, { prefix: '/v1' })
+  await app.register(messages, { prefix: '/v1' })
+}

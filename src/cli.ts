@@ -1,0 +1,155 @@
+/**
+ * The operator's command line: accounts and API keys, on the same DATABASE_URL as the server.
+ * Run as `npx animal-store <command>`. Errors print one line to stderr and exit non-zero.
+ */
+import { parseArgs } from 'node:util'
+import Value from 'typebox/value'
+import { generateApiKey } from './api-keys.ts'
+import { type Config, loadConfig } from './config.ts'
+import { EMAIL_DESCRIPTION, EmailSchema } from './schemas/accounts.ts'
+import { openStore, type Store } from './store/index.ts'
+import type { ApiKey } from './store/types.ts'
+
+const USAGE = `Usage: animal-store <command>
+
+  accounts create <email>                         Create an account.
+  keys create <email> [--name <name>] [--expires-in <duration>]
+                                                  Generate an API key (printed once, alone on the last line).
+                                                  duration: a number and s, m, h, d or w, e.g. 30d.
+  keys list <email>                               List an account's keys (never the secret).
+  keys revoke <key-id>                            Revoke a key.
+  help                                            Show this help.
+
+Uses DATABASE_URL and DEPLOYMENT like the server (see README).`
+
+/** Thrown for bad input: printed as one line, exit code 1. */
+export class CliError extends Error {}
+
+const UNITS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86_400, w: 604_800 }
+
+export function parseDuration(text: string): number {
+  const match = /^([1-9][0-9]{0,5})([smhdw])$/.exec(text)
+  if (!match) throw new CliError(`--expires-in must be a number followed by s, m, h, d or w, e.g. 30d (got "${text}")`)
+  return Number(match[1]) * (UNITS[match[2] as string] as number) * 1000
+}
+
+function email(text: string | undefined): string {
+  if (text === undefined) throw new CliError('An email address is required. Run "animal-store help".')
+  if (!Value.Check(EmailSchema, text)) throw new CliError(`"${text}" is not ${EMAIL_DESCRIPTION}`)
+  return text
+}
+
+async function account(store: Store, address: string) {
+  const found = await store.findAccountByEmail(address)
+  if (!found) throw new CliError(`No account for ${address}; create it with: animal-store accounts create ${address}`)
+  return found
+}
+
+function keyState(key: ApiKey, now = Date.now()): string {
+  if (key.revokedAt) return 'revoked'
+  if (key.expiresAt && Date.parse(key.expiresAt) <= now) return 'expired'
+  return 'active'
+}
+
+type Print = (line: string) => void
+
+/** Runs one command. Exported so the tests can drive it in-process as well as through the bin. */
+export async function run(argv: string[], config: Config, print: Print): Promise<void> {
+  const { positionals, values } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    strict: true,
+    options: { name: { type: 'string' }, 'expires-in': { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+  })
+  const [group, action, arg, ...extra] = positionals
+  if (values.help || group === undefined || group === 'help') return print(USAGE)
+  if (extra.length > 0) throw new CliError(`Unexpected argument "${extra[0]}". Run "animal-store help".`)
+  const command = `${group} ${action ?? ''}`.trim()
+  const known = ['accounts create', 'keys create', 'keys list', 'keys revoke']
+  if (!known.includes(command)) throw new CliError(`Unknown command "${command}". Run "animal-store help".`)
+  if (command !== 'keys create' && (values.name !== undefined || values['expires-in'] !== undefined)) {
+    throw new CliError(`--name and --expires-in apply only to "keys create".`)
+  }
+  // Check the arguments before touching the database.
+  const address = command === 'keys revoke' ? undefined : email(arg)
+  const lifetime = values['expires-in'] === undefined ? undefined : parseDuration(values['expires-in'])
+  const name = values.name ?? 'default'
+  if (name.length < 1 || name.length > 100) throw new CliError('--name must be 1 to 100 characters')
+
+  const store = await openStore(config.databaseUrl)
+  try {
+    switch (command) {
+      case 'accounts create': {
+        const created = await store.createAccount(address as string)
+        if (!created) throw new CliError(`An account for ${address} already exists.`)
+        return print(`Created account ${created.id} for ${created.email}.`)
+      }
+      case 'keys create': {
+        const owner = await account(store, address as string)
+        const generated = generateApiKey(config.deployment)
+        const expiresAt = lifetime === undefined ? null : new Date(Date.now() + lifetime).toISOString()
+        const key = await store.createApiKey({
+          accountId: owner.id,
+          name,
+          prefix: generated.prefix,
+          hash: generated.hash,
+          expiresAt,
+        })
+        print(
+          `Created ${config.deployment} key ${key.id} "${key.name}" for ${owner.email}, ${expiresAt ? `expires ${expiresAt}` : 'no expiry'}.`,
+        )
+        print('Copy it now: it is shown only this once.')
+        return print(generated.secret)
+      }
+      case 'keys list': {
+        const owner = await account(store, address as string)
+        const keys = await store.listApiKeys(owner.id)
+        if (keys.length === 0) return print(`${owner.email} has no keys.`)
+        const rows = keys.map((k) => [
+          k.id,
+          k.name,
+          `${k.prefix}…`,
+          keyState(k),
+          k.createdAt,
+          k.expiresAt ?? '-',
+          k.lastUsedAt ?? '-',
+        ])
+        return printTable(['ID', 'NAME', 'PREFIX', 'STATE', 'CREATED', 'EXPIRES', 'LAST USED'], rows, print)
+      }
+      case 'keys revoke': {
+        if (arg === undefined) throw new CliError('A key id (key_…) is required. See "animal-store keys list <email>".')
+        const key = await store.revokeApiKey(arg)
+        if (!key) throw new CliError(`No key with id "${arg}".`)
+        return print(`Revoked key ${key.id} (${key.prefix}…) at ${key.revokedAt}.`)
+      }
+    }
+  } finally {
+    await store.close()
+  }
+}
+
+function printTable(header: string[], rows: string[][], print: Print): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] as string).length)))
+  for (const row of [header, ...rows])
+    print(
+      row
+        .map((cell, i) => cell.padEnd(widths[i] as number))
+        .join('  ')
+        .trimEnd(),
+    )
+}
+
+/** Entry point of bin/animal-store.ts. */
+export async function main(argv: string[]): Promise<number> {
+  try {
+    await run(argv, loadConfig(), (line) => process.stdout.write(`${line}\n`))
+    return 0
+  } catch (error) {
+    const known = error instanceof CliError || (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')
+    const message = error instanceof Error ? error.message : String(error)
+    process.stderr.write(
+      `animal-store: ${known || (error as Error).name === 'ConfigError' ? message : `failed: ${message}`}\n`,
+    )
+    return 1
+  }
+}

@@ -1,0 +1,118 @@
+/**
+ * Configuration: read from the environment once, validated, and passed in.
+ * Nothing else in src/ reads process.env (enforced by Biome's noProcessEnv).
+ */
+import Type from 'typebox'
+import Value from 'typebox/value'
+
+export const DEPLOYMENTS = ['production', 'staging'] as const
+export type Deployment = (typeof DEPLOYMENTS)[number]
+
+const Seconds = (fallback: number, max = 86_400) =>
+  Type.Integer({
+    minimum: 0,
+    maximum: max,
+    default: fallback,
+    description: `a whole number of seconds from 0 to ${max}`,
+  })
+
+const BaseUrl = (fallback: string) =>
+  Type.String({
+    pattern: '^https?://[^\\s/?#]+(/[^\\s?#]*)?/v1$',
+    default: fallback,
+    description: 'an http(s) URL whose path ends in /v1',
+  })
+
+/** Each variable, its default and, as `description`, what a valid value looks like (used in start-up errors). */
+export const EnvSchema = Type.Object({
+  PORT: Type.Integer({ minimum: 0, maximum: 65_535, default: 8080, description: 'an integer from 0 to 65535' }),
+  HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'a host name or IP address to listen on' }),
+  DATABASE_URL: Type.String({
+    pattern: '^(sqlite:.+|postgres(ql)?://.+)$',
+    default: 'sqlite:data/animal-store.db',
+    description: 'sqlite:<path> or postgres://user@host:port/database',
+  }),
+  DEPLOYMENT: Type.Enum(DEPLOYMENTS, { default: 'staging', description: 'production or staging' }),
+  PRODUCTION_URL: BaseUrl('https://api.animal-store.example/v1'),
+  STAGING_URL: BaseUrl('https://staging-api.animal-store.example/v1'),
+  LOG_LEVEL: Type.Enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
+    default: 'info',
+    description: 'one of fatal, error, warn, info, debug, trace, silent',
+  }),
+  TRUST_PROXY: Type.Boolean({ default: false, description: 'true or false' }),
+  BODY_LIMIT: Type.Integer({
+    minimum: 1024,
+    maximum: 10_485_760,
+    default: 65_536,
+    description: 'a number of bytes from 1024 to 10485760',
+  }),
+  API_KEY_CACHE_SECONDS: Seconds(5, 300),
+  HEADERS_TIMEOUT_SECONDS: Seconds(10, 300),
+  REQUEST_TIMEOUT_SECONDS: Seconds(30, 3600),
+  KEEP_ALIVE_TIMEOUT_SECONDS: Seconds(5, 300),
+  SHUTDOWN_TIMEOUT_SECONDS: Seconds(10, 300),
+  MAX_CONNECTIONS: Type.Integer({
+    minimum: 1,
+    maximum: 1_000_000,
+    default: 10_000,
+    description: 'an integer from 1 to 1000000',
+  }),
+})
+type Env = Type.Static<typeof EnvSchema>
+
+export interface Config {
+  port: number
+  host: string
+  databaseUrl: string
+  deployment: Deployment
+  /** Public base URLs (each ending in /v1) of the two deployments, for the OpenAPI `servers`. */
+  servers: Record<Deployment, string>
+  logLevel: string
+  trustProxy: boolean
+  bodyLimit: number
+  /** How long a verified API key is trusted without asking the database again (bounds revocation delay). */
+  apiKeyCacheMs: number
+  headersTimeoutMs: number
+  requestTimeoutMs: number
+  keepAliveTimeoutMs: number
+  shutdownTimeoutMs: number
+  maxConnections: number
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError'
+}
+
+/** Reads and validates the environment; throws a one-line ConfigError naming the first bad variable. */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const raw: Record<string, string> = {}
+  for (const name of Object.keys(EnvSchema.properties)) {
+    const value = env[name]
+    // An empty variable means "not set": `PORT= npm start` uses the default.
+    if (value !== undefined && value.trim() !== '') raw[name] = value.trim()
+  }
+  const parsed = Value.Default(EnvSchema, Value.Convert(EnvSchema, raw))
+  const error = Value.Errors(EnvSchema, parsed)[0]
+  if (error) {
+    const name = error.instancePath.slice(1) as keyof Env
+    const expected = (EnvSchema.properties[name] as { description?: string } | undefined)?.description ?? error.message
+    throw new ConfigError(`Invalid configuration: ${name} must be ${expected} (got ${JSON.stringify(raw[name])})`)
+  }
+  const e = parsed as Env
+  return {
+    port: e.PORT,
+    host: e.HOST,
+    databaseUrl: e.DATABASE_URL,
+    deployment: e.DEPLOYMENT,
+    servers: { production: e.PRODUCTION_URL, staging: e.STAGING_URL },
+    logLevel: e.LOG_LEVEL,
+    trustProxy: e.TRUST_PROXY,
+    bodyLimit: e.BODY_LIMIT,
+    apiKeyCacheMs: e.API_KEY_CACHE_SECONDS * 1000,
+    headersTimeoutMs: e.HEADERS_TIMEOUT_SECONDS * 1000,
+    requestTimeoutMs: e.REQUEST_TIMEOUT_SECONDS * 1000,
+    keepAliveTimeoutMs: e.KEEP_ALIVE_TIMEOUT_SECONDS * 1000,
+    shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_SECONDS * 1000,
+    maxConnections: e.MAX_CONNECTIONS,
+  }
+}

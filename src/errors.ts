@@ -1,0 +1,96 @@
+/**
+ * Every error the API can return, declared once: its `code`, HTTP status and default message.
+ * The README's error table and the OpenAPI `Error.code` enum are generated from this list
+ * (test/errors.test.ts keeps the README in step). Clients branch on `code`, never on `message`.
+ */
+export const ERRORS = {
+  bad_request: [400, 'The request is malformed.'],
+  invalid_json: [400, 'The request body is not valid JSON.'],
+  validation_failed: [400, 'A parameter or body field is missing or invalid; the message names it.'],
+  invalid_cursor: [400, 'The cursor is not one this service issued for this query.'],
+  missing_api_key: [401, 'Send your API key as "Authorization: Bearer <API_KEY>".'],
+  invalid_api_key: [401, 'The API key is malformed, unknown or for another deployment.'],
+  revoked_api_key: [401, 'The API key has been revoked.'],
+  expired_api_key: [401, 'The API key has expired.'],
+  not_found: [404, 'No such resource.'],
+  pet_not_found: [404, 'No pet with this id.'],
+  method_not_allowed: [405, 'This method is not allowed on this resource; see the Allow header.'],
+  request_timeout: [408, 'The request took too long to arrive.'],
+  payload_too_large: [413, 'The request body is too large.'],
+  unsupported_media_type: [415, 'Send the body as application/json.'],
+  headers_too_large: [431, 'The request headers are too large.'],
+  internal_error: [
+    500,
+    'Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.',
+  ],
+  service_unavailable: [503, 'The service is temporarily unavailable; retry after the time in Retry-After.'],
+} as const satisfies Record<string, readonly [number, string]>
+
+export type ErrorCode = keyof typeof ERRORS
+export const ERROR_CODES = Object.keys(ERRORS) as ErrorCode[]
+
+/** The Error object of the spec: every error response body has exactly this shape. */
+export interface ErrorBody {
+  code: ErrorCode
+  message: string
+  status: number
+}
+
+/** An error the API means to return. `headers` are sent with the response (e.g. WWW-Authenticate). */
+export class ApiError extends Error {
+  code: ErrorCode
+  statusCode: number
+  headers: Record<string, string> | undefined
+
+  constructor(code: ErrorCode, message: string = ERRORS[code][1], headers?: Record<string, string>) {
+    super(message)
+    this.name = 'ApiError'
+    this.code = code
+    this.statusCode = ERRORS[code][0]
+    this.headers = headers
+  }
+}
+
+/** Fastify's own error codes, mapped onto ours. */
+const FASTIFY_CODES: Record<string, ErrorCode> = {
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported_media_type',
+  FST_ERR_CTP_BODY_TOO_LARGE: 'payload_too_large',
+  FST_ERR_CTP_EMPTY_JSON_BODY: 'invalid_json',
+  FST_ERR_CTP_INVALID_JSON_BODY: 'invalid_json',
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'bad_request',
+  FST_ERR_BAD_URL: 'bad_request',
+  FST_ERR_VALIDATION: 'validation_failed',
+}
+
+/** Code to use for an error that carries only a 4xx status. */
+const STATUS_CODES: Record<number, ErrorCode> = {
+  400: 'bad_request',
+  404: 'not_found',
+  405: 'method_not_allowed',
+  408: 'request_timeout',
+  413: 'payload_too_large',
+  415: 'unsupported_media_type',
+  431: 'headers_too_large',
+}
+
+/** The one mapper from anything thrown to the Error body. Unknown failures become a masked 500. */
+export function toErrorBody(err: unknown): ErrorBody {
+  if (err instanceof ApiError) return { code: err.code, message: err.message, status: err.statusCode }
+  const e = (err ?? {}) as { code?: unknown; statusCode?: unknown; message?: unknown; validation?: unknown }
+  const status = typeof e.statusCode === 'number' ? e.statusCode : 500
+  const message = typeof e.message === 'string' ? e.message : ''
+  if (e.validation) return { code: 'validation_failed', message, status: 400 }
+  // The JSON parser raises a plain SyntaxError marked 400 (also for __proto__ keys).
+  if (err instanceof SyntaxError && status === 400)
+    return { code: 'invalid_json', message: jsonMessage(message), status }
+  const mapped = (typeof e.code === 'string' && FASTIFY_CODES[e.code]) || STATUS_CODES[status]
+  if (mapped && status < 500) {
+    return { code: mapped, message: ERRORS[mapped][1], status: ERRORS[mapped][0] }
+  }
+  if (status >= 400 && status < 500) return { code: 'bad_request', message: ERRORS.bad_request[1], status: 400 }
+  return { code: 'internal_error', message: ERRORS.internal_error[1], status: 500 }
+}
+
+function jsonMessage(detail: string): string {
+  return detail ? `The request body is not valid JSON: ${detail}` : ERRORS.invalid_json[1]
+}

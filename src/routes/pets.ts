@@ -1,0 +1,108 @@
+import { randomBytes } from 'node:crypto'
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { ApiError } from '../errors.ts'
+import { cursorCodec } from '../pagination.ts'
+import { errorResponses, MAX_EXACT_INTEGER } from '../schemas/common.ts'
+import {
+  DEFAULT_PAGE_SIZE,
+  ListPetsQuerySchema,
+  NewPetSchema,
+  PetParamsSchema,
+  PetSchema,
+  PetsSchema,
+} from '../schemas/pets.ts'
+
+/** getPet was deprecated on 2026-01-01 (RFC 9745 `@` form) and is removed on 5 December 2030 (RFC 8594). */
+const DEPRECATED_AT = `@${Date.UTC(2026, 0, 1) / 1000}`
+const SUNSET = new Date(Date.UTC(2030, 11, 5)).toUTCString()
+const security = [{ bearerAuth: [] }]
+
+const pets: FastifyPluginAsyncTypebox = async (app) => {
+  const cursors = cursorCodec(await app.store.secret('cursor', () => randomBytes(32).toString('base64url')))
+  app.addHook('onRequest', app.authenticate)
+
+  app.get(
+    '/pets',
+    {
+      schema: {
+        operationId: 'listPets',
+        summary: 'List animals',
+        description:
+          'Animals in id order, `limit` per page. When more exist, `Link: <…>; rel="next"` gives the next page.',
+        tags: ['pets'],
+        security,
+        querystring: ListPetsQuerySchema,
+        response: { 200: PetsSchema, ...errorResponses(400, 401, 500, 503) },
+      },
+    },
+    async (request, reply) => {
+      // Ajv has filled in the default; the fallback only satisfies the type.
+      const { limit = DEFAULT_PAGE_SIZE, status, cursor } = request.query
+      const afterId = cursor === undefined ? undefined : cursors.decode(cursor, status)
+      const page = await app.store.listPets({ limit, status, afterId })
+      if (page.nextAfterId !== null) {
+        const next = new URLSearchParams({ limit: String(limit), ...(status && { status }) })
+        next.set('cursor', cursors.encode(page.nextAfterId, status))
+        reply.header('link', `<${origin(request)}/v1/pets?${next}>; rel="next"`)
+      }
+      return page.pets
+    },
+  )
+
+  app.post(
+    '/pets',
+    {
+      schema: {
+        operationId: 'createPet',
+        summary: 'Add an animal',
+        tags: ['pets'],
+        security,
+        body: NewPetSchema,
+        response: { 201: PetSchema, ...errorResponses(400, 401, 500, 503) },
+      },
+    },
+    async (request, reply) => {
+      const pet = await app.store.createPet(request.body)
+      return reply
+        .code(201)
+        .header('location', `${origin(request)}/v1/pets/${pet.id}`)
+        .send(pet)
+    },
+  )
+
+  app.get(
+    '/pets/:petId',
+    {
+      schema: {
+        operationId: 'getPet',
+        summary: 'Get an animal (deprecated)',
+        description: 'Deprecated, removed on 5 December 2030: use `GET /pets` with the `status` filter.',
+        deprecated: true,
+        tags: ['pets'],
+        security,
+        params: PetParamsSchema,
+        response: { 200: PetSchema, ...errorResponses(400, 401, 404, 500, 503) },
+      },
+    },
+    async (request, reply) => {
+      reply.headers({
+        deprecation: DEPRECATED_AT,
+        sunset: SUNSET,
+        link: `<${origin(request)}/v1/pets>; rel="successor-version"`,
+      })
+      const { petId } = request.params
+      // Ids are never above MAX_EXACT_INTEGER, so a larger (valid int64) id cannot exist.
+      if (petId > MAX_EXACT_INTEGER) throw new ApiError('pet_not_found')
+      const pet = await app.store.getPet(petId)
+      if (!pet) throw new ApiError('pet_not_found', `No pet with id ${petId}.`)
+      return pet
+    },
+  )
+}
+
+/** Scheme and host the client used (X-Forwarded-* honoured when TRUST_PROXY is on), for absolute links. */
+function origin(request: { protocol: string; host: string }): string {
+  return `${request.protocol}://${request.host}`
+}
+
+export default pets

@@ -1,0 +1,28 @@
+import Type from 'typebox'
+
+export const NewMessageSchema = Type.Object(
+  {
+    message: Type.String({
+      minLength: 1,
+      maxLength: 10_000,
+      pattern: '\\S',
+      description: 'The text to send: 1 to 10000 characters, not only spaces.',
+    }),
+  },
+  { $id: 'NewMessage', additionalProperties: false },
+)
+export type NewMessage = Type.Static<typeof NewMessageSchema>
+
+export const MessageSchema = Type.Object(
+  {
+    id: Type.String({ description: 'Identifier of the message.', examples: ['msg_3kTMd9PqLw2xY8aZ'] }),
+    message: Type.String({ description: 'The text that was sent.' }),
+    status: Type.String({ description: 'Delivery status: `queued` once the message is stored for sending.' }),
+    createdAt: Type.String({
+      format: 'date-time',
+      description: 'ISO 8601 UTC timestamp, e.g. 2026-11-22T12:00:00.000Z.',
+    }),
+  },
+  { $id: 'Message', additionalProperties: false },
+)
+export type Message = Type.Static<typeof MessageSchema>

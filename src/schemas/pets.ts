@@ -1,0 +1,66 @@
+import Type from 'typebox'
+import { Int64, Int64Param } from './common.ts'
+
+export const PET_STATUSES = ['available', 'pending', 'sold'] as const
+
+export const PetStatusSchema = Type.Enum(PET_STATUSES, { type: 'string', description: 'Availability status.' })
+export type PetStatus = Type.Static<typeof PetStatusSchema>
+export const DEFAULT_PET_STATUS: PetStatus = 'available'
+
+const petFields = {
+  name: Type.String({
+    minLength: 1,
+    maxLength: 200,
+    pattern: '\\S',
+    description: "The animal's name: 1 to 200 characters, not only spaces.",
+  }),
+  categoryId: Int64({ minimum: 1, description: 'Identifier of the category the animal belongs to.' }),
+}
+
+export const NewPetSchema = Type.Object(
+  { ...petFields, status: Type.Optional(Type.Enum(PET_STATUSES, { ...PetStatusSchema, default: DEFAULT_PET_STATUS })) },
+  { $id: 'NewPet', additionalProperties: false, description: 'An animal to add.' },
+)
+export type NewPet = Type.Static<typeof NewPetSchema>
+
+export const PetSchema = Type.Object(
+  {
+    id: Int64({ minimum: 1, description: 'Unique identifier assigned by the service on creation.' }),
+    ...petFields,
+    status: PetStatusSchema,
+  },
+  { $id: 'Pet', additionalProperties: false },
+)
+export type Pet = Type.Static<typeof PetSchema>
+
+export const PetsSchema = Type.Array(PetSchema, { description: 'A page of animals, ordered by id.' })
+
+export const DEFAULT_PAGE_SIZE = 20
+
+export const ListPetsQuerySchema = Type.Object(
+  {
+    limit: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 100,
+        default: DEFAULT_PAGE_SIZE,
+        description: 'Maximum number of animals returned.',
+      }),
+    ),
+    status: Type.Optional(PetStatusSchema),
+    cursor: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 200,
+        description: 'Opaque position from the `Link: <…>; rel="next"` header of the previous page.',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+)
+export type ListPetsQuery = Type.Static<typeof ListPetsQuerySchema>
+
+export const PetParamsSchema = Type.Object(
+  { petId: Int64Param({ description: 'The identifier of the animal.' }) },
+  { additionalProperties: false },
+)

@@ -1,0 +1,271 @@
+/**
+ * The embedded store: SQLite through node:sqlite, one file, one process (or several, see README).
+ *
+ * Durability: WAL with synchronous=FULL, so a commit is on disk before its promise resolves.
+ * To pay for that fsync once per burst rather than once per request, writes that arrive in the
+ * same turn of the event loop are committed together in one transaction (group commit); each
+ * write runs in its own savepoint, so one failing write does not undo the others.
+ */
+import { mkdirSync } from 'node:fs'
+import { dirname } from 'node:path'
+import { DatabaseSync, type StatementSync } from 'node:sqlite'
+import { randomId } from '../api-keys.ts'
+import type { Message } from '../schemas/messages.ts'
+import { DEFAULT_PET_STATUS, type NewPet, type Pet } from '../schemas/pets.ts'
+import { newerThanCode, readMigrations } from './migrations.ts'
+import type { Account, ApiKey, ListPetsOptions, NewApiKey, PetPage, Store } from './types.ts'
+
+/**
+ * How long a statement waits for another process's write lock before failing with SQLITE_BUSY.
+ * Only another process can hold it (in-process writes are serialised by the batch), so this wait
+ * happens only when several workers share one file.
+ */
+const BUSY_TIMEOUT_MS = 5000
+
+const PET_COLUMNS = 'id, name, category_id AS categoryId, status'
+const KEY_COLUMNS = `id, account_id AS accountId, name, prefix, created_at AS createdAt, expires_at AS expiresAt,
+  revoked_at AS revokedAt, last_used_at AS lastUsedAt`
+const MESSAGE_COLUMNS = 'id, body AS message, status, created_at AS createdAt'
+
+interface PendingWrite {
+  run: () => unknown
+  resolve: (value: unknown) => void
+  reject: (error: unknown) => void
+}
+
+/** `sqlite:data/x.db`, `sqlite:/abs/x.db`, `sqlite:///abs/x.db` or `sqlite::memory:` → the file path. */
+export function sqlitePath(url: string): string {
+  const rest = url.replace(/^sqlite:/, '')
+  return rest.startsWith('//') ? rest.slice(2) : rest
+}
+
+export class SqliteStore implements Store {
+  #db: DatabaseSync
+  #pending: PendingWrite[] = []
+  #flushing: Promise<void> | null = null
+  #closed = false
+  #sql: ReturnType<typeof prepareStatements>
+
+  constructor(url: string) {
+    const path = sqlitePath(url)
+    if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
+    this.#db = new DatabaseSync(path)
+    this.#db.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`)
+    this.#db.exec('PRAGMA journal_mode = WAL')
+    this.#db.exec('PRAGMA synchronous = FULL')
+    this.#db.exec('PRAGMA foreign_keys = ON')
+    this.#migrate()
+    this.#sql = prepareStatements(this.#db)
+  }
+
+  // ─── LIFECYCLE ─────────────────────────────────────────────────────────────────────────────
+
+  async ping(): Promise<void> {
+    this.#sql.ping.get()
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    while (this.#flushing || this.#pending.length > 0) await (this.#flushing ?? this.#scheduleFlush())
+    this.#db.close()
+  }
+
+  // ─── PETS ──────────────────────────────────────────────────────────────────────────────────
+
+  createPet(pet: NewPet): Promise<Pet> {
+    return this.#write(
+      () => this.#sql.insertPet.get(pet.name, pet.categoryId, pet.status ?? DEFAULT_PET_STATUS) as unknown as Pet,
+    )
+  }
+
+  async getPet(id: number): Promise<Pet | null> {
+    return (this.#sql.getPet.get(id) as Pet | undefined) ?? null
+  }
+
+  async listPets({ limit, status, afterId = 0 }: ListPetsOptions): Promise<PetPage> {
+    // One row more than asked says whether another page exists.
+    const rows = (status === undefined
+      ? this.#sql.listPets.all(afterId, limit + 1)
+      : this.#sql.listPetsByStatus.all(status, afterId, limit + 1)) as unknown as Pet[]
+    const more = rows.length > limit
+    if (more) rows.pop()
+    return { pets: rows, nextAfterId: more ? (rows.at(-1)?.id ?? null) : null }
+  }
+
+  // ─── ACCOUNTS ──────────────────────────────────────────────────────────────────────────────
+
+  createAccount(email: string): Promise<Account | null> {
+    return this.#write(() => (this.#sql.insertAccount.get(email.toLowerCase(), now()) as Account | undefined) ?? null)
+  }
+
+  async findAccountByEmail(email: string): Promise<Account | null> {
+    return (this.#sql.getAccountByEmail.get(email.toLowerCase()) as Account | undefined) ?? null
+  }
+
+  // ─── API KEYS ──────────────────────────────────────────────────────────────────────────────
+
+  createApiKey(key: NewApiKey): Promise<ApiKey> {
+    return this.#write(
+      () =>
+        this.#sql.insertKey.get(
+          randomId('key'),
+          key.accountId,
+          key.name,
+          key.prefix,
+          key.hash,
+          now(),
+          key.expiresAt,
+        ) as unknown as ApiKey,
+    )
+  }
+
+  async listApiKeys(accountId: number): Promise<ApiKey[]> {
+    return this.#sql.listKeys.all(accountId) as unknown as ApiKey[]
+  }
+
+  async findApiKeyByHash(hash: string): Promise<ApiKey | null> {
+    return (this.#sql.getKeyByHash.get(hash) as ApiKey | undefined) ?? null
+  }
+
+  revokeApiKey(id: string): Promise<ApiKey | null> {
+    return this.#write(() => (this.#sql.revokeKey.get(now(), id) as ApiKey | undefined) ?? null)
+  }
+
+  // ─── MESSAGES ──────────────────────────────────────────────────────────────────────────────
+
+  createMessage(accountId: number, text: string): Promise<Message> {
+    return this.#write(
+      () => this.#sql.insertMessage.get(randomId('msg'), accountId, text, 'queued', now()) as unknown as Message,
+    )
+  }
+
+  async listMessages(accountId: number, limit: number): Promise<Message[]> {
+    return this.#sql.listMessages.all(accountId, limit) as unknown as Message[]
+  }
+
+  // ─── SETTINGS ──────────────────────────────────────────────────────────────────────────────
+
+  async secret(name: string, generate: () => string): Promise<string> {
+    await this.#write(() => this.#sql.insertSecret.run(name, generate()))
+    return (this.#sql.getSecret.get(name) as { value: string }).value
+  }
+
+  // ─── INTERNALS ─────────────────────────────────────────────────────────────────────────────
+
+  #migrate(): void {
+    const db = this.#db
+    db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
+      version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`)
+    const migrations = readMigrations('sqlite')
+    for (const migration of migrations) {
+      // IMMEDIATE takes the write lock first, so two processes starting together apply it once.
+      db.exec('BEGIN IMMEDIATE')
+      try {
+        const { applied } = db.prepare('SELECT max(version) AS applied FROM schema_migrations').get() as {
+          applied: number | null
+        }
+        const tooNew = newerThanCode(applied ?? 0, migrations)
+        if (tooNew) throw tooNew
+        if ((applied ?? 0) < migration.version) {
+          db.exec(migration.sql)
+          db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(
+            migration.version,
+            migration.name,
+            now(),
+          )
+        }
+        db.exec('COMMIT')
+      } catch (error) {
+        db.exec('ROLLBACK')
+        throw error
+      }
+    }
+  }
+
+  /** Queues a write for the next group commit; resolves with its result once the commit is durable. */
+  #write<T>(run: () => T): Promise<T> {
+    if (this.#closed) return Promise.reject(new Error('The store is closed'))
+    return new Promise<T>((resolve, reject) => {
+      this.#pending.push({ run, resolve: resolve as (value: unknown) => void, reject })
+      if (this.#pending.length === 1 && !this.#flushing) this.#scheduleFlush()
+    })
+  }
+
+  #scheduleFlush(): Promise<void> {
+    this.#flushing ??= new Promise<void>((done) => {
+      // setImmediate runs after the I/O callbacks of this loop turn, so requests read together commit together.
+      setImmediate(() => {
+        this.#flush()
+        this.#flushing = null
+        if (this.#pending.length > 0) this.#scheduleFlush()
+        done()
+      })
+    })
+    return this.#flushing
+  }
+
+  #flush(): void {
+    const batch = this.#pending
+    this.#pending = []
+    if (batch.length === 0) return
+    const db = this.#db
+    const results: { ok: boolean; value: unknown }[] = []
+    try {
+      db.exec('BEGIN IMMEDIATE')
+      for (const write of batch) {
+        this.#sql.savepoint.run()
+        try {
+          results.push({ ok: true, value: write.run() })
+          this.#sql.release.run()
+        } catch (error) {
+          this.#sql.rollbackTo.run()
+          this.#sql.release.run()
+          results.push({ ok: false, value: error })
+        }
+      }
+      db.exec('COMMIT')
+    } catch (error) {
+      if (db.isTransaction) db.exec('ROLLBACK')
+      for (const write of batch) write.reject(error)
+      return
+    }
+    batch.forEach((write, i) => {
+      const result = results[i] as { ok: boolean; value: unknown }
+      if (result.ok) write.resolve(result.value)
+      else write.reject(result.value)
+    })
+  }
+}
+
+function prepareStatements(db: DatabaseSync) {
+  const s = (sql: string): StatementSync => db.prepare(sql)
+  return {
+    ping: s('SELECT 1'),
+    savepoint: s('SAVEPOINT write'),
+    release: s('RELEASE write'),
+    rollbackTo: s('ROLLBACK TO write'),
+    insertPet: s(`INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?) RETURNING ${PET_COLUMNS}`),
+    getPet: s(`SELECT ${PET_COLUMNS} FROM pets WHERE id = ?`),
+    listPets: s(`SELECT ${PET_COLUMNS} FROM pets WHERE id > ? ORDER BY id LIMIT ?`),
+    listPetsByStatus: s(`SELECT ${PET_COLUMNS} FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?`),
+    insertAccount: s(
+      'INSERT INTO accounts (email, created_at) VALUES (?, ?) ON CONFLICT (email) DO NOTHING RETURNING id, email, created_at AS createdAt',
+    ),
+    getAccountByEmail: s('SELECT id, email, created_at AS createdAt FROM accounts WHERE email = ?'),
+    insertKey: s(`INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at, expires_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING ${KEY_COLUMNS}`),
+    listKeys: s(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE account_id = ? ORDER BY created_at DESC, id`),
+    getKeyByHash: s(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE key_hash = ?`),
+    revokeKey: s(`UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? RETURNING ${KEY_COLUMNS}`),
+    insertMessage: s(`INSERT INTO messages (id, account_id, body, status, created_at) VALUES (?, ?, ?, ?, ?)
+      RETURNING ${MESSAGE_COLUMNS}`),
+    listMessages: s(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE account_id = ? ORDER BY seq DESC LIMIT ?`),
+    insertSecret: s('INSERT INTO secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING'),
+    getSecret: s('SELECT value FROM secrets WHERE name = ?'),
+  }
+}
+
+function now(): string {
+  return new Date().toISOString()
+}

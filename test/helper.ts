@@ -1,0 +1,73 @@
+/**
+ * Builds the real app on a real database, the way src/server.ts does, for `app.inject` tests.
+ * Each call gets its own fresh SQLite file, removed when the test ends.
+ */
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { TestContext } from 'node:test'
+import Fastify, { type FastifyInstance, type LightMyRequestResponse } from 'fastify'
+import fp from 'fastify-plugin'
+import { generateApiKey } from '../src/api-keys.ts'
+import animalStore, { serverOptions } from '../src/app.ts'
+import { type Config, loadConfig } from '../src/config.ts'
+
+export interface TestApp {
+  app: FastifyInstance
+  config: Config
+  /** A fresh account and a valid key for it. */
+  newKey(options?: {
+    email?: string
+    expiresAt?: string | null
+  }): Promise<{ secret: string; keyId: string; accountId: number }>
+}
+
+export function tempDir(t: TestContext): string {
+  const dir = mkdtempSync(join(tmpdir(), 'animal-store-test-'))
+  t.after(() => rmSync(dir, { recursive: true, force: true }))
+  return dir
+}
+
+export async function build(t: TestContext, env: Record<string, string> = {}): Promise<TestApp> {
+  const dir = tempDir(t)
+  const config = loadConfig({ DATABASE_URL: `sqlite:${join(dir, 'test.db')}`, LOG_LEVEL: 'silent', ...env })
+  const app = Fastify(serverOptions(config))
+  // fp() exposes the app's decorations (app.store) to the test, as in fastify/demo's helper.
+  await app.register(fp(animalStore), { config })
+  await app.ready()
+  t.after(() => app.close())
+  let accounts = 0
+  return {
+    app,
+    config,
+    async newKey({ email = `user${++accounts}-${Date.now()}@example.com`, expiresAt = null } = {}) {
+      const account = (await app.store.findAccountByEmail(email)) ?? (await app.store.createAccount(email))
+      if (!account) throw new Error('account not created')
+      const generated = generateApiKey(config.deployment)
+      const key = await app.store.createApiKey({
+        accountId: account.id,
+        name: 'test',
+        prefix: generated.prefix,
+        hash: generated.hash,
+        expiresAt,
+      })
+      return { secret: generated.secret, keyId: key.id, accountId: account.id }
+    },
+  }
+}
+
+export const bearer = (secret: string) => ({ authorization: `Bearer ${secret}` })
+
+/** The Error object of the spec, exactly: `{code, message, status}` with status equal to the HTTP status. */
+export function errorBody(response: LightMyRequestResponse): { code: string; message: string; status: number } {
+  const type = response.headers['content-type']
+  if (!String(type).startsWith('application/json')) throw new Error(`error content-type is ${type}`)
+  const body = response.json()
+  const keys = Object.keys(body).sort().join(',')
+  if (keys !== 'code,message,status') throw new Error(`error body has keys ${keys}`)
+  if (body.status !== response.statusCode) throw new Error(`body.status ${body.status} ≠ HTTP ${response.statusCode}`)
+  if (typeof body.code !== 'string' || typeof body.message !== 'string' || body.message.length === 0) {
+    throw new Error(`error body fields have wrong types: ${response.body}`)
+  }
+  return body
+}

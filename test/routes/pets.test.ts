@@ -1,0 +1,382 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import type { LightMyRequestResponse } from 'fastify'
+import { bearer, build, errorBody, type TestApp } from '../helper.ts'
+
+async function seed(t: TestApp, secret: string, pets: { name: string; categoryId: number; status?: string }[]) {
+  const created = []
+  for (const pet of pets) {
+    const response = await t.app.inject({ method: 'POST', url: '/v1/pets', headers: bearer(secret), payload: pet })
+    assert.equal(response.statusCode, 201, response.body)
+    created.push(response.json())
+  }
+  return created
+}
+
+/** Follows `Link: <…>; rel="next"` from `url` to the end; returns every page. */
+async function walk(t: TestApp, secret: string, url: string) {
+  const pages = []
+  let next: string | undefined = url
+  while (next) {
+    const response: LightMyRequestResponse = await t.app.inject({ method: 'GET', url: next, headers: bearer(secret) })
+    assert.equal(response.statusCode, 200, response.body)
+    pages.push(response.json())
+    const href = /^<([^>]+)>; rel="next"$/.exec(String(response.headers.link ?? ''))?.[1]
+    next = href ? new URL(href).pathname + new URL(href).search : undefined
+  }
+  return pages
+}
+
+describe('createPet: POST /v1/pets (point 1)', () => {
+  it('returns 201 with the Pet, its new id, and a Location that fetches it', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    const response = await app.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers: bearer(secret),
+      payload: { name: 'Rex', categoryId: 7, status: 'pending' },
+    })
+    assert.equal(response.statusCode, 201)
+    const pet = response.json()
+    assert.deepEqual(pet, { id: pet.id, name: 'Rex', categoryId: 7, status: 'pending' })
+    assert.ok(Number.isSafeInteger(pet.id) && pet.id >= 1)
+    assert.equal(response.headers.location, `http://localhost:80/v1/pets/${pet.id}`)
+    const fetched = await app.app.inject({
+      url: new URL(response.headers.location as string).pathname,
+      headers: bearer(secret),
+    })
+    assert.deepEqual(fetched.json(), pet)
+  })
+
+  it('defaults status to available and assigns distinct increasing ids', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    const pets = await seed(app, secret, [
+      { name: 'a', categoryId: 1 },
+      { name: 'b', categoryId: 1 },
+      { name: 'c', categoryId: 1 },
+    ])
+    assert.deepEqual(
+      pets.map((p) => p.status),
+      ['available', 'available', 'available'],
+    )
+    assert.ok(pets[0].id < pets[1].id && pets[1].id < pets[2].id)
+  })
+
+  it('keeps concurrent creates apart: every 201 is a distinct stored pet', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    const responses = await Promise.all(
+      Array.from({ length: 50 }, (_, i) =>
+        app.app.inject({
+          method: 'POST',
+          url: '/v1/pets',
+          headers: bearer(secret),
+          payload: { name: `p${i}`, categoryId: 1 },
+        }),
+      ),
+    )
+    const ids = responses.map((r) => r.json().id)
+    assert.equal(new Set(ids).size, 50)
+    const listed = await app.app.inject({ url: '/v1/pets?limit=100', headers: bearer(secret) })
+    assert.deepEqual(
+      listed.json().map((p: { id: number }) => p.id),
+      [...ids].sort((a, b) => a - b),
+    )
+  })
+
+  const invalid: [string, unknown, RegExp][] = [
+    ['name missing', { categoryId: 1 }, /body\.name is required/],
+    ['categoryId missing', { name: 'Rex' }, /body\.categoryId is required/],
+    ['categoryId as a string "7"', { name: 'Rex', categoryId: '7' }, /body\.categoryId must be an integer/],
+    ['name as a number', { name: 5, categoryId: 1 }, /body\.name must be a string/],
+    ['categoryId fractional', { name: 'Rex', categoryId: 1.5 }, /body\.categoryId must be an integer/],
+    ['categoryId zero', { name: 'Rex', categoryId: 0 }, /body\.categoryId must be at least 1/],
+    [
+      'categoryId above 2^53-1 (not exact in JSON)',
+      { name: 'Rex', categoryId: 9007199254740992 },
+      /body\.categoryId must be at most 9007199254740991/,
+    ],
+    ['categoryId null', { name: 'Rex', categoryId: null }, /body\.categoryId must be an integer/],
+    [
+      'status unknown',
+      { name: 'Rex', categoryId: 1, status: 'lost' },
+      /body\.status must be one of: available, pending, sold/,
+    ],
+    ['name empty', { name: '', categoryId: 1 }, /body\.name must be at least 1 character long/],
+    ['name blank', { name: '   ', categoryId: 1 }, /body\.name is invalid/],
+    ['name too long', { name: 'x'.repeat(201), categoryId: 1 }, /body\.name must be at most 200 characters long/],
+    ['an unknown field', { name: 'Rex', categoryId: 1, color: 'red' }, /body\.color is not a known field/],
+    ['an id (assigned by the service)', { id: 5, name: 'Rex', categoryId: 1 }, /body\.id is not a known field/],
+    ['an array', [{ name: 'Rex', categoryId: 1 }], /body must be an object/],
+    ['a string', 'Rex', /body must be an object/],
+    ['null', null, /body must be an object/],
+  ]
+  for (const [what, payload, message] of invalid) {
+    it(`refuses a body with ${what}: 400 validation_failed naming the field, nothing stored`, async (t) => {
+      const app = await build(t)
+      const { secret } = await app.newKey()
+      const response = await app.app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers: { ...bearer(secret), 'content-type': 'application/json' },
+        payload: JSON.stringify(payload),
+      })
+      assert.equal(response.statusCode, 400)
+      const body = errorBody(response)
+      assert.equal(body.code, 'validation_failed')
+      assert.match(body.message, message)
+      const listed = await app.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+      assert.deepEqual(listed.json(), [])
+    })
+  }
+
+  it('accepts the limits exactly: 200-character name and categoryId 2^53-1', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    const payload = { name: 'ü'.repeat(200), categoryId: 9007199254740991 }
+    const response = await app.app.inject({ method: 'POST', url: '/v1/pets', headers: bearer(secret), payload })
+    assert.equal(response.statusCode, 201)
+    assert.match(response.body, /"categoryId":9007199254740991/)
+    assert.equal(response.json().name, payload.name)
+  })
+})
+
+describe('listPets: GET /v1/pets (points 1 and 5)', () => {
+  it('returns a JSON array ordered by id, 20 by default', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    const pets = await seed(
+      app,
+      secret,
+      Array.from({ length: 25 }, (_, i) => ({ name: `pet${i}`, categoryId: i + 1 })),
+    )
+    const response = await app.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    assert.equal(response.statusCode, 200)
+    assert.match(String(response.headers['content-type']), /^application\/json/)
+    assert.deepEqual(response.json(), pets.slice(0, 20))
+  })
+
+  it('returns [] and no Link when the store is empty', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    const response = await app.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    assert.equal(response.statusCode, 200)
+    assert.deepEqual(response.json(), [])
+    assert.equal(response.headers.link, undefined)
+  })
+
+  it('honours limit from 1 to 100', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    await seed(
+      app,
+      secret,
+      Array.from({ length: 101 }, (_, i) => ({ name: `pet${i}`, categoryId: 1 })),
+    )
+    for (const [limit, count] of [
+      [1, 1],
+      [7, 7],
+      [100, 100],
+    ]) {
+      const response = await app.app.inject({ url: `/v1/pets?limit=${limit}`, headers: bearer(secret) })
+      assert.equal(response.json().length, count)
+    }
+  })
+
+  const badQueries: [string, RegExp][] = [
+    ['limit=0', /query\.limit must be at least 1/],
+    ['limit=101', /query\.limit must be at most 100/],
+    ['limit=-1', /query\.limit must be at least 1/],
+    ['limit=abc', /query\.limit must be a decimal integer/],
+    ['limit=1.5', /query\.limit must be a decimal integer/],
+    ['limit=1e1', /query\.limit must be a decimal integer/],
+    ['limit=', /query\.limit must be a decimal integer/],
+    ['limit=5&limit=6', /query\.limit must be given once/],
+    ['status=lost', /query\.status must be one of: available, pending, sold/],
+    ['status=AVAILABLE', /query\.status must be one of/],
+    ['status=sold&status=pending', /query\.status must be given once/],
+    ['offset=10', /query\.offset is not a known field/],
+  ]
+  for (const [query, message] of badQueries) {
+    it(`refuses ?${query} with 400 validation_failed`, async (t) => {
+      const app = await build(t)
+      const { secret } = await app.newKey()
+      const response = await app.app.inject({ url: `/v1/pets?${query}`, headers: bearer(secret) })
+      assert.equal(response.statusCode, 400)
+      const body = errorBody(response)
+      assert.equal(body.code, 'validation_failed')
+      assert.match(body.message, message)
+    })
+  }
+
+  it('filters by status', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    const pets = await seed(app, secret, [
+      { name: 'a', categoryId: 1, status: 'sold' },
+      { name: 'b', categoryId: 1, status: 'available' },
+      { name: 'c', categoryId: 1, status: 'sold' },
+      { name: 'd', categoryId: 1, status: 'pending' },
+    ])
+    for (const status of ['available', 'pending', 'sold']) {
+      const response = await app.app.inject({ url: `/v1/pets?status=${status}`, headers: bearer(secret) })
+      assert.deepEqual(
+        response.json(),
+        pets.filter((p) => p.status === status),
+      )
+    }
+  })
+
+  it('paginates with Link rel="next" and an opaque cursor: every pet exactly once, in order', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    const pets = await seed(
+      app,
+      secret,
+      Array.from({ length: 23 }, (_, i) => ({ name: `pet${i}`, categoryId: 1, status: i % 3 ? 'available' : 'sold' })),
+    )
+    const pages = await walk(app, secret, '/v1/pets?limit=5')
+    assert.deepEqual(
+      pages.map((p) => p.length),
+      [5, 5, 5, 5, 3],
+    )
+    assert.deepEqual(pages.flat(), pets)
+    const sold = await walk(app, secret, '/v1/pets?limit=3&status=sold')
+    assert.deepEqual(
+      sold.flat(),
+      pets.filter((p) => p.status === 'sold'),
+    )
+    assert.ok(sold.length > 1)
+  })
+
+  it('gives no Link on an exactly full last page', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    await seed(app, secret, [
+      { name: 'a', categoryId: 1 },
+      { name: 'b', categoryId: 1 },
+    ])
+    const response = await app.app.inject({ url: '/v1/pets?limit=2', headers: bearer(secret) })
+    assert.equal(response.json().length, 2)
+    assert.equal(response.headers.link, undefined)
+  })
+
+  it('builds the next link as an absolute RFC 8288 link carrying limit, status and cursor', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    await seed(app, secret, [
+      { name: 'a', categoryId: 1, status: 'sold' },
+      { name: 'b', categoryId: 1, status: 'sold' },
+    ])
+    const response = await app.app.inject({
+      url: '/v1/pets?limit=1&status=sold',
+      headers: { ...bearer(secret), host: 'api.example.test' },
+    })
+    const link = String(response.headers.link)
+    const match = /^<(http:\/\/api\.example\.test\/v1\/pets\?[^>]+)>; rel="next"$/.exec(link)
+    assert.ok(match, link)
+    const next = new URL(match[1] as string)
+    assert.equal(next.searchParams.get('limit'), '1')
+    assert.equal(next.searchParams.get('status'), 'sold')
+    assert.match(next.searchParams.get('cursor') as string, /^[\w-]+\.[\w-]+$/)
+  })
+
+  it('refuses forged, edited or mismatched cursors with 400 invalid_cursor', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    await seed(app, secret, [
+      { name: 'a', categoryId: 1, status: 'sold' },
+      { name: 'b', categoryId: 1, status: 'sold' },
+    ])
+    const first = await app.app.inject({ url: '/v1/pets?limit=1&status=sold', headers: bearer(secret) })
+    const cursor = new URL(/<([^>]+)>/.exec(String(first.headers.link))?.[1] as string).searchParams.get(
+      'cursor',
+    ) as string
+    const [payload, mac] = cursor.split('.') as [string, string]
+    const forged = `${Buffer.from('0.sold').toString('base64url')}.${mac}`
+    const edited = `${payload}.${mac.slice(0, -1)}${mac.endsWith('A') ? 'B' : 'A'}`
+    for (const url of [
+      `/v1/pets?cursor=${forged}&status=sold`,
+      `/v1/pets?cursor=${edited}&status=sold`,
+      `/v1/pets?cursor=${cursor}`, // issued for status=sold, used without
+      `/v1/pets?cursor=${cursor}&status=available`,
+      '/v1/pets?cursor=not-a-cursor',
+      `/v1/pets?cursor=${'x'.repeat(150)}`,
+    ]) {
+      const response = await app.app.inject({ url, headers: bearer(secret) })
+      assert.equal(response.statusCode, 400, url)
+      assert.equal(errorBody(response).code, 'invalid_cursor', url)
+    }
+    const ok = await app.app.inject({ url: `/v1/pets?cursor=${cursor}&status=sold&limit=5`, headers: bearer(secret) })
+    assert.equal(ok.statusCode, 200)
+    assert.equal(ok.json().length, 1)
+  })
+
+  it('refuses repeated or oversized cursor parameters with 400', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    for (const query of ['cursor=a&cursor=b', `cursor=${'x'.repeat(201)}`, 'cursor=']) {
+      const response = await app.app.inject({ url: `/v1/pets?${query}`, headers: bearer(secret) })
+      assert.equal(response.statusCode, 400, query)
+      assert.equal(errorBody(response).code, 'validation_failed')
+    }
+  })
+})
+
+describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
+  it('returns the Pet', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    const [pet] = await seed(app, secret, [{ name: 'Rex', categoryId: 3, status: 'sold' }])
+    const response = await app.app.inject({ url: `/v1/pets/${pet.id}`, headers: bearer(secret) })
+    assert.equal(response.statusCode, 200)
+    assert.deepEqual(response.json(), pet)
+  })
+
+  it('is deprecated: Deprecation (RFC 9745), Sunset 5 Dec 2030 (RFC 8594) and a successor Link, on 200 and 404', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    const [pet] = await seed(app, secret, [{ name: 'Rex', categoryId: 3 }])
+    for (const id of [pet.id, 999]) {
+      const response = await app.app.inject({ url: `/v1/pets/${id}`, headers: { ...bearer(secret), host: 'h.test' } })
+      assert.match(String(response.headers.deprecation), /^@\d+$/)
+      assert.ok(Number(String(response.headers.deprecation).slice(1)) * 1000 <= Date.UTC(2030, 11, 5))
+      assert.equal(response.headers.sunset, 'Thu, 05 Dec 2030 00:00:00 GMT')
+      assert.equal(response.headers.link, '<http://h.test/v1/pets>; rel="successor-version"')
+    }
+  })
+
+  it('returns 404 pet_not_found for an id that does not exist (including valid int64 ids beyond 2^53)', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    for (const id of ['1', '0', '-5', '9007199254740992', '9223372036854775807', '-9223372036854775808', '007']) {
+      const response = await app.app.inject({ url: `/v1/pets/${id}`, headers: bearer(secret) })
+      assert.equal(response.statusCode, 404, id)
+      assert.equal(errorBody(response).code, 'pet_not_found')
+    }
+  })
+
+  it('refuses a petId that is not a decimal int64 with 400 validation_failed (never 5xx)', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    for (const id of [
+      'abc',
+      '1.5',
+      '1e3',
+      '0x10',
+      '+1',
+      '%201',
+      '9223372036854775808',
+      '-9223372036854775809',
+      '9'.repeat(40),
+    ]) {
+      const response = await app.app.inject({ url: `/v1/pets/${id}`, headers: bearer(secret) })
+      assert.equal(response.statusCode, 400, id)
+      const body = errorBody(response)
+      assert.equal(body.code, 'validation_failed')
+      assert.match(body.message, /path\.petId must be/)
+    }
+  })
+})
