@@ -15,7 +15,7 @@ import {
 import { redactApiKeys } from './api-keys.ts'
 import type { Config } from './config.ts'
 import auth from './plugins/auth.ts'
-import errors from './plugins/errors.ts'
+import errors, { clientErrorHandler } from './plugins/errors.ts'
 import openapi from './plugins/openapi.ts'
 import store from './plugins/store.ts'
 import health from './routes/health.ts'
@@ -62,6 +62,7 @@ export function serverOptions(config: Config): FastifyHttpOptions<Server> {
     return503OnClosing: false,
     routerOptions: { maxParamLength: 500 },
     schemaErrorFormatter,
+    clientErrorHandler,
   }
 }
 

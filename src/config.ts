@@ -2,8 +2,8 @@
  * Configuration: read from the environment once, validated, and passed in.
  * Nothing else in src/ reads process.env (enforced by Biome's noProcessEnv).
  */
+import { Ajv } from 'ajv'
 import Type from 'typebox'
-import Value from 'typebox/value'
 
 export const DEPLOYMENTS = ['production', 'staging'] as const
 export type Deployment = (typeof DEPLOYMENTS)[number]
@@ -91,14 +91,19 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     // An empty variable means "not set": `PORT= npm start` uses the default.
     if (value !== undefined && value.trim() !== '') raw[name] = value.trim()
   }
-  const parsed = Value.Default(EnvSchema, Value.Convert(EnvSchema, raw))
-  const error = Value.Errors(EnvSchema, parsed)[0]
-  if (error) {
-    const name = error.instancePath.slice(1) as keyof Env
-    const expected = (EnvSchema.properties[name] as { description?: string } | undefined)?.description ?? error.message
-    throw new ConfigError(`Invalid configuration: ${name} must be ${expected} (got ${JSON.stringify(raw[name])})`)
+  const e: Record<string, unknown> = { ...raw }
+  if (!validateEnv(e)) {
+    const name = validateEnv.errors?.[0]?.instancePath.slice(1) as keyof Env
+    const { description } = EnvSchema.properties[name] as unknown as { description: string }
+    throw new ConfigError(`Invalid configuration: ${name} must be ${description} (got ${JSON.stringify(raw[name])})`)
   }
-  const e = parsed as Env
+  return toConfig(e as Env)
+}
+
+// Environment values are text: Ajv turns "8080" into 8080 and "true" into true, and refuses "80.5" for an integer.
+const validateEnv = new Ajv({ coerceTypes: true, useDefaults: true, allErrors: false }).compile(EnvSchema)
+
+function toConfig(e: Env): Config {
   return {
     port: e.PORT,
     host: e.HOST,

@@ -15,6 +15,7 @@ import { type Config, loadConfig } from '../src/config.ts'
 export interface TestApp {
   app: FastifyInstance
   config: Config
+  logs: Record<string, unknown>[]
   /** A fresh account and a valid key for it. */
   newKey(options?: {
     email?: string
@@ -28,18 +29,42 @@ export function tempDir(t: TestContext): string {
   return dir
 }
 
-export async function build(t: TestContext, env: Record<string, string> = {}): Promise<TestApp> {
+export interface BuildOptions {
+  /** Adds test-only routes or hooks before the app starts. */
+  setup?: (app: FastifyInstance) => void
+  /** Collects the app's JSON log lines (at level info) into `TestApp.logs`. */
+  captureLogs?: boolean
+}
+
+/** `env` overrides the configuration (as environment variables would). */
+export async function build(
+  t: TestContext,
+  env: Record<string, string> = {},
+  options: BuildOptions = {},
+): Promise<TestApp> {
   const dir = tempDir(t)
-  const config = loadConfig({ DATABASE_URL: `sqlite:${join(dir, 'test.db')}`, LOG_LEVEL: 'silent', ...env })
-  const app = Fastify(serverOptions(config))
+  const logs: Record<string, unknown>[] = []
+  const config = loadConfig({
+    DATABASE_URL: `sqlite:${join(dir, 'test.db')}`,
+    LOG_LEVEL: options.captureLogs ? 'info' : 'silent',
+    ...env,
+  })
+  const fastifyOptions = serverOptions(config)
+  if (options.captureLogs) {
+    const stream = { write: (line: string) => logs.push(JSON.parse(line)) }
+    fastifyOptions.logger = { ...(fastifyOptions.logger as object), stream }
+  }
+  const app = Fastify(fastifyOptions)
   // fp() exposes the app's decorations (app.store) to the test, as in fastify/demo's helper.
   await app.register(fp(animalStore), { config })
+  options.setup?.(app)
   await app.ready()
   t.after(() => app.close())
   let accounts = 0
   return {
     app,
     config,
+    logs,
     async newKey({ email = `user${++accounts}-${Date.now()}@example.com`, expiresAt = null } = {}) {
       const account = (await app.store.findAccountByEmail(email)) ?? (await app.store.createAccount(email))
       if (!account) throw new Error('account not created')
@@ -71,3 +96,6 @@ export function errorBody(response: LightMyRequestResponse): { code: string; mes
   }
   return body
 }
+
+/** Store rows may be null-prototype objects; compare them as the JSON a client would see. */
+export const plain = <T>(value: T): T => JSON.parse(JSON.stringify(value))

@@ -3,8 +3,33 @@
  * thrown ApiErrors, Fastify's own (validation, bad JSON, 413, 415), unknown routes (404),
  * known paths with the wrong method (405 + Allow) and unexpected failures (500, masked, logged).
  */
+import { STATUS_CODES } from 'node:http'
+import type { Socket } from 'node:net'
 import fp from 'fastify-plugin'
-import { ApiError, toErrorBody } from '../errors.ts'
+import { ApiError, ERRORS, type ErrorCode, toErrorBody } from '../errors.ts'
+
+/**
+ * Requests Node's HTTP parser rejects before Fastify sees them (malformed, headers too large, too
+ * slow) still get the Error body, written straight to the socket. Passed as `clientErrorHandler`.
+ */
+export function clientErrorHandler(error: Error & { code?: string }, socket: Socket): void {
+  if (error.code === 'ECONNRESET' || error.code === 'EPIPE' || !socket.writable) {
+    socket.destroy()
+    return
+  }
+  const code: ErrorCode =
+    error.code === 'HPE_HEADER_OVERFLOW'
+      ? 'headers_too_large'
+      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? 'request_timeout'
+        : 'bad_request'
+  const [status, message] = ERRORS[code]
+  const body = JSON.stringify({ code, message, status })
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  )
+}
 
 export default fp(
   async (app) => {

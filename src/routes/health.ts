@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { ApiError } from '../errors.ts'
-import { errorResponses } from '../schemas/common.ts'
+import { errorResponses, jsonResponse } from '../schemas/common.ts'
 
 /** A readiness check that takes longer than this counts as a failure, so probes never hang. */
 const READY_TIMEOUT_MS = 2000
@@ -10,19 +10,25 @@ const Status = Type.Object({ status: Type.String() })
 
 /** Liveness and readiness probes for load balancers and orchestrators. No API key needed. */
 const health: FastifyPluginAsyncTypebox = async (app) => {
-  app.get('/healthz', { schema: { hide: true, response: { 200: Status } } }, async () => ({ status: 'ok' }))
+  app.get('/healthz', { schema: { hide: true, response: { 200: jsonResponse('Alive.', Status) } } }, async () => ({
+    status: 'ok',
+  }))
 
-  app.get('/readyz', { schema: { hide: true, response: { 200: Status, ...errorResponses(503) } } }, async () => {
-    try {
-      const timeout = sleep(READY_TIMEOUT_MS, undefined, { ref: false }).then(() =>
-        Promise.reject(new Error('timeout')),
-      )
-      await Promise.race([app.store.ping(), timeout])
-    } catch {
-      throw new ApiError('service_unavailable', 'The database is not reachable.', { 'retry-after': '5' })
-    }
-    return { status: 'ready' }
-  })
+  app.get(
+    '/readyz',
+    { schema: { hide: true, response: { 200: jsonResponse('Ready.', Status), ...errorResponses(503) } } },
+    async () => {
+      try {
+        const timeout = sleep(READY_TIMEOUT_MS, undefined, { ref: false }).then(() =>
+          Promise.reject(new Error('timeout')),
+        )
+        await Promise.race([app.store.ping(), timeout])
+      } catch {
+        throw new ApiError('service_unavailable', 'The database is not reachable.', { 'retry-after': '5' })
+      }
+      return { status: 'ready' }
+    },
+  )
 }
 
 export default health

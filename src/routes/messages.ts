@@ -1,5 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { errorResponses } from '../schemas/common.ts'
+import { errorResponses, jsonResponse } from '../schemas/common.ts'
 import { MessageSchema, NewMessageSchema } from '../schemas/messages.ts'
 
 const messages: FastifyPluginAsyncTypebox = async (app) => {
@@ -15,7 +15,10 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['messages'],
         security: [{ bearerAuth: [] }],
         body: NewMessageSchema,
-        response: { 202: MessageSchema, ...errorResponses(400, 401, 500, 503) },
+        response: {
+          202: jsonResponse('Accepted: stored and queued.', MessageSchema),
+          ...errorResponses(400, 401, 500, 503),
+        },
       },
     },
     async (request, reply) => {

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { ApiError } from '../errors.ts'
 import { cursorCodec } from '../pagination.ts'
-import { errorResponses, MAX_EXACT_INTEGER } from '../schemas/common.ts'
+import { errorResponses, header, jsonResponse, MAX_EXACT_INTEGER } from '../schemas/common.ts'
 import {
   DEFAULT_PAGE_SIZE,
   ListPetsQuerySchema,
@@ -32,7 +32,12 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['pets'],
         security,
         querystring: ListPetsQuerySchema,
-        response: { 200: PetsSchema, ...errorResponses(400, 401, 500, 503) },
+        response: {
+          200: jsonResponse('A page of animals, ordered by id.', PetsSchema, {
+            Link: header('`<…/v1/pets?…&cursor=…>; rel="next"` when more animals follow (RFC 8288).'),
+          }),
+          ...errorResponses(400, 401, 500, 503),
+        },
       },
     },
     async (request, reply) => {
@@ -58,7 +63,12 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['pets'],
         security,
         body: NewPetSchema,
-        response: { 201: PetSchema, ...errorResponses(400, 401, 500, 503) },
+        response: {
+          201: jsonResponse('The animal as stored, with its new id.', PetSchema, {
+            Location: header('The URL of the new animal.'),
+          }),
+          ...errorResponses(400, 401, 500, 503),
+        },
       },
     },
     async (request, reply) => {
@@ -81,7 +91,14 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['pets'],
         security,
         params: PetParamsSchema,
-        response: { 200: PetSchema, ...errorResponses(400, 401, 404, 500, 503) },
+        response: {
+          200: jsonResponse('The animal.', PetSchema, {
+            Deprecation: header(`\`${DEPRECATED_AT}\`: deprecated since 2026-01-01 (RFC 9745).`),
+            Sunset: header(`\`${SUNSET}\`: removed then (RFC 8594).`),
+            Link: header('`<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter.'),
+          }),
+          ...errorResponses(400, 401, 404, 500, 503),
+        },
       },
     },
     async (request, reply) => {

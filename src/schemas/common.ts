@@ -1,4 +1,4 @@
-import Type from 'typebox'
+import Type, { type TSchema } from 'typebox'
 import { ERROR_CODES } from '../errors.ts'
 
 /** The Error object of the spec, used for every error response. */
@@ -24,21 +24,38 @@ export const Int64 = (options: { description: string; minimum?: number }) =>
 /** An int64 path or query parameter: the whole int64 range, checked exactly on the decimal text. */
 export const Int64Param = (options: { description: string }) => Type.Integer({ format: 'int64', ...options })
 
-const ERROR_DESCRIPTIONS: Record<number, string> = {
-  400: 'The request is invalid (see `code` and `message`).',
-  401: 'The API key is missing or invalid. `WWW-Authenticate: Bearer` says why.',
-  404: 'Not found.',
-  500: 'Unexpected failure; the response carries no internals. Quote `X-Request-Id` when reporting it.',
-  503: 'The database is unreachable; retry after `Retry-After` seconds.',
+type Headers = Record<string, { type: 'string'; description: string }>
+
+/**
+ * A documented JSON response: the schema Fastify serializes with, plus the description and headers
+ * that @fastify/swagger puts in the OpenAPI document.
+ */
+export function jsonResponse<T extends TSchema>(description: string, schema: T, headers?: Headers) {
+  return { description, ...(headers && { headers }), content: { 'application/json': { schema } } }
 }
 
-type ErrorResponse = { description: string; content: { 'application/json': { schema: typeof ErrorSchema } } }
+export const header = (description: string) => ({ type: 'string' as const, description })
+
+const ERROR_RESPONSES = {
+  400: jsonResponse('The request is invalid (see `code` and `message`).', ErrorSchema),
+  401: jsonResponse('The API key is missing or invalid.', ErrorSchema, {
+    'WWW-Authenticate': header(
+      '`Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent (RFC 6750).',
+    ),
+  }),
+  404: jsonResponse('Not found.', ErrorSchema),
+  500: jsonResponse(
+    'Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it.',
+    ErrorSchema,
+  ),
+  503: jsonResponse('The database is unreachable; retry after `Retry-After` seconds.', ErrorSchema, {
+    'Retry-After': header('Seconds to wait before retrying.'),
+  }),
+}
 
 /** The Error responses of an operation, by status, for its route schema (and its OpenAPI document). */
-export function errorResponses<const S extends readonly (keyof typeof ERROR_DESCRIPTIONS & number)[]>(...statuses: S) {
-  const response = (status: number): ErrorResponse => ({
-    description: ERROR_DESCRIPTIONS[status] as string,
-    content: { 'application/json': { schema: ErrorSchema } },
-  })
-  return Object.fromEntries(statuses.map((status) => [status, response(status)])) as { [K in S[number]]: ErrorResponse }
+export function errorResponses<const S extends readonly (keyof typeof ERROR_RESPONSES)[]>(...statuses: S) {
+  return Object.fromEntries(statuses.map((status) => [status, ERROR_RESPONSES[status]])) as {
+    [K in S[number]]: (typeof ERROR_RESPONSES)[K]
+  }
 }

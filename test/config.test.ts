@@ -1,0 +1,88 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { ConfigError, loadConfig } from '../src/config.ts'
+
+describe('Configuration: read and validated once (point 9)', () => {
+  it('has working defaults: 127.0.0.1:8080, SQLite under ./data, staging, /v1 servers', () => {
+    const config = loadConfig({})
+    assert.equal(config.port, 8080)
+    assert.equal(config.host, '127.0.0.1')
+    assert.equal(config.databaseUrl, 'sqlite:data/animal-store.db')
+    assert.equal(config.deployment, 'staging')
+    assert.match(config.servers.production, /^https:\/\/.+\/v1$/)
+    assert.match(config.servers.staging, /^https:\/\/.+\/v1$/)
+    assert.equal(config.apiKeyCacheMs, 5000)
+  })
+
+  it('reads every variable', () => {
+    const config = loadConfig({
+      PORT: '9000',
+      HOST: '0.0.0.0',
+      DATABASE_URL: 'sqlite:/var/lib/animal-store/db.sqlite',
+      DEPLOYMENT: 'production',
+      PRODUCTION_URL: 'https://api.pets.test/v1',
+      STAGING_URL: 'http://localhost:8080/v1',
+      LOG_LEVEL: 'warn',
+      TRUST_PROXY: 'true',
+      BODY_LIMIT: '4096',
+      API_KEY_CACHE_SECONDS: '0',
+    })
+    assert.deepEqual(
+      {
+        port: config.port,
+        host: config.host,
+        databaseUrl: config.databaseUrl,
+        deployment: config.deployment,
+        servers: config.servers,
+        logLevel: config.logLevel,
+        trustProxy: config.trustProxy,
+        bodyLimit: config.bodyLimit,
+        apiKeyCacheMs: config.apiKeyCacheMs,
+      },
+      {
+        port: 9000,
+        host: '0.0.0.0',
+        databaseUrl: 'sqlite:/var/lib/animal-store/db.sqlite',
+        deployment: 'production',
+        servers: { production: 'https://api.pets.test/v1', staging: 'http://localhost:8080/v1' },
+        logLevel: 'warn',
+        trustProxy: true,
+        bodyLimit: 4096,
+        apiKeyCacheMs: 0,
+      },
+    )
+  })
+
+  it('treats an empty variable as unset', () => {
+    assert.equal(loadConfig({ PORT: '', DEPLOYMENT: ' ' }).port, 8080)
+  })
+
+  const bad: [string, string][] = [
+    ['PORT', 'abc'],
+    ['PORT', '70000'],
+    ['PORT', '80.5'],
+    ['DATABASE_URL', 'mysql://localhost/db'],
+    ['DATABASE_URL', 'data.db'],
+    ['DEPLOYMENT', 'prod'],
+    ['PRODUCTION_URL', 'https://api.pets.test'],
+    ['STAGING_URL', 'ftp://staging.pets.test/v1'],
+    ['LOG_LEVEL', 'loud'],
+    ['TRUST_PROXY', 'maybe'],
+    ['BODY_LIMIT', '10'],
+    ['API_KEY_CACHE_SECONDS', '-1'],
+  ]
+  for (const [name, value] of bad) {
+    it(`refuses ${name}=${value} with a one-line error naming it`, () => {
+      assert.throws(
+        () => loadConfig({ [name]: value }),
+        (error: Error) => {
+          assert.ok(error instanceof ConfigError)
+          assert.ok(error.message.startsWith(`Invalid configuration: ${name} must be `), error.message)
+          assert.ok(error.message.includes(JSON.stringify(value)))
+          assert.ok(!error.message.includes('\n'))
+          return true
+        },
+      )
+    })
+  }
+})

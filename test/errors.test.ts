@@ -1,0 +1,45 @@
+import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
+import { describe, it } from 'node:test'
+import { EnvSchema } from '../src/config.ts'
+import { ApiError, ERRORS, toErrorBody } from '../src/errors.ts'
+
+const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
+
+describe('Error catalogue: one fixed set of codes, in the code and in the README (point 2)', () => {
+  it('the README error table lists exactly the codes of src/errors.ts, with their statuses', () => {
+    const rows = [...readme.matchAll(/^\| `([a-z_]+)` \| (\d{3}) \|/gm)].map(([, code, status]) => [
+      code,
+      Number(status),
+    ])
+    assert.deepEqual(
+      rows,
+      Object.entries(ERRORS).map(([code, [status]]) => [code, status]),
+    )
+  })
+
+  it('the README configuration table lists every environment variable', () => {
+    for (const name of Object.keys(EnvSchema.properties)) {
+      assert.match(readme, new RegExp(`^\\| \`${name}\` \\|`, 'm'), name)
+    }
+  })
+
+  it('maps our errors, Fastify errors and unknown failures onto {code, message, status}', () => {
+    assert.deepEqual(toErrorBody(new ApiError('pet_not_found', 'No pet with id 7.')), {
+      code: 'pet_not_found',
+      message: 'No pet with id 7.',
+      status: 404,
+    })
+    const fastify = (code: string, statusCode: number) => Object.assign(new Error('x'), { code, statusCode })
+    assert.equal(toErrorBody(fastify('FST_ERR_CTP_INVALID_MEDIA_TYPE', 415)).code, 'unsupported_media_type')
+    assert.equal(toErrorBody(fastify('FST_ERR_CTP_BODY_TOO_LARGE', 413)).code, 'payload_too_large')
+    assert.equal(toErrorBody(fastify('SOMETHING_NEW', 418)).code, 'bad_request')
+    assert.deepEqual(toErrorBody(new Error('secret internals')), {
+      code: 'internal_error',
+      message: ERRORS.internal_error[1],
+      status: 500,
+    })
+    assert.equal(toErrorBody(undefined).status, 500)
+    assert.equal(toErrorBody(fastify('FST_WHATEVER', 503)).code, 'internal_error')
+  })
+})

@@ -1,0 +1,29 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import type { ApiError } from '../src/errors.ts'
+import { cursorCodec } from '../src/pagination.ts'
+
+describe('Pagination cursors (point 5)', () => {
+  const codec = cursorCodec('a secret')
+
+  it('round-trips the position and the status filter', () => {
+    assert.equal(codec.decode(codec.encode(42, undefined), undefined), 42)
+    assert.equal(codec.decode(codec.encode(9007199254740991, 'sold'), 'sold'), 9007199254740991)
+  })
+
+  it('is opaque: the cursor text does not show the id in clear', () => {
+    assert.ok(!codec.encode(123456, undefined).includes('123456'))
+  })
+
+  it('refuses cursors signed with another secret, edited ones, and ones for another status', () => {
+    const other = cursorCodec('another secret')
+    const cursor = codec.encode(10, 'sold')
+    const refused = (fn: () => unknown) =>
+      assert.throws(fn, (e: ApiError) => e.code === 'invalid_cursor' && e.statusCode === 400)
+    refused(() => codec.decode(other.encode(10, 'sold'), 'sold'))
+    refused(() => codec.decode(cursor, 'available'))
+    refused(() => codec.decode(cursor, undefined))
+    refused(() => codec.decode(`${Buffer.from('11.sold').toString('base64url')}.${cursor.split('.')[1]}`, 'sold'))
+    for (const junk of ['', '.', 'abc', 'a.b.c', '....', '🐕']) refused(() => codec.decode(junk, undefined))
+  })
+})

@@ -1,0 +1,158 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { generateApiKey } from '../../src/api-keys.ts'
+import { bearer, build, errorBody } from '../helper.ts'
+
+const OPERATIONS = [
+  { method: 'GET', url: '/v1/pets' },
+  { method: 'POST', url: '/v1/pets', payload: { name: 'Rex', categoryId: 1 } },
+  { method: 'GET', url: '/v1/pets/1' },
+  { method: 'POST', url: '/v1/messages', payload: { message: 'hi' } },
+] as const
+
+function withWrongChecksum(secret: string): string {
+  return secret.slice(0, -1) + (secret.endsWith('0') ? '1' : '0')
+}
+
+function assertRefused(response: { statusCode: number; headers: Record<string, unknown> }, code: string) {
+  assert.equal(response.statusCode, 401)
+  assert.equal(errorBody(response as never).code, code)
+  const challenge = String(response.headers['www-authenticate'])
+  assert.match(challenge, /^Bearer realm="animal-store"/)
+  return challenge
+}
+
+describe('Authentication: HTTP bearer API keys (point 3)', () => {
+  for (const operation of OPERATIONS) {
+    it(`${operation.method} ${operation.url} without a key: 401 missing_api_key, WWW-Authenticate: Bearer without error (RFC 6750 §3.1)`, async (t) => {
+      const { app } = await build(t)
+      const response = await app.inject({ ...operation })
+      const challenge = assertRefused(response, 'missing_api_key')
+      assert.equal(challenge, 'Bearer realm="animal-store"')
+    })
+
+    it(`${operation.method} ${operation.url} with a valid key is served`, async (t) => {
+      const test = await build(t)
+      const { secret } = await test.newKey()
+      const response = await test.app.inject({ ...operation, headers: bearer(secret) })
+      assert.ok([200, 201, 202, 404].includes(response.statusCode), response.body)
+    })
+  }
+
+  const malformed: [string, string][] = [
+    ['another scheme', 'Basic dXNlcjpwYXNz'],
+    ['no token', 'Bearer'],
+    ['two tokens', 'Bearer a b'],
+    ['a token that is not one of our keys', 'Bearer hello'],
+    ['a key with a wrong checksum', `Bearer ${withWrongChecksum(generateApiKey('staging').secret)}`],
+  ]
+  for (const [what, header] of malformed) {
+    it(`refuses ${what} with 401 invalid_api_key and error="invalid_token"`, async (t) => {
+      const { app } = await build(t)
+      const response = await app.inject({ url: '/v1/pets', headers: { authorization: header } })
+      assert.match(assertRefused(response, 'invalid_api_key'), /error="invalid_token", error_description="[^"]+"$/)
+    })
+  }
+
+  it('refuses a well-formed key that was never issued (401 invalid_api_key)', async (t) => {
+    const { app } = await build(t)
+    const response = await app.inject({ url: '/v1/pets', headers: bearer(generateApiKey('staging').secret) })
+    assertRefused(response, 'invalid_api_key')
+  })
+
+  it('refuses a key of the other deployment: production keys on staging and back', async (t) => {
+    const staging = await build(t, { DEPLOYMENT: 'staging' })
+    const production = await build(t, { DEPLOYMENT: 'production' })
+    const stagingKey = await staging.newKey()
+    const productionKey = await production.newKey()
+    assert.match(stagingKey.secret, /^as_test_/)
+    assert.match(productionKey.secret, /^as_live_/)
+    const onStaging = await staging.app.inject({ url: '/v1/pets', headers: bearer(productionKey.secret) })
+    assert.match(errorBody(onStaging).message, /production key; this is the staging deployment/)
+    const onProduction = await production.app.inject({ url: '/v1/pets', headers: bearer(stagingKey.secret) })
+    assertRefused(onProduction, 'invalid_api_key')
+    assert.equal(
+      (await production.app.inject({ url: '/v1/pets', headers: bearer(productionKey.secret) })).statusCode,
+      200,
+    )
+  })
+
+  it('accepts the scheme name in any case (RFC 9110 §11.1)', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const response = await test.app.inject({ url: '/v1/pets', headers: { authorization: `bearer ${secret}` } })
+    assert.equal(response.statusCode, 200)
+  })
+
+  it('refuses a revoked key with 401 revoked_api_key at once on the instance that revoked it', async (t) => {
+    const test = await build(t, { API_KEY_CACHE_SECONDS: '300' })
+    const { secret, keyId } = await test.newKey()
+    assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
+    await test.app.store.revokeApiKey(keyId)
+    test.app.forgetApiKey(keyId)
+    assertRefused(await test.app.inject({ url: '/v1/pets', headers: bearer(secret) }), 'revoked_api_key')
+  })
+
+  it('sees a revocation made elsewhere (e.g. the CLI) within API_KEY_CACHE_SECONDS', async (t) => {
+    const test = await build(t, { API_KEY_CACHE_SECONDS: '1' })
+    const { secret, keyId } = await test.newKey()
+    assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
+    await test.app.store.revokeApiKey(keyId) // not through this app: its cache still trusts the key
+    assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
+    await sleep(1100)
+    assertRefused(await test.app.inject({ url: '/v1/pets', headers: bearer(secret) }), 'revoked_api_key')
+  })
+
+  it('refuses an expired key with 401 expired_api_key, also when it expires while cached', async (t) => {
+    const test = await build(t, { API_KEY_CACHE_SECONDS: '300' })
+    const expired = await test.newKey({ expiresAt: new Date(Date.now() - 1000).toISOString() })
+    assertRefused(await test.app.inject({ url: '/v1/pets', headers: bearer(expired.secret) }), 'expired_api_key')
+    const soon = await test.newKey({ expiresAt: new Date(Date.now() + 300).toISOString() })
+    assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(soon.secret) })).statusCode, 200)
+    await sleep(350)
+    assertRefused(await test.app.inject({ url: '/v1/pets', headers: bearer(soon.secret) }), 'expired_api_key')
+  })
+
+  it('is checked before anything else: a bad key gets 401 even when the body is also bad', async (t) => {
+    const test = await build(t)
+    const cases = [
+      { headers: { 'content-type': 'application/json' }, payload: '{not json' },
+      { headers: { 'content-type': 'application/json' }, payload: '{"name": 5}' },
+      { headers: { 'content-type': 'text/plain' }, payload: 'hello' },
+      { headers: { 'content-type': 'application/json' }, payload: `{"name":"${'x'.repeat(100_000)}"}` },
+    ]
+    for (const { headers, payload } of cases) {
+      for (const authorization of [undefined, 'Bearer nope']) {
+        const response = await test.app.inject({
+          method: 'POST',
+          url: '/v1/pets',
+          headers: { ...headers, ...(authorization && { authorization }) },
+          payload,
+        })
+        assert.equal(response.statusCode, 401, `${authorization} ${payload.slice(0, 20)}`)
+      }
+    }
+    const badQuery = await test.app.inject({ url: '/v1/pets?limit=0', headers: { authorization: 'Bearer nope' } })
+    assert.equal(badQuery.statusCode, 401)
+  })
+
+  it('needs no key for the OpenAPI document and the health probes', async (t) => {
+    const { app } = await build(t)
+    for (const url of ['/v1/openapi.json', '/healthz', '/readyz']) {
+      assert.equal((await app.inject({ url })).statusCode, 200, url)
+    }
+  })
+
+  it('never logs the Authorization header or a key, even one put in the URL', async (t) => {
+    const test = await build(t, {}, { captureLogs: true })
+    const { secret } = await test.newKey()
+    await test.app.inject({ url: `/v1/pets?api_key=${secret}`, headers: bearer(secret) })
+    await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    await test.app.inject({ url: '/v1/pets', headers: bearer(`${secret}x`) })
+    const text = JSON.stringify(test.logs)
+    assert.ok(test.logs.length >= 3)
+    assert.ok(!text.includes(secret.slice(8)), 'a key reached the logs')
+    assert.ok(!/authorization/i.test(text), 'the Authorization header reached the logs')
+  })
+})

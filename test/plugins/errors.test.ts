@@ -1,0 +1,174 @@
+import assert from 'node:assert/strict'
+import { connect } from 'node:net'
+import { describe, it } from 'node:test'
+import { bearer, build, errorBody } from '../helper.ts'
+
+describe('Errors: every error is application/json {code, message, status} (point 2)', () => {
+  it('unknown route: 404 not_found, with or without /v1 and a key', async (t) => {
+    const { app } = await build(t)
+    for (const url of ['/', '/v1', '/v1/pet', '/v2/pets', '/v1/pets/1/owner', '/v1/orders']) {
+      const response = await app.inject({ url })
+      assert.equal(response.statusCode, 404, url)
+      assert.equal(errorBody(response).code, 'not_found')
+    }
+  })
+
+  it('wrong method on a known path: 405 method_not_allowed with Allow', async (t) => {
+    const { app } = await build(t)
+    const cases: [string, string, string][] = [
+      ['DELETE', '/v1/pets', 'GET, HEAD, POST'],
+      ['PUT', '/v1/pets/1', 'GET, HEAD'],
+      ['PATCH', '/v1/pets/abc', 'GET, HEAD'],
+      ['GET', '/v1/messages', 'POST'],
+      ['OPTIONS', '/v1/pets', 'GET, HEAD, POST'],
+    ]
+    for (const [method, url, allow] of cases) {
+      const response = await app.inject({ method: method as 'GET', url })
+      assert.equal(response.statusCode, 405, `${method} ${url}`)
+      assert.equal(errorBody(response).code, 'method_not_allowed')
+      assert.equal(response.headers.allow, allow)
+    }
+  })
+
+  it('malformed JSON: 400 invalid_json', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    for (const payload of ['{"name": "Rex",', '{"name": "Rex"}}', "{'name': 'Rex'}", '', 'nul', '{"a":1}\u0000']) {
+      const response = await test.app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers: { ...bearer(secret), 'content-type': 'application/json' },
+        payload,
+      })
+      assert.equal(response.statusCode, 400, JSON.stringify(payload))
+      assert.equal(errorBody(response).code, 'invalid_json')
+    }
+  })
+
+  it('a body with __proto__ or constructor.prototype keys: 400, nothing stored', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    for (const payload of [
+      '{"name":"Rex","categoryId":1,"__proto__":{"admin":true}}',
+      '{"name":"Rex","categoryId":1,"constructor":{"prototype":{"admin":true}}}',
+    ]) {
+      const response = await test.app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers: { ...bearer(secret), 'content-type': 'application/json' },
+        payload,
+      })
+      assert.equal(response.statusCode, 400, payload)
+      errorBody(response)
+    }
+    assert.deepEqual((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).json(), [])
+  })
+
+  it('unsupported media type: 415 unsupported_media_type', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml', 'multipart/form-data']) {
+      const response = await test.app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers: { ...bearer(secret), 'content-type': type },
+        payload: 'name=Rex',
+      })
+      assert.equal(response.statusCode, 415, type)
+      assert.equal(errorBody(response).code, 'unsupported_media_type')
+    }
+  })
+
+  it('accepts application/json with a charset parameter', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const response = await test.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers: { ...bearer(secret), 'content-type': 'application/json; charset=utf-8' },
+      payload: '{"name":"Rex","categoryId":1}',
+    })
+    assert.equal(response.statusCode, 201)
+  })
+
+  it('body too large: 413 payload_too_large (BODY_LIMIT)', async (t) => {
+    const test = await build(t, { BODY_LIMIT: '2048' })
+    const { secret } = await test.newKey()
+    const response = await test.app.inject({
+      method: 'POST',
+      url: '/v1/messages',
+      headers: { ...bearer(secret), 'content-type': 'application/json' },
+      payload: JSON.stringify({ message: 'x'.repeat(3000) }),
+    })
+    assert.equal(response.statusCode, 413)
+    assert.equal(errorBody(response).code, 'payload_too_large')
+  })
+
+  it('unexpected failure: 500 internal_error, no stack or internals, logged at error with the request id', async (t) => {
+    const test = await build(
+      t,
+      {},
+      {
+        captureLogs: true,
+        setup: (app) =>
+          app.get('/boom', async () => {
+            throw new Error('SQLITE_CORRUPT at /srv/secret/path.db: SELECT * FROM api_keys')
+          }),
+      },
+    )
+    const response = await test.app.inject({ url: '/boom' })
+    assert.equal(response.statusCode, 500)
+    const body = errorBody(response)
+    assert.equal(body.code, 'internal_error')
+    assert.doesNotMatch(response.body, /SQLITE|secret|api_keys|at |\.ts|\.js/)
+    const requestId = response.headers['x-request-id']
+    const logged = test.logs.find((line) => line.level === 50)
+    assert.ok(logged, 'the failure was not logged at error level')
+    assert.equal(logged.requestId, requestId)
+    assert.match(JSON.stringify(logged.err), /SQLITE_CORRUPT/)
+  })
+
+  it('a thrown non-Error value is still a masked 500', async (t) => {
+    const test = await build(t, {}, { setup: (app) => app.get('/odd', async () => Promise.reject('just a string')) })
+    const response = await test.app.inject({ url: '/odd' })
+    assert.equal(response.statusCode, 500)
+    assert.equal(errorBody(response).code, 'internal_error')
+  })
+
+  it('every response, errors included, carries X-Request-Id; a sane client id is kept', async (t) => {
+    const { app } = await build(t)
+    const generated = await app.inject({ url: '/v1/pets' })
+    assert.match(String(generated.headers['x-request-id']), /^[0-9a-f-]{36}$/)
+    const kept = await app.inject({ url: '/nowhere', headers: { 'x-request-id': 'trace-42.a_b:c' } })
+    assert.equal(kept.headers['x-request-id'], 'trace-42.a_b:c')
+    const replaced = await app.inject({ url: '/nowhere', headers: { 'x-request-id': 'bad id\twith spaces' } })
+    assert.match(String(replaced.headers['x-request-id']), /^[0-9a-f-]{36}$/)
+  })
+
+  it('malformed HTTP and oversized headers get a JSON Error too (400, 431)', async (t) => {
+    const { app } = await build(t)
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = app.server.address() as { port: number }
+    const raw = (request: string) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = connect(port, '127.0.0.1', () => socket.end(request))
+        let data = ''
+        socket.on('data', (chunk) => {
+          data += chunk
+        })
+        socket.on('close', () => resolve(data))
+        socket.on('error', reject)
+      })
+    const cases: [string, number, string][] = [
+      ['NOT HTTP AT ALL\r\n\r\n', 400, 'bad_request'],
+      [`GET /v1/pets HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431, 'headers_too_large'],
+    ]
+    for (const [request, status, code] of cases) {
+      const response = await raw(request)
+      const [head, body] = response.split('\r\n\r\n') as [string, string]
+      assert.match(head, new RegExp(`^HTTP/1.1 ${status} `))
+      assert.match(head, /content-type: application\/json/i)
+      assert.deepEqual(JSON.parse(body), { code, message: JSON.parse(body).message, status })
+    }
+  })
+})

@@ -1,0 +1,155 @@
+/**
+ * The storage contract of src/store/types.ts, as one suite that every backend runs
+ * (test/store/sqlite.test.ts, test/store/postgres.test.ts).
+ */
+import assert from 'node:assert/strict'
+import type { TestContext } from 'node:test'
+import { describe, it } from 'node:test'
+import { generateApiKey } from '../../src/api-keys.ts'
+import type { Store } from '../../src/store/types.ts'
+import { plain } from '../helper.ts'
+
+export type OpenStore = (t: TestContext) => Promise<Store>
+
+const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
+
+async function newKey(store: Store, accountId: number, expiresAt: string | null = null) {
+  const generated = generateApiKey('staging')
+  const key = await store.createApiKey({
+    accountId,
+    name: 'k',
+    prefix: generated.prefix,
+    hash: generated.hash,
+    expiresAt,
+  })
+  return { key, generated }
+}
+
+export function storeContract(name: string, open: OpenStore): void {
+  describe(`Store contract: ${name}`, () => {
+    it('pets: createPet returns the stored pet with increasing ids; status defaults to available', async (t) => {
+      const store = await open(t)
+      const a = await store.createPet({ name: 'a', categoryId: 1 })
+      const b = await store.createPet({ name: 'b', categoryId: 9007199254740991, status: 'sold' })
+      assert.deepEqual(plain(a), { id: a.id, name: 'a', categoryId: 1, status: 'available' })
+      assert.deepEqual(plain(b), { id: b.id, name: 'b', categoryId: 9007199254740991, status: 'sold' })
+      assert.equal(typeof a.id, 'number')
+      assert.ok(a.id >= 1 && b.id > a.id)
+      assert.deepEqual(plain(await store.getPet(b.id)), plain(b))
+      assert.equal(await store.getPet(b.id + 1000), null)
+    })
+
+    it('pets: concurrent creates get distinct ids, all stored', async (t) => {
+      const store = await open(t)
+      const pets = await Promise.all(
+        Array.from({ length: 100 }, (_, i) => store.createPet({ name: `p${i}`, categoryId: 1 })),
+      )
+      assert.equal(new Set(pets.map((p) => p.id)).size, 100)
+      const page = await store.listPets({ limit: 100 })
+      assert.equal(page.pets.length, 100)
+      assert.equal(page.nextAfterId, null)
+    })
+
+    it('pets: listPets pages in id order by afterId, filters by status, says when more follow', async (t) => {
+      const store = await open(t)
+      const statuses = ['available', 'pending', 'sold'] as const
+      const pets = []
+      for (let i = 0; i < 10; i++)
+        pets.push(await store.createPet({ name: `p${i}`, categoryId: 1, status: statuses[i % 3] }))
+      const first = await store.listPets({ limit: 4 })
+      assert.deepEqual(plain(first.pets), plain(pets.slice(0, 4)))
+      assert.equal(first.nextAfterId, pets[3]?.id)
+      const second = await store.listPets({ limit: 4, afterId: first.nextAfterId as number })
+      assert.deepEqual(plain(second.pets), plain(pets.slice(4, 8)))
+      const last = await store.listPets({ limit: 4, afterId: second.nextAfterId as number })
+      assert.deepEqual(plain(last.pets), plain(pets.slice(8)))
+      assert.equal(last.nextAfterId, null)
+      const sold = await store.listPets({ limit: 2, status: 'sold' })
+      assert.deepEqual(plain(sold.pets), plain(pets.filter((p) => p.status === 'sold').slice(0, 2)))
+      assert.equal(sold.nextAfterId, sold.pets[1]?.id)
+      const exact = await store.listPets({ limit: 10 })
+      assert.equal(exact.nextAfterId, null)
+    })
+
+    it('accounts: emails are unique, compared and stored lower-case', async (t) => {
+      const store = await open(t)
+      const alice = await store.createAccount('Alice@Example.com')
+      assert.ok(alice)
+      assert.equal(alice.email, 'alice@example.com')
+      assert.match(alice.createdAt, ISO)
+      assert.equal(await store.createAccount('ALICE@example.com'), null)
+      assert.deepEqual(plain(await store.findAccountByEmail('alice@EXAMPLE.com')), plain(alice))
+      assert.equal(await store.findAccountByEmail('bob@example.com'), null)
+    })
+
+    it('accounts: concurrent creates of one email make one account', async (t) => {
+      const store = await open(t)
+      const results = await Promise.all(Array.from({ length: 10 }, () => store.createAccount('same@example.com')))
+      assert.equal(results.filter(Boolean).length, 1)
+    })
+
+    it('api keys: stored by hash only, found by hash, listed newest first, revoked once', async (t) => {
+      const store = await open(t)
+      const account = await store.createAccount('keys@example.com')
+      assert.ok(account)
+      const { key, generated } = await newKey(store, account.id)
+      assert.match(key.id, /^key_[0-9A-Za-z]{16}$/)
+      assert.deepEqual(
+        { accountId: key.accountId, prefix: key.prefix, expiresAt: key.expiresAt, revokedAt: key.revokedAt },
+        { accountId: account.id, prefix: generated.prefix, expiresAt: null, revokedAt: null },
+      )
+      assert.ok(!JSON.stringify(key).includes(generated.hash), 'a key record exposes its hash')
+      assert.deepEqual(plain(await store.findApiKeyByHash(generated.hash)), plain(key))
+      assert.equal(await store.findApiKeyByHash('nope'), null)
+      const expiring = await newKey(store, account.id, '2030-01-01T00:00:00.000Z')
+      assert.equal(expiring.key.expiresAt, '2030-01-01T00:00:00.000Z')
+      const listed = await store.listApiKeys(account.id)
+      assert.deepEqual(listed.map((k) => k.id).sort(), [key.id, expiring.key.id].sort())
+      const revoked = await store.revokeApiKey(key.id)
+      assert.match(revoked?.revokedAt ?? '', ISO)
+      const again = await store.revokeApiKey(key.id)
+      assert.equal(again?.revokedAt, revoked?.revokedAt)
+      assert.equal((await store.findApiKeyByHash(generated.hash))?.revokedAt, revoked?.revokedAt)
+      assert.equal(await store.revokeApiKey('key_doesnotexist0000'), null)
+    })
+
+    it('messages: stored queued per account, newest first, never shown to another account', async (t) => {
+      const store = await open(t)
+      const alice = await store.createAccount('alice@example.com')
+      const bob = await store.createAccount('bob@example.com')
+      assert.ok(alice && bob)
+      const one = await store.createMessage(alice.id, 'one')
+      const two = await store.createMessage(alice.id, 'two')
+      await store.createMessage(bob.id, 'bob')
+      assert.match(one.id, /^msg_[0-9A-Za-z]{16}$/)
+      assert.deepEqual(plain(one), { id: one.id, message: 'one', status: 'queued', createdAt: one.createdAt })
+      assert.match(one.createdAt, ISO)
+      assert.deepEqual(
+        (await store.listMessages(alice.id, 10)).map((m) => m.message),
+        ['two', 'one'],
+      )
+      assert.deepEqual(plain(await store.listMessages(alice.id, 1)), [plain(two)])
+      assert.deepEqual(
+        (await store.listMessages(bob.id, 10)).map((m) => m.message),
+        ['bob'],
+      )
+    })
+
+    it('settings: a secret is generated once and then shared', async (t) => {
+      const store = await open(t)
+      const first = await store.secret('cursor', () => 'one')
+      const second = await store.secret('cursor', () => 'two')
+      assert.equal(first, 'one')
+      assert.equal(second, 'one')
+    })
+
+    it('lifecycle: ping answers; close is idempotent and finishes pending writes', async (t) => {
+      const store = await open(t)
+      await store.ping()
+      const pending = store.createPet({ name: 'last', categoryId: 1 })
+      await Promise.all([store.close(), store.close()])
+      assert.equal((await pending).name, 'last')
+      await assert.rejects(store.ping())
+    })
+  })
+}

@@ -1,0 +1,92 @@
+import assert from 'node:assert/strict'
+import { existsSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { DatabaseSync } from 'node:sqlite'
+import { describe, it } from 'node:test'
+import { SqliteStore } from '../../src/store/sqlite.ts'
+import { plain, tempDir } from '../helper.ts'
+import { storeContract } from './contract.ts'
+
+storeContract('SQLite', async (t) => {
+  const store = new SqliteStore(`sqlite:${join(tempDir(t), 'db.sqlite')}`)
+  t.after(() => store.close())
+  return store
+})
+
+describe('SQLite store: durability and migrations (point 11)', () => {
+  it('creates the file and its folder, in WAL mode, with the versioned migrations applied once', async (t) => {
+    const path = join(tempDir(t), 'nested', 'folder', 'db.sqlite')
+    await new SqliteStore(`sqlite:${path}`).close()
+    await new SqliteStore(`sqlite://${path}`).close() // reopening applies nothing twice
+    const db = new DatabaseSync(path)
+    t.after(() => db.close())
+    assert.deepEqual(plain(db.prepare('PRAGMA journal_mode').get()), { journal_mode: 'wal' })
+    const applied = db.prepare('SELECT version, name FROM schema_migrations ORDER BY version').all()
+    assert.deepEqual(plain(applied), [{ version: 1, name: 'initial' }])
+  })
+
+  it('keeps every acknowledged write after the store is reopened', async (t) => {
+    const url = `sqlite:${join(tempDir(t), 'db.sqlite')}`
+    const store = new SqliteStore(url)
+    const pets = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => store.createPet({ name: `p${i}`, categoryId: i + 1 })),
+    )
+    await store.close()
+    const reopened = new SqliteStore(url)
+    t.after(() => reopened.close())
+    const page = await reopened.listPets({ limit: 100 })
+    assert.deepEqual(plain(page.pets), plain(pets))
+  })
+
+  it('commits writes that arrive together in one transaction, and one failing write spares the others', async (t) => {
+    const store = new SqliteStore(`sqlite:${join(tempDir(t), 'db.sqlite')}`)
+    t.after(() => store.close())
+    const results = await Promise.allSettled([
+      store.createPet({ name: 'a', categoryId: 1 }),
+      store.createAccount('dup@example.com'),
+      store.createAccount('dup@example.com'),
+      // Violates the CHECK constraint: rejected alone.
+      store.createPet({ name: 'bad', categoryId: -1 }),
+      store.createPet({ name: 'b', categoryId: 1 }),
+    ])
+    assert.deepEqual(
+      results.map((r) => r.status),
+      ['fulfilled', 'fulfilled', 'fulfilled', 'rejected', 'fulfilled'],
+    )
+    const accounts = results.slice(1, 3).map((r) => (r as PromiseFulfilledResult<unknown>).value)
+    assert.equal(accounts.filter(Boolean).length, 1)
+    assert.deepEqual(
+      (await store.listPets({ limit: 10 })).pets.map((p) => p.name),
+      ['a', 'b'],
+    )
+  })
+
+  it('refuses a database whose schema is newer than the code', async (t) => {
+    const path = join(tempDir(t), 'db.sqlite')
+    await new SqliteStore(`sqlite:${path}`).close()
+    const db = new DatabaseSync(path)
+    db.prepare("INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 'x')").run()
+    db.close()
+    assert.throws(() => new SqliteStore(`sqlite:${path}`), /schema version 99, newer than this code/)
+  })
+
+  it('stores API keys only as hashes: the secret is nowhere in the database file', async (t) => {
+    const dir = tempDir(t)
+    const store = new SqliteStore(`sqlite:${join(dir, 'db.sqlite')}`)
+    const { generateApiKey } = await import('../../src/api-keys.ts')
+    const account = await store.createAccount('hash@example.com')
+    const generated = generateApiKey('production')
+    await store.createApiKey({
+      accountId: account?.id as number,
+      name: 'k',
+      prefix: generated.prefix,
+      hash: generated.hash,
+      expiresAt: null,
+    })
+    await store.close()
+    const files = ['db.sqlite', 'db.sqlite-wal'].map((f) => join(dir, f)).filter((f) => existsSync(f))
+    const bytes = Buffer.concat(files.map((f) => readFileSync(f)))
+    assert.ok(!bytes.includes(generated.secret))
+    assert.ok(!bytes.includes(generated.secret.slice(12)))
+  })
+})
