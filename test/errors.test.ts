@@ -8,7 +8,7 @@ const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
 
 describe('Error catalogue: one fixed set of codes, in the code and in the README (point 2)', () => {
   it('the README error table lists exactly the codes of src/errors.ts, with their statuses', () => {
-    const rows = [...readme.matchAll(/^\| `([a-z_]+)` \| (\d{3}) \|/gm)].map(([, code, status]) => [
+    const rows = [...readme.matchAll(/^\| `([a-z_]+)` +\| (\d{3}) +\|/gm)].map(([, code, status]) => [
       code,
       Number(status),
     ])
@@ -20,7 +20,7 @@ describe('Error catalogue: one fixed set of codes, in the code and in the README
 
   it('the README configuration table lists every environment variable', () => {
     for (const name of Object.keys(EnvSchema.properties)) {
-      assert.match(readme, new RegExp(`^\\| \`${name}\` \\|`, 'm'), name)
+      assert.match(readme, new RegExp(`^\\| \`${name}\` +\\|`, 'm'), name)
     }
   })
 
