@@ -77,7 +77,7 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
   })
 
   await app.register(errors)
-  await app.register(store, { databaseUrl: config.databaseUrl })
+  await app.register(store, { config })
   await app.register(auth, { config })
   await app.register(openapi, { config })
 

@@ -76,7 +76,7 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   const name = values.name ?? 'default'
   if (name.length < 1 || name.length > 100) throw new CliError('--name must be 1 to 100 characters')
 
-  const store = await openStore(config.databaseUrl)
+  const store = await openStore({ databaseUrl: config.databaseUrl, poolSize: 2, timeoutMs: config.databaseTimeoutMs })
   try {
     switch (command) {
       case 'accounts create': {

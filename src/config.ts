@@ -32,6 +32,18 @@ export const EnvSchema = Type.Object({
     default: 'sqlite:data/animal-store.db',
     description: 'sqlite:<path> or postgres://user@host:port/database',
   }),
+  DATABASE_POOL_SIZE: Type.Integer({
+    minimum: 1,
+    maximum: 1000,
+    default: 10,
+    description: 'an integer from 1 to 1000',
+  }),
+  DATABASE_TIMEOUT_SECONDS: Type.Integer({
+    minimum: 1,
+    maximum: 300,
+    default: 5,
+    description: 'a whole number of seconds from 1 to 300',
+  }),
   DEPLOYMENT: Type.Enum(DEPLOYMENTS, { default: 'staging', description: 'production or staging' }),
   PRODUCTION_URL: BaseUrl('https://api.animal-store.example/v1'),
   STAGING_URL: BaseUrl('https://staging-api.animal-store.example/v1'),
@@ -51,6 +63,12 @@ export const EnvSchema = Type.Object({
   REQUEST_TIMEOUT_SECONDS: Seconds(30, 3600),
   KEEP_ALIVE_TIMEOUT_SECONDS: Seconds(5, 300),
   SHUTDOWN_TIMEOUT_SECONDS: Seconds(10, 300),
+  WORKERS: Type.Integer({
+    minimum: 1,
+    maximum: 64,
+    default: 1,
+    description: 'an integer from 1 to 64',
+  }),
   MAX_CONNECTIONS: Type.Integer({
     minimum: 1,
     maximum: 1_000_000,
@@ -64,6 +82,10 @@ export interface Config {
   port: number
   host: string
   databaseUrl: string
+  /** PostgreSQL: most connections per process. */
+  databasePoolSize: number
+  /** PostgreSQL: deadline to get a connection and for each statement (503 after). */
+  databaseTimeoutMs: number
   deployment: Deployment
   /** Public base URLs (each ending in /v1) of the two deployments, for the OpenAPI `servers`. */
   servers: Record<Deployment, string>
@@ -77,6 +99,8 @@ export interface Config {
   keepAliveTimeoutMs: number
   shutdownTimeoutMs: number
   maxConnections: number
+  /** Processes serving the port (node:cluster); 1 means no cluster. */
+  workers: number
 }
 
 export class ConfigError extends Error {
@@ -108,6 +132,8 @@ function toConfig(e: Env): Config {
     port: e.PORT,
     host: e.HOST,
     databaseUrl: e.DATABASE_URL,
+    databasePoolSize: e.DATABASE_POOL_SIZE,
+    databaseTimeoutMs: e.DATABASE_TIMEOUT_SECONDS * 1000,
     deployment: e.DEPLOYMENT,
     servers: { production: e.PRODUCTION_URL, staging: e.STAGING_URL },
     logLevel: e.LOG_LEVEL,
@@ -119,5 +145,6 @@ function toConfig(e: Env): Config {
     keepAliveTimeoutMs: e.KEEP_ALIVE_TIMEOUT_SECONDS * 1000,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_SECONDS * 1000,
     maxConnections: e.MAX_CONNECTIONS,
+    workers: e.WORKERS,
   }
 }

@@ -1,3 +1,5 @@
+import { DatabaseUnavailableError } from './store/types.ts'
+
 /**
  * Every error the API can return, declared once: its `code`, HTTP status and default message.
  * The README's error table and the OpenAPI `Error.code` enum are generated from this list
@@ -73,24 +75,29 @@ const STATUS_CODES: Record<number, ErrorCode> = {
   431: 'headers_too_large',
 }
 
-/** The one mapper from anything thrown to the Error body. Unknown failures become a masked 500. */
-export function toErrorBody(err: unknown): ErrorBody {
-  if (err instanceof ApiError) return { code: err.code, message: err.message, status: err.statusCode }
+/** What clients are told to wait before retrying when the database is unreachable. */
+export const RETRY_AFTER_SECONDS = 5
+
+/**
+ * The one mapper from anything thrown to the ApiError that is sent: our own errors as they are,
+ * Fastify's onto our codes, an unreachable database to 503, and anything else to a masked 500.
+ */
+export function toApiError(err: unknown): ApiError {
+  if (err instanceof ApiError) return err
+  if (err instanceof DatabaseUnavailableError) {
+    return new ApiError('service_unavailable', undefined, { 'retry-after': String(RETRY_AFTER_SECONDS) })
+  }
   const e = (err ?? {}) as { code?: unknown; statusCode?: unknown; message?: unknown; validation?: unknown }
   const status = typeof e.statusCode === 'number' ? e.statusCode : 500
-  const message = typeof e.message === 'string' ? e.message : ''
-  if (e.validation) return { code: 'validation_failed', message, status: 400 }
+  if (e.validation) return new ApiError('validation_failed', String(e.message))
   // The JSON parser raises a plain SyntaxError marked 400 (also for __proto__ keys).
-  if (err instanceof SyntaxError && status === 400)
-    return { code: 'invalid_json', message: jsonMessage(message), status }
+  if (err instanceof SyntaxError && status === 400) return new ApiError('invalid_json')
   const mapped = (typeof e.code === 'string' && FASTIFY_CODES[e.code]) || STATUS_CODES[status]
-  if (mapped && status < 500) {
-    return { code: mapped, message: ERRORS[mapped][1], status: ERRORS[mapped][0] }
-  }
-  if (status >= 400 && status < 500) return { code: 'bad_request', message: ERRORS.bad_request[1], status: 400 }
-  return { code: 'internal_error', message: ERRORS.internal_error[1], status: 500 }
+  if (mapped && status < 500) return new ApiError(mapped)
+  if (status >= 400 && status < 500) return new ApiError('bad_request')
+  return new ApiError('internal_error')
 }
 
-function jsonMessage(detail: string): string {
-  return detail ? `The request body is not valid JSON: ${detail}` : ERRORS.invalid_json[1]
+export function toErrorBody(error: ApiError): ErrorBody {
+  return { code: error.code, message: error.message, status: error.statusCode }
 }

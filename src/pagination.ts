@@ -28,7 +28,11 @@ export function cursorCodec(secret: string): CursorCodec {
       const [encoded = '', signature = ''] = cursor.split('.')
       const payload = Buffer.from(encoded, 'base64url').toString()
       const given = Buffer.from(signature, 'base64url')
-      if (given.length !== MAC_BYTES || !timingSafeEqual(given, mac(payload))) throw invalid('is not valid')
+      // Only the canonical spelling counts, so that a cursor has exactly one valid form.
+      const canonical =
+        given.toString('base64url') === signature && Buffer.from(payload).toString('base64url') === encoded
+      if (given.length !== MAC_BYTES || !canonical) throw invalid('is not valid')
+      if (!timingSafeEqual(given, mac(payload))) throw invalid('is not valid')
       const [afterId, issuedFor] = payload.split('.')
       if ((issuedFor || undefined) !== status) throw invalid(`was issued for status=${issuedFor || '(any)'}`)
       return Number(afterId)

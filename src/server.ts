@@ -1,22 +1,23 @@
 /**
  * The process: reads the configuration, starts the app, listens, and shuts down cleanly on
  * SIGTERM/SIGINT (stop accepting, finish in-flight requests, close the database).
+ *
+ * With WORKERS > 1 this process becomes a node:cluster primary: it applies the migrations once,
+ * forks that many workers sharing the port, restarts a worker that dies, and on SIGTERM/SIGINT
+ * passes the signal on and exits when every worker has finished.
  */
+import cluster from 'node:cluster'
+import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import Fastify from 'fastify'
 import animalStore, { serverOptions } from './app.ts'
-import { ConfigError, loadConfig } from './config.ts'
+import { type Config, ConfigError, loadConfig } from './config.ts'
+import { openStore } from './store/index.ts'
 
-async function main(): Promise<void> {
-  let config: ReturnType<typeof loadConfig>
-  try {
-    config = loadConfig()
-  } catch (error) {
-    if (!(error instanceof ConfigError)) throw error
-    console.error(error.message)
-    process.exit(1)
-  }
+/** A worker that dies sooner than this after starting is restarted only after a pause. */
+const CRASH_LOOP_MS = 5000
 
+async function serve(config: Config): Promise<void> {
   const app = Fastify(serverOptions(config))
   await app.register(animalStore, { config })
 
@@ -28,6 +29,64 @@ async function main(): Promise<void> {
 
   await app.listen({ port: config.port, host: config.host })
   app.server.maxConnections = config.maxConnections
+}
+
+async function supervise(config: Config): Promise<void> {
+  // Migrate once here, so that workers start on an up-to-date database (and a bad one stops us now).
+  await (await openStore({ databaseUrl: config.databaseUrl, poolSize: 1, timeoutMs: config.databaseTimeoutMs })).close()
+
+  let stopping = false
+  const log = (message: string) =>
+    console.log(JSON.stringify({ level: 30, time: Date.now(), pid: process.pid, msg: message }))
+  const fork = () => {
+    const worker = cluster.fork()
+    const started = Date.now()
+    worker.on('exit', async (code, signal) => {
+      if (stopping) return
+      log(`worker ${worker.process.pid} exited (${signal ?? code}); starting another`)
+      if (Date.now() - started < CRASH_LOOP_MS) await sleep(CRASH_LOOP_MS)
+      if (!stopping) fork()
+    })
+  }
+  for (let i = 0; i < config.workers; i++) fork()
+  log(`primary ${process.pid} started ${config.workers} workers on ${config.host}:${config.port}`)
+
+  const stop = (signal: NodeJS.Signals) => {
+    if (stopping) return
+    stopping = true
+    log(`primary received ${signal}; stopping workers`)
+    const workers = Object.values(cluster.workers ?? {})
+    for (const worker of workers) worker?.process.kill('SIGTERM')
+    // Workers finish in-flight requests within their own shutdown timeout; this is the backstop.
+    setTimeout(() => {
+      for (const worker of workers) worker?.process.kill('SIGKILL')
+      process.exit(1)
+    }, config.shutdownTimeoutMs + 2000).unref()
+    cluster.on('exit', () => {
+      if (Object.keys(cluster.workers ?? {}).length === 0) process.exit(0)
+    })
+  }
+  process.on('SIGTERM', stop)
+  process.on('SIGINT', stop)
+}
+
+async function main(): Promise<void> {
+  let config: Config
+  try {
+    config = loadConfig()
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error
+    console.error(error.message)
+    process.exit(1)
+  }
+  try {
+    if (config.workers > 1 && cluster.isPrimary) await supervise(config)
+    else await serve(config)
+  } catch (error) {
+    // E.g. the database cannot be reached or is newer than the code: say so in one line and stop.
+    console.error(`animal-store could not start: ${error instanceof Error ? error.message : error}`)
+    process.exit(1)
+  }
 }
 
 await main()

@@ -2,7 +2,8 @@ import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 import { describe, it } from 'node:test'
 import { EnvSchema } from '../src/config.ts'
-import { ApiError, ERRORS, toErrorBody } from '../src/errors.ts'
+import { ApiError, ERRORS, toApiError } from '../src/errors.ts'
+import { DatabaseUnavailableError } from '../src/store/types.ts'
 
 const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
 
@@ -25,21 +26,31 @@ describe('Error catalogue: one fixed set of codes, in the code and in the README
   })
 
   it('maps our errors, Fastify errors and unknown failures onto {code, message, status}', () => {
-    assert.deepEqual(toErrorBody(new ApiError('pet_not_found', 'No pet with id 7.')), {
+    const body = (e: unknown) => {
+      const { code, message, statusCode } = toApiError(e)
+      return { code, message, status: statusCode }
+    }
+    assert.deepEqual(body(new ApiError('pet_not_found', 'No pet with id 7.')), {
       code: 'pet_not_found',
       message: 'No pet with id 7.',
       status: 404,
     })
     const fastify = (code: string, statusCode: number) => Object.assign(new Error('x'), { code, statusCode })
-    assert.equal(toErrorBody(fastify('FST_ERR_CTP_INVALID_MEDIA_TYPE', 415)).code, 'unsupported_media_type')
-    assert.equal(toErrorBody(fastify('FST_ERR_CTP_BODY_TOO_LARGE', 413)).code, 'payload_too_large')
-    assert.equal(toErrorBody(fastify('SOMETHING_NEW', 418)).code, 'bad_request')
-    assert.deepEqual(toErrorBody(new Error('secret internals')), {
+    assert.equal(body(fastify('FST_ERR_CTP_INVALID_MEDIA_TYPE', 415)).code, 'unsupported_media_type')
+    assert.equal(body(fastify('FST_ERR_CTP_BODY_TOO_LARGE', 413)).code, 'payload_too_large')
+    assert.equal(body(fastify('SOMETHING_NEW', 418)).code, 'bad_request')
+    assert.deepEqual(body(new Error('secret internals')), {
       code: 'internal_error',
       message: ERRORS.internal_error[1],
       status: 500,
     })
-    assert.equal(toErrorBody(undefined).status, 500)
-    assert.equal(toErrorBody(fastify('FST_WHATEVER', 503)).code, 'internal_error')
+    assert.equal(body(undefined).status, 500)
+    assert.equal(body(new SyntaxError('Unexpected token')).status, 500)
+    assert.equal(body(Object.assign(new SyntaxError('Unexpected token'), { statusCode: 400 })).code, 'invalid_json')
+    const unavailable = toApiError(new DatabaseUnavailableError('connect ECONNREFUSED'))
+    assert.equal(unavailable.statusCode, 503)
+    assert.equal(unavailable.code, 'service_unavailable')
+    assert.deepEqual(unavailable.headers, { 'retry-after': '5' })
+    assert.equal(body(fastify('FST_WHATEVER', 503)).code, 'internal_error')
   })
 })

@@ -1,13 +1,15 @@
 /**
  * Builds the real app on a real database, the way src/server.ts does, for `app.inject` tests.
- * Each call gets its own fresh SQLite file, removed when the test ends.
+ * Each call gets its own fresh database (see testDatabaseUrl), removed when the test ends.
  */
+import { randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { TestContext } from 'node:test'
 import Fastify, { type FastifyInstance, type LightMyRequestResponse } from 'fastify'
 import fp from 'fastify-plugin'
+import pg from 'pg'
 import { generateApiKey } from '../src/api-keys.ts'
 import animalStore, { serverOptions } from '../src/app.ts'
 import { type Config, loadConfig } from '../src/config.ts'
@@ -21,6 +23,35 @@ export interface TestApp {
     email?: string
     expiresAt?: string | null
   }): Promise<{ secret: string; keyId: string; accountId: number }>
+}
+
+/** Which database this run of the suite uses (scripts/test.ts runs it once for each). */
+export const DATABASE: 'sqlite' | 'postgres' = process.env.TEST_DATABASE === 'postgres' ? 'postgres' : 'sqlite'
+const POSTGRES_URL = process.env.TEST_POSTGRES_URL || 'postgres://postgres@127.0.0.1:5432/test'
+
+/**
+ * A DATABASE_URL to a fresh, empty database of this run's kind, removed after the test:
+ * a SQLite file in a temporary folder, or a PostgreSQL schema of its own (via search_path).
+ */
+export async function testDatabaseUrl(t: TestContext): Promise<string> {
+  if (DATABASE === 'sqlite') return `sqlite:${join(tempDir(t), 'test.db')}`
+  const schema = `test_${randomUUID().replaceAll('-', '')}`
+  await postgres(`CREATE SCHEMA ${schema}`)
+  t.after(() => postgres(`DROP SCHEMA IF EXISTS ${schema} CASCADE`))
+  const url = new URL(POSTGRES_URL)
+  url.searchParams.set('options', `-c search_path=${schema}`)
+  return url.toString()
+}
+
+/** Runs one statement on the test PostgreSQL server, outside any app. */
+export async function postgres(sql: string, url = POSTGRES_URL): Promise<unknown[]> {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    return (await client.query(sql)).rows
+  } finally {
+    await client.end()
+  }
 }
 
 export function tempDir(t: TestContext): string {
@@ -42,10 +73,9 @@ export async function build(
   env: Record<string, string> = {},
   options: BuildOptions = {},
 ): Promise<TestApp> {
-  const dir = tempDir(t)
   const logs: Record<string, unknown>[] = []
   const config = loadConfig({
-    DATABASE_URL: `sqlite:${join(dir, 'test.db')}`,
+    DATABASE_URL: env.DATABASE_URL ?? (await testDatabaseUrl(t)),
     LOG_LEVEL: options.captureLogs ? 'info' : 'silent',
     ...env,
   })

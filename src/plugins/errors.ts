@@ -6,7 +6,8 @@
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import fp from 'fastify-plugin'
-import { ApiError, ERRORS, type ErrorCode, toErrorBody } from '../errors.ts'
+import { redactApiKeys } from '../api-keys.ts'
+import { ApiError, ERRORS, type ErrorCode, toApiError, toErrorBody } from '../errors.ts'
 
 /**
  * Requests Node's HTTP parser rejects before Fastify sees them (malformed, headers too large, too
@@ -57,11 +58,12 @@ export default fp(
     })
 
     app.setErrorHandler((error, request, reply) => {
-      const body = toErrorBody(error)
-      if (body.status >= 500) request.log.error({ err: error }, 'request failed')
-      else request.log.info({ code: body.code, detail: body.message }, 'request refused')
-      if (error instanceof ApiError && error.headers) reply.headers(error.headers)
-      return reply.code(body.status).send(body)
+      const sent = toApiError(error)
+      if (sent.statusCode >= 500) request.log.error({ err: error }, 'request failed')
+      // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.
+      else request.log.info({ code: sent.code, detail: redactApiKeys(sent.message) }, 'request refused')
+      if (sent.headers) reply.headers(sent.headers)
+      return reply.code(sent.statusCode).send(toErrorBody(sent))
     })
   },
   { name: 'errors' },

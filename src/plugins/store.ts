@@ -1,4 +1,5 @@
 import fp from 'fastify-plugin'
+import type { Config } from '../config.ts'
 import { openStore, type Store } from '../store/index.ts'
 
 declare module 'fastify' {
@@ -8,9 +9,13 @@ declare module 'fastify' {
 }
 
 /** Opens the database (migrating it) for the app's lifetime and closes it after the last request. */
-export default fp<{ databaseUrl: string }>(
-  async (app, { databaseUrl }) => {
-    const store = await openStore(databaseUrl)
+export default fp<{ config: Config }>(
+  async (app, { config }) => {
+    const store = await openStore({
+      databaseUrl: config.databaseUrl,
+      poolSize: config.databasePoolSize,
+      timeoutMs: config.databaseTimeoutMs,
+    })
     app.decorate('store', store)
     app.addHook('onClose', () => store.close())
   },

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
-import { ApiError } from '../errors.ts'
+import { ApiError, RETRY_AFTER_SECONDS } from '../errors.ts'
 import { errorResponses, jsonResponse } from '../schemas/common.ts'
 
 /** A readiness check that takes longer than this counts as a failure, so probes never hang. */
@@ -24,7 +24,9 @@ const health: FastifyPluginAsyncTypebox = async (app) => {
         )
         await Promise.race([app.store.ping(), timeout])
       } catch {
-        throw new ApiError('service_unavailable', 'The database is not reachable.', { 'retry-after': '5' })
+        throw new ApiError('service_unavailable', 'The database is not reachable.', {
+          'retry-after': String(RETRY_AFTER_SECONDS),
+        })
       }
       return { status: 'ready' }
     },

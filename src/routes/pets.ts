@@ -108,8 +108,8 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         link: `<${origin(request)}/v1/pets>; rel="successor-version"`,
       })
       const { petId } = request.params
-      // Ids are never above MAX_EXACT_INTEGER, so a larger (valid int64) id cannot exist.
-      if (petId > MAX_EXACT_INTEGER) throw new ApiError('pet_not_found')
+      // Ids run from 1 to MAX_EXACT_INTEGER, so any other (valid int64) id cannot exist.
+      if (petId < 1 || petId > MAX_EXACT_INTEGER) throw new ApiError('pet_not_found')
       const pet = await app.store.getPet(petId)
       if (!pet) throw new ApiError('pet_not_found', `No pet with id ${petId}.`)
       return pet

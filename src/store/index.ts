@@ -1,12 +1,22 @@
 import type { Store } from './types.ts'
 
-/** Opens the store named by DATABASE_URL (`sqlite:…` or `postgres://…`), applying pending migrations. */
-export async function openStore(databaseUrl: string): Promise<Store> {
-  if (databaseUrl.startsWith('sqlite:')) {
-    const { SqliteStore } = await import('./sqlite.ts')
-    return new SqliteStore(databaseUrl)
-  }
-  throw new Error(`Unsupported DATABASE_URL scheme: ${databaseUrl.split(':')[0]}`)
+export interface StoreOptions {
+  /** `sqlite:<path>` or `postgres://…` */
+  databaseUrl: string
+  /** PostgreSQL only: most connections per process. */
+  poolSize: number
+  /** PostgreSQL only: deadline for a connection and for each statement. */
+  timeoutMs: number
 }
 
-export type { Store } from './types.ts'
+/** Opens the store named by DATABASE_URL, applying pending migrations. */
+export async function openStore(options: StoreOptions): Promise<Store> {
+  if (options.databaseUrl.startsWith('sqlite:')) {
+    const { SqliteStore } = await import('./sqlite.ts')
+    return new SqliteStore(options.databaseUrl)
+  }
+  const { PostgresStore } = await import('./postgres.ts')
+  return PostgresStore.open(options)
+}
+
+export { DatabaseUnavailableError, type Store } from './types.ts'

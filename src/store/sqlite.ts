@@ -13,7 +13,15 @@ import { randomId } from '../api-keys.ts'
 import type { Message } from '../schemas/messages.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet } from '../schemas/pets.ts'
 import { newerThanCode, readMigrations } from './migrations.ts'
-import type { Account, ApiKey, ListPetsOptions, NewApiKey, PetPage, Store } from './types.ts'
+import {
+  type Account,
+  type ApiKey,
+  DatabaseUnavailableError,
+  type ListPetsOptions,
+  type NewApiKey,
+  type PetPage,
+  type Store,
+} from './types.ts'
 
 /**
  * How long a statement waits for another process's write lock before failing with SQLITE_BUSY.
@@ -26,6 +34,25 @@ const PET_COLUMNS = 'id, name, category_id AS categoryId, status'
 const KEY_COLUMNS = `id, account_id AS accountId, name, prefix, created_at AS createdAt, expires_at AS expiresAt,
   revoked_at AS revokedAt, last_used_at AS lastUsedAt`
 const MESSAGE_COLUMNS = 'id, body AS message, status, created_at AS createdAt'
+
+// SQLITE_BUSY, _LOCKED, _IOERR, _FULL, _CANTOPEN: the database cannot serve now, rather than "this write is wrong".
+const UNAVAILABLE_RESULT_CODES = new Set([5, 6, 10, 13, 14])
+
+function translate(error: unknown): unknown {
+  const { code, errcode } = (error ?? {}) as { code?: string; errcode?: number }
+  const unavailable =
+    (code === 'ERR_SQLITE_ERROR' && UNAVAILABLE_RESULT_CODES.has((errcode ?? 0) & 0xff)) || code === 'ERR_INVALID_STATE'
+  return unavailable ? new DatabaseUnavailableError(String(error)) : error
+}
+
+/** Runs a read, turning "cannot serve now" failures into DatabaseUnavailableError. */
+function read<T>(run: () => T): Promise<T> {
+  try {
+    return Promise.resolve(run())
+  } catch (error) {
+    return Promise.reject(translate(error))
+  }
+}
 
 interface PendingWrite {
   run: () => unknown
@@ -61,7 +88,7 @@ export class SqliteStore implements Store {
   // ─── LIFECYCLE ─────────────────────────────────────────────────────────────────────────────
 
   async ping(): Promise<void> {
-    this.#sql.ping.get()
+    await read(() => this.#sql.ping.get())
   }
 
   async close(): Promise<void> {
@@ -79,18 +106,20 @@ export class SqliteStore implements Store {
     )
   }
 
-  async getPet(id: number): Promise<Pet | null> {
-    return (this.#sql.getPet.get(id) as Pet | undefined) ?? null
+  getPet(id: number): Promise<Pet | null> {
+    return read(() => (this.#sql.getPet.get(id) as Pet | undefined) ?? null)
   }
 
-  async listPets({ limit, status, afterId = 0 }: ListPetsOptions): Promise<PetPage> {
-    // One row more than asked says whether another page exists.
-    const rows = (status === undefined
-      ? this.#sql.listPets.all(afterId, limit + 1)
-      : this.#sql.listPetsByStatus.all(status, afterId, limit + 1)) as unknown as Pet[]
-    const more = rows.length > limit
-    if (more) rows.pop()
-    return { pets: rows, nextAfterId: more ? (rows.at(-1)?.id ?? null) : null }
+  listPets({ limit, status, afterId = 0 }: ListPetsOptions): Promise<PetPage> {
+    return read(() => {
+      // One row more than asked says whether another page exists.
+      const rows = (status === undefined
+        ? this.#sql.listPets.all(afterId, limit + 1)
+        : this.#sql.listPetsByStatus.all(status, afterId, limit + 1)) as unknown as Pet[]
+      const more = rows.length > limit
+      if (more) rows.pop()
+      return { pets: rows, nextAfterId: more ? (rows.at(-1)?.id ?? null) : null }
+    })
   }
 
   // ─── ACCOUNTS ──────────────────────────────────────────────────────────────────────────────
@@ -99,8 +128,8 @@ export class SqliteStore implements Store {
     return this.#write(() => (this.#sql.insertAccount.get(email.toLowerCase(), now()) as Account | undefined) ?? null)
   }
 
-  async findAccountByEmail(email: string): Promise<Account | null> {
-    return (this.#sql.getAccountByEmail.get(email.toLowerCase()) as Account | undefined) ?? null
+  findAccountByEmail(email: string): Promise<Account | null> {
+    return read(() => (this.#sql.getAccountByEmail.get(email.toLowerCase()) as Account | undefined) ?? null)
   }
 
   // ─── API KEYS ──────────────────────────────────────────────────────────────────────────────
@@ -120,12 +149,12 @@ export class SqliteStore implements Store {
     )
   }
 
-  async listApiKeys(accountId: number): Promise<ApiKey[]> {
-    return this.#sql.listKeys.all(accountId) as unknown as ApiKey[]
+  listApiKeys(accountId: number): Promise<ApiKey[]> {
+    return read(() => this.#sql.listKeys.all(accountId) as unknown as ApiKey[])
   }
 
-  async findApiKeyByHash(hash: string): Promise<ApiKey | null> {
-    return (this.#sql.getKeyByHash.get(hash) as ApiKey | undefined) ?? null
+  findApiKeyByHash(hash: string): Promise<ApiKey | null> {
+    return read(() => (this.#sql.getKeyByHash.get(hash) as ApiKey | undefined) ?? null)
   }
 
   revokeApiKey(id: string): Promise<ApiKey | null> {
@@ -140,15 +169,15 @@ export class SqliteStore implements Store {
     )
   }
 
-  async listMessages(accountId: number, limit: number): Promise<Message[]> {
-    return this.#sql.listMessages.all(accountId, limit) as unknown as Message[]
+  listMessages(accountId: number, limit: number): Promise<Message[]> {
+    return read(() => this.#sql.listMessages.all(accountId, limit) as unknown as Message[])
   }
 
   // ─── SETTINGS ──────────────────────────────────────────────────────────────────────────────
 
   async secret(name: string, generate: () => string): Promise<string> {
     await this.#write(() => this.#sql.insertSecret.run(name, generate()))
-    return (this.#sql.getSecret.get(name) as { value: string }).value
+    return read(() => (this.#sql.getSecret.get(name) as { value: string }).value)
   }
 
   // ─── INTERNALS ─────────────────────────────────────────────────────────────────────────────
@@ -227,7 +256,7 @@ export class SqliteStore implements Store {
       db.exec('COMMIT')
     } catch (error) {
       if (db.isTransaction) db.exec('ROLLBACK')
-      for (const write of batch) write.reject(error)
+      for (const write of batch) write.reject(translate(error))
       return
     }
     batch.forEach((write, i) => {

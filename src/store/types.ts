@@ -12,6 +12,15 @@
 import type { Message } from '../schemas/messages.ts'
 import type { NewPet, Pet, PetStatus } from '../schemas/pets.ts'
 
+/**
+ * The database cannot be reached or did not answer in time. Stores throw it instead of a driver
+ * error so that the API can answer 503 with Retry-After; the write it interrupted was not applied
+ * or, at worst, is applied exactly once and was never acknowledged.
+ */
+export class DatabaseUnavailableError extends Error {
+  override name = 'DatabaseUnavailableError'
+}
+
 export interface ListPetsOptions {
   /** 1 to 100. */
   limit: number

@@ -296,10 +296,12 @@ describe('listPets: GET /v1/pets (points 1 and 5)', () => {
     ) as string
     const [payload, mac] = cursor.split('.') as [string, string]
     const forged = `${Buffer.from('0.sold').toString('base64url')}.${mac}`
-    const edited = `${payload}.${mac.slice(0, -1)}${mac.endsWith('A') ? 'B' : 'A'}`
+    const edited = `${payload}.${mac.startsWith('A') ? 'B' : 'A'}${mac.slice(1)}`
+    const padded = `${payload}.${mac.slice(0, -1)}${String.fromCharCode(mac.charCodeAt(21) ^ 1)}`
     for (const url of [
       `/v1/pets?cursor=${forged}&status=sold`,
       `/v1/pets?cursor=${edited}&status=sold`,
+      `/v1/pets?cursor=${padded}&status=sold`, // same bytes, another spelling: still refused
       `/v1/pets?cursor=${cursor}`, // issued for status=sold, used without
       `/v1/pets?cursor=${cursor}&status=available`,
       '/v1/pets?cursor=not-a-cursor',

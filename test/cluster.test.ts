@@ -1,0 +1,41 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { testDatabaseUrl } from './helper.ts'
+import { cliKey, startServer } from './processes.ts'
+
+describe('WORKERS: several processes on one machine (scale-out point 4)', () => {
+  it('serves one port from WORKERS processes that all write safely to the database, and stops them all on SIGTERM', async (t) => {
+    const env = { DATABASE_URL: await testDatabaseUrl(t), WORKERS: '2', LOG_LEVEL: 'info' }
+    const key = await cliKey(env)
+    const server = await startServer(t, env)
+    const REQUESTS = 200
+    const responses = await Promise.all(
+      Array.from({ length: REQUESTS }, (_, i) =>
+        fetch(`${server.url}/v1/pets`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', connection: 'close' },
+          body: JSON.stringify({ name: `p${i}`, categoryId: 1 }),
+        }).then(async (r) => ({ status: r.status, id: ((await r.json()) as { id: number }).id })),
+      ),
+    )
+    assert.deepEqual(
+      responses.filter((r) => r.status !== 201),
+      [],
+    )
+    assert.equal(new Set(responses.map((r) => r.id)).size, REQUESTS)
+    const listed = await fetch(`${server.url}/v1/pets?limit=100&status=available`, {
+      headers: { authorization: `Bearer ${key}` },
+    })
+    assert.equal(((await listed.json()) as unknown[]).length, 100)
+    const servedBy = new Set(
+      server
+        .output()
+        .split('\n')
+        .filter((line) => line.includes('"request completed"'))
+        .map((line) => JSON.parse(line).pid),
+    )
+    assert.equal(servedBy.size, 2, 'both workers served requests')
+    assert.equal(await server.stop('SIGTERM'), 0)
+    t.diagnostic(`workers=2 creates=${REQUESTS} distinct ids=${REQUESTS} served by pids ${[...servedBy].join(', ')}`)
+  })
+})

@@ -1,0 +1,145 @@
+/**
+ * The database going away (scale-out point 5): a TCP proxy between the service and PostgreSQL is
+ * stopped (connections refused), black-holed (connections hang) and started again, while clients
+ * keep writing. Every request must end within the stated timeout, failures must be 503 with
+ * Retry-After, the service must recover by itself, and no acknowledged write may be lost.
+ */
+import assert from 'node:assert/strict'
+import { connect, createServer, type Server, type Socket } from 'node:net'
+import { describe, it } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { postgres, testDatabaseUrl } from '../helper.ts'
+import { cliKey, freePort, startServer } from '../processes.ts'
+
+const TIMEOUT_SECONDS = 1
+/** Stated bound: a request ends within the database timeout plus one retry and some slack. */
+const MAX_REQUEST_MS = TIMEOUT_SECONDS * 2000 + 1500
+
+type Mode = 'forward' | 'refuse' | 'blackhole'
+
+/** A TCP proxy to PostgreSQL that can refuse or swallow connections on command. */
+async function proxy(target: URL) {
+  const port = await freePort()
+  const sockets = new Set<Socket>()
+  let mode: Mode = 'forward'
+  let server: Server | null = null
+  const listen = async () => {
+    server = createServer((client) => {
+      sockets.add(client)
+      client.on('close', () => sockets.delete(client))
+      client.on('error', () => {})
+      if (mode === 'blackhole') return // accept, then never answer
+      const upstream = connect(Number(target.port || 5432), target.hostname)
+      sockets.add(upstream)
+      upstream.on('close', () => sockets.delete(upstream))
+      upstream.on('error', () => client.destroy())
+      client.on('error', () => upstream.destroy())
+      client.pipe(upstream).pipe(client)
+    })
+    await new Promise<void>((resolve) => server?.listen(port, '127.0.0.1', resolve))
+  }
+  await listen()
+  return {
+    port,
+    async set(next: Mode) {
+      mode = next
+      for (const socket of sockets) socket.destroy()
+      if (next === 'refuse' && server) {
+        await new Promise((resolve) => server?.close(resolve))
+        server = null
+      } else if (next !== 'refuse' && !server) {
+        await listen()
+      }
+    },
+    close: () => {
+      for (const socket of sockets) socket.destroy()
+      server?.close()
+    },
+  }
+}
+
+describe('Scale-out: the database going away and coming back', () => {
+  it('answers 503 + Retry-After within the timeout while PostgreSQL is unreachable, recovers by itself, loses no acknowledged write', async (t) => {
+    const direct = new URL(await testDatabaseUrl(t))
+    const db = await proxy(direct)
+    t.after(() => db.close())
+    const viaProxy = new URL(direct)
+    viaProxy.port = String(db.port)
+    const env = {
+      DATABASE_URL: viaProxy.toString(),
+      DATABASE_TIMEOUT_SECONDS: String(TIMEOUT_SECONDS),
+      API_KEY_CACHE_SECONDS: '0', // every request needs the database, the worst case
+    }
+    const key = await cliKey(env)
+    const server = await startServer(t, env)
+    const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' }
+
+    const acknowledged: number[] = []
+    const outcomes: Record<string, number> = {}
+    let slowest = 0
+    let writing = true
+    const writer = async (n: number) => {
+      for (let i = 0; writing; i++) {
+        const started = Date.now()
+        const response = await fetch(`${server.url}/v1/pets`, {
+          method: 'POST',
+          headers,
+          body: JSON.stringify({ name: `w${n}-${i}`, categoryId: 1 }),
+        })
+        slowest = Math.max(slowest, Date.now() - started)
+        outcomes[response.status] = (outcomes[response.status] ?? 0) + 1
+        const body = (await response.json()) as { id: number; code: string; message: string; status: number }
+        if (response.status === 201) acknowledged.push(body.id)
+        else {
+          assert.equal(response.status, 503, JSON.stringify(body))
+          assert.deepEqual(body, { code: 'service_unavailable', message: body.message, status: 503 })
+          assert.equal(response.headers.get('retry-after'), '5')
+          await sleep(20)
+        }
+      }
+    }
+    const writers = [writer(1), writer(2), writer(3)]
+
+    const ready = async () => {
+      const started = Date.now()
+      const response = await fetch(`${server.url}/readyz`)
+      slowest = Math.max(slowest, Date.now() - started)
+      return response.status
+    }
+    const waitFor = async (status: number) => {
+      for (const started = Date.now(); (await ready()) !== status; await sleep(100)) {
+        assert.ok(Date.now() - started < 15_000, `/readyz never became ${status}`)
+      }
+    }
+
+    await sleep(500)
+    assert.equal(await ready(), 200)
+    for (const mode of ['refuse', 'blackhole'] as const) {
+      await db.set(mode)
+      await waitFor(503)
+      await sleep(2500)
+      const before = acknowledged.length
+      await sleep(1000)
+      assert.equal(acknowledged.length, before, `writes were acknowledged while the database was ${mode}d`)
+      await db.set('forward')
+      await waitFor(200)
+      await sleep(1000)
+      assert.ok(acknowledged.length > before, `no write succeeded after the ${mode} outage`)
+    }
+    writing = false
+    await Promise.all(writers)
+
+    const schema = direct.searchParams.get('options')?.split('=')[1]
+    const stored = new Set(
+      ((await postgres(`SELECT id FROM ${schema}.pets`)) as { id: string }[]).map((r) => Number(r.id)),
+    )
+    const lost = acknowledged.filter((id) => !stored.has(id))
+    assert.deepEqual(lost, [], 'acknowledged writes were lost')
+    assert.ok((outcomes[503] ?? 0) > 0, 'the outage was never seen')
+    assert.ok(slowest <= MAX_REQUEST_MS, `a request took ${slowest} ms (bound ${MAX_REQUEST_MS} ms)`)
+    t.diagnostic(
+      `responses=${JSON.stringify(outcomes)} acknowledged=${acknowledged.length} stored=${stored.size} ` +
+        `lost=${lost.length} slowest request=${slowest} ms (bound ${MAX_REQUEST_MS} ms)`,
+    )
+  })
+})

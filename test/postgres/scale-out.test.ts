@@ -1,0 +1,153 @@
+/**
+ * Several stateless instances of the service on one PostgreSQL database (scale-out point 3).
+ * Each test starts real server processes; the counts it checks are reported as test diagnostics.
+ */
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { PostgresStore } from '../../src/store/postgres.ts'
+import { testDatabaseUrl } from '../helper.ts'
+import { cli, cliKey, type ServerProcess, startServer } from '../processes.ts'
+
+const INSTANCES = 3
+const CACHE_SECONDS = 1
+
+async function cluster(t: Parameters<typeof testDatabaseUrl>[0]) {
+  const env = { DATABASE_URL: await testDatabaseUrl(t), API_KEY_CACHE_SECONDS: String(CACHE_SECONDS) }
+  const key = await cliKey(env)
+  const servers: ServerProcess[] = []
+  for (let i = 0; i < INSTANCES; i++) servers.push(await startServer(t, env))
+  return { env, key, servers }
+}
+
+const headers = (key: string) => ({ authorization: `Bearer ${key}`, 'content-type': 'application/json' })
+
+async function createPet(server: ServerProcess, key: string, name: string) {
+  const response = await fetch(`${server.url}/v1/pets`, {
+    method: 'POST',
+    headers: headers(key),
+    body: JSON.stringify({ name, categoryId: 1 }),
+  })
+  return { status: response.status, body: (await response.json()) as { id: number; name: string } }
+}
+
+/** Follows the Link headers from `first`, sending each page request to the next instance in turn. */
+async function walk(servers: ServerProcess[], key: string, first: string) {
+  const ids: number[] = []
+  let path: string | undefined = first
+  for (let page = 0; path; page++) {
+    const server = servers[page % servers.length] as ServerProcess
+    const response: Response = await fetch(`${server.url}${path}`, { headers: headers(key) })
+    assert.equal(response.status, 200)
+    ids.push(...((await response.json()) as { id: number }[]).map((p) => p.id))
+    const next = /<([^>]+)>; rel="next"/.exec(response.headers.get('link') ?? '')?.[1]
+    path = next ? new URL(next).pathname + new URL(next).search : undefined
+  }
+  return ids
+}
+
+describe(`Scale-out: ${INSTANCES} instances on one PostgreSQL database`, () => {
+  it('concurrent createPet calls spread over all instances get distinct ids, and every instance lists them all', async (t) => {
+    const { key, servers } = await cluster(t)
+    const REQUESTS = 300
+    const results = await Promise.all(
+      Array.from({ length: REQUESTS }, (_, i) => createPet(servers[i % INSTANCES] as ServerProcess, key, `pet-${i}`)),
+    )
+    assert.deepEqual(
+      results.filter((r) => r.status !== 201),
+      [],
+    )
+    const ids = results.map((r) => r.body.id)
+    assert.equal(new Set(ids).size, REQUESTS)
+    for (const server of servers) {
+      const listed = await walk([server], key, '/v1/pets?limit=100')
+      assert.deepEqual(
+        listed,
+        [...ids].sort((a, b) => a - b),
+      )
+    }
+    t.diagnostic(
+      `instances=${INSTANCES} creates=${REQUESTS} distinct ids=${new Set(ids).size} listed by each instance=${REQUESTS}`,
+    )
+  })
+
+  it('a cursor walk across instances sees every existing pet exactly once while writes go on', async (t) => {
+    const { key, servers } = await cluster(t)
+    const existing = await Promise.all(
+      Array.from({ length: 120 }, (_, i) => createPet(servers[i % INSTANCES] as ServerProcess, key, `old-${i}`)),
+    )
+    let writing = true
+    let written = 0
+    const writers = servers.map(async (server) => {
+      while (writing) {
+        assert.equal((await createPet(server, key, `new-${written++}`)).status, 201)
+      }
+    })
+    const seen = await walk(servers, key, '/v1/pets?limit=7')
+    writing = false
+    await Promise.all(writers)
+    const seenSet = new Set(seen)
+    assert.equal(seenSet.size, seen.length, 'a pet was listed twice')
+    assert.deepEqual(
+      seen,
+      [...seen].sort((a, b) => a - b),
+    )
+    for (const { body } of existing) assert.ok(seenSet.has(body.id), `pet ${body.id} was skipped`)
+    t.diagnostic(
+      `existing=${existing.length} written during the walk=${written} listed=${seen.length} duplicates=0 skipped=0`,
+    )
+  })
+
+  it(`a key revoked through the CLI is refused by every instance within API_KEY_CACHE_SECONDS (${CACHE_SECONDS} s)`, async (t) => {
+    const { env, key, servers } = await cluster(t)
+    for (const server of servers) {
+      assert.equal((await fetch(`${server.url}/v1/pets`, { headers: headers(key) })).status, 200)
+    }
+    const listed = await cli(['keys', 'list', 'user@example.com'], env)
+    const keyId = /key_[0-9A-Za-z]{16}/.exec(listed.stdout)?.[0] as string
+    const revokedAt = Date.now()
+    assert.equal((await cli(['keys', 'revoke', keyId], env)).code, 0)
+    const refusedAfter = await Promise.all(
+      servers.map(async (server) => {
+        for (;;) {
+          const response = await fetch(`${server.url}/v1/pets`, { headers: headers(key) })
+          if (response.status === 401) {
+            assert.equal(((await response.json()) as { code: string }).code, 'revoked_api_key')
+            return Date.now() - revokedAt
+          }
+          assert.ok(Date.now() - revokedAt < CACHE_SECONDS * 1000 + 2000, 'revocation not seen in time')
+          await sleep(50)
+        }
+      }),
+    )
+    for (const ms of refusedAfter) assert.ok(ms <= CACHE_SECONDS * 1000 + 500, `refused after ${ms} ms`)
+    t.diagnostic(
+      `refused by all ${INSTANCES} instances after ${refusedAfter.join(', ')} ms (bound ${CACHE_SECONDS * 1000} ms)`,
+    )
+  })
+
+  it('messages sent through different instances stay with their own account', async (t) => {
+    const { env, servers } = await cluster(t)
+    const alice = await cliKey(env, 'alice@example.com')
+    const bob = await cliKey(env, 'bob@example.com')
+    const send = (server: ServerProcess, key: string, message: string) =>
+      fetch(`${server.url}/v1/messages`, { method: 'POST', headers: headers(key), body: JSON.stringify({ message }) })
+    const sent = await Promise.all(
+      Array.from({ length: 30 }, (_, i) =>
+        send(servers[i % INSTANCES] as ServerProcess, i % 2 ? bob : alice, `${i % 2 ? 'bob' : 'alice'} ${i}`),
+      ),
+    )
+    assert.ok(sent.every((r) => r.status === 202))
+    const store = await PostgresStore.open({ databaseUrl: env.DATABASE_URL, poolSize: 1, timeoutMs: 2000 })
+    t.after(() => store.close())
+    for (const [email, name] of [
+      ['alice@example.com', 'alice'],
+      ['bob@example.com', 'bob'],
+    ] as const) {
+      const account = await store.findAccountByEmail(email)
+      const messages = await store.listMessages(account?.id as number, 100)
+      assert.equal(messages.length, 15)
+      assert.ok(messages.every((m) => m.message.startsWith(`${name} `)))
+    }
+  })
+})

@@ -1,0 +1,81 @@
+import assert from 'node:assert/strict'
+import { randomUUID } from 'node:crypto'
+import { describe, it, type TestContext } from 'node:test'
+import { PostgresStore } from '../../src/store/postgres.ts'
+import { DatabaseUnavailableError } from '../../src/store/types.ts'
+import { postgres, testDatabaseUrl } from '../helper.ts'
+import { storeContract } from './contract.ts'
+
+const open = async (t: TestContext, databaseUrl?: string) => {
+  const store = await PostgresStore.open({
+    databaseUrl: databaseUrl ?? (await testDatabaseUrl(t)),
+    poolSize: 5,
+    timeoutMs: 2000,
+  })
+  t.after(() => store.close())
+  return store
+}
+
+storeContract('PostgreSQL', (t) => open(t))
+
+const schemaOf = (url: string) => /search_path%3D(\w+)/.exec(url)?.[1] as string
+
+describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () => {
+  it('applies its migrations once when several instances start together', async (t) => {
+    const url = await testDatabaseUrl(t)
+    await Promise.all(Array.from({ length: 5 }, () => open(t, url)))
+    const rows = await postgres(`SELECT version, name FROM ${schemaOf(url)}.schema_migrations ORDER BY version`)
+    assert.deepEqual(rows, [{ version: 1, name: 'initial' }])
+  })
+
+  it('keeps ids as bigint columns and returns them as exact numbers', async (t) => {
+    const url = await testDatabaseUrl(t)
+    const store = await open(t, url)
+    const columns = await postgres(
+      `SELECT table_name, column_name, data_type FROM information_schema.columns
+       WHERE table_schema = '${schemaOf(url)}' AND column_name IN ('id', 'category_id', 'account_id') AND table_name IN ('pets', 'accounts')
+       ORDER BY table_name, column_name`,
+    )
+    assert.ok(
+      columns.every((c) => (c as { data_type: string }).data_type === 'bigint'),
+      JSON.stringify(columns),
+    )
+    await postgres(`ALTER TABLE ${schemaOf(url)}.pets ALTER COLUMN id RESTART WITH 9007199254740990`)
+    const pet = await store.createPet({ name: 'edge', categoryId: 9007199254740991 })
+    assert.equal(pet.id, 9007199254740990)
+    assert.equal(pet.categoryId, 9007199254740991)
+    assert.deepEqual(await store.getPet(9007199254740990), pet)
+  })
+
+  it('refuses a database whose schema is newer than the code', async (t) => {
+    const url = await testDatabaseUrl(t)
+    await (await open(t, url)).close()
+    await postgres(`INSERT INTO ${schemaOf(url)}.schema_migrations (version, name) VALUES (99, 'future')`)
+    await assert.rejects(open(t, url), /schema version 99, newer than this code/)
+  })
+
+  it('says DatabaseUnavailableError, within its timeout, when nothing answers', async () => {
+    const started = Date.now()
+    await assert.rejects(
+      PostgresStore.open({ databaseUrl: 'postgres://postgres@127.0.0.1:1/test', poolSize: 1, timeoutMs: 1000 }),
+      DatabaseUnavailableError,
+    )
+    assert.ok(Date.now() - started < 5000)
+  })
+
+  it('recovers by itself after its connections are terminated (pg_terminate_backend)', async (t) => {
+    const url = new URL(await testDatabaseUrl(t))
+    const name = `animal-store-${randomUUID()}`
+    url.searchParams.set('application_name', name)
+    const store = await open(t, url.toString())
+    await Promise.all([store.createPet({ name: 'before', categoryId: 1 }), store.ping(), store.ping()])
+    const killed = await postgres(
+      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '${name}'`,
+    )
+    assert.ok(killed.length >= 1)
+    // Reads retry once on a fresh connection, so the first read after the outage already succeeds.
+    assert.equal((await store.listPets({ limit: 10 })).pets.length, 1)
+    await store.createPet({ name: 'after', categoryId: 1 })
+    assert.equal((await store.listPets({ limit: 10 })).pets.length, 2)
+  })
+})
