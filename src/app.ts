@@ -16,7 +16,9 @@ import { redactApiKeys } from './api-keys.ts'
 import type { Config } from './config.ts'
 import auth from './plugins/auth.ts'
 import errors, { clientErrorHandler } from './plugins/errors.ts'
+import idempotency from './plugins/idempotency.ts'
 import openapi from './plugins/openapi.ts'
+import rateLimit from './plugins/rate-limit.ts'
 import store from './plugins/store.ts'
 import health from './routes/health.ts'
 import messages from './routes/messages.ts'
@@ -78,7 +80,9 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
 
   await app.register(errors)
   await app.register(store, { config })
+  await app.register(rateLimit, { config })
   await app.register(auth, { config })
+  await app.register(idempotency)
   await app.register(openapi, { config })
 
   await app.register(health)

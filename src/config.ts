@@ -63,6 +63,29 @@ export const EnvSchema = Type.Object({
   REQUEST_TIMEOUT_SECONDS: Seconds(30, 3600),
   KEEP_ALIVE_TIMEOUT_SECONDS: Seconds(5, 300),
   SHUTDOWN_TIMEOUT_SECONDS: Seconds(10, 300),
+  RATE_LIMIT: Type.Integer({
+    minimum: 0,
+    maximum: 1_000_000_000,
+    default: 6000,
+    description: 'a number of requests per window per API key (0 turns the limit off)',
+  }),
+  RATE_LIMIT_WINDOW_SECONDS: Type.Integer({
+    minimum: 1,
+    maximum: 86_400,
+    default: 60,
+    description: 'a whole number of seconds from 1 to 86400',
+  }),
+  AUTH_FAILURE_LIMIT: Type.Integer({
+    minimum: 0,
+    maximum: 1_000_000,
+    default: 30,
+    description: 'a number of failed authentications per window per client address (0 turns it off)',
+  }),
+  REDIS_URL: Type.String({
+    pattern: '^(rediss?://.+)?$',
+    default: '',
+    description: 'empty, or redis://host:port (rediss:// for TLS)',
+  }),
   WORKERS: Type.Integer({
     minimum: 1,
     maximum: 64,
@@ -101,6 +124,13 @@ export interface Config {
   maxConnections: number
   /** Processes serving the port (node:cluster); 1 means no cluster. */
   workers: number
+  /** Requests per API key per window; 0 means no limit. */
+  rateLimit: number
+  rateLimitWindowMs: number
+  /** Failed authentications per client address per window before it gets 429; 0 means no limit. */
+  authFailureLimit: number
+  /** Shared counters for several instances; null keeps them in this process's memory. */
+  redisUrl: string | null
 }
 
 export class ConfigError extends Error {
@@ -146,5 +176,9 @@ function toConfig(e: Env): Config {
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_SECONDS * 1000,
     maxConnections: e.MAX_CONNECTIONS,
     workers: e.WORKERS,
+    rateLimit: e.RATE_LIMIT,
+    rateLimitWindowMs: e.RATE_LIMIT_WINDOW_SECONDS * 1000,
+    authFailureLimit: e.AUTH_FAILURE_LIMIT,
+    redisUrl: e.REDIS_URL || null,
   }
 }

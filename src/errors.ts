@@ -18,8 +18,11 @@ export const ERRORS = {
   pet_not_found: [404, 'No pet with this id.'],
   method_not_allowed: [405, 'This method is not allowed on this resource; see the Allow header.'],
   request_timeout: [408, 'The request took too long to arrive.'],
+  idempotency_conflict: [409, 'A request with this Idempotency-Key is still being processed; retry later.'],
   payload_too_large: [413, 'The request body is too large.'],
   unsupported_media_type: [415, 'Send the body as application/json.'],
+  idempotency_key_reused: [422, 'This Idempotency-Key was already used for a different request.'],
+  rate_limited: [429, 'Too many requests; retry after the time in Retry-After.'],
   headers_too_large: [431, 'The request headers are too large.'],
   internal_error: [
     500,
@@ -72,6 +75,7 @@ const STATUS_CODES: Record<number, ErrorCode> = {
   408: 'request_timeout',
   413: 'payload_too_large',
   415: 'unsupported_media_type',
+  429: 'rate_limited',
   431: 'headers_too_large',
 }
 

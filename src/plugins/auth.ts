@@ -34,7 +34,12 @@ interface CachedKey {
   key: ApiKey
   expiresAtMs: number
   verifiedAtMs: number
+  /** When this process last queued a "last used" update for the key. */
+  touchedAtMs: number
 }
+
+/** "Last used" is recorded to the minute: enough for people, and one write per key per minute at most. */
+const TOUCH_INTERVAL_MS = 60_000
 
 /** Enough for every active key of a large deployment; beyond it the oldest entries are dropped. */
 const CACHE_ENTRIES = 10_000
@@ -53,7 +58,12 @@ export default fp<{ config: Config }>(
         cache.delete(hash)
         return null
       }
-      const entry = { key, expiresAtMs: key.expiresAt ? Date.parse(key.expiresAt) : Infinity, verifiedAtMs: now }
+      const entry = {
+        key,
+        expiresAtMs: key.expiresAt ? Date.parse(key.expiresAt) : Infinity,
+        verifiedAtMs: now,
+        touchedAtMs: cached?.touchedAtMs ?? 0,
+      }
       if (cache.size >= CACHE_ENTRIES) cache.delete(cache.keys().next().value as string)
       cache.set(hash, entry)
       return entry
@@ -63,28 +73,70 @@ export default fp<{ config: Config }>(
       for (const [hash, entry] of cache) if (entry.key.id === keyId) cache.delete(hash)
     })
 
+    // Last use of each key, written in batches: at most once per key per TOUCH_INTERVAL_MS.
+    const usage = new Map<string, string>()
+    const flushUsage = async () => {
+      if (usage.size === 0) return
+      const usages = [...usage].map(([id, at]) => ({ id, at }))
+      usage.clear()
+      await app.store.touchApiKeys(usages).catch((err) => app.log.warn({ err }, 'could not record key usage'))
+    }
+    const flusher = setInterval(flushUsage, TOUCH_INTERVAL_MS).unref()
+    app.addHook('onClose', async () => {
+      clearInterval(flusher)
+      await flushUsage()
+    })
+
+    /** Addresses that sent too many bad keys, and until when they get 429 (this process's view). */
+    const blocked = new Map<string, number>()
+
+    async function verify(header: string, now: number): Promise<CachedKey | ApiError> {
+      const secret = BEARER.exec(header)?.[1]
+      if (!secret) return refused('invalid_api_key', 'The Authorization header must be: Bearer <API_KEY>.')
+      const deployment = apiKeyDeployment(secret)
+      if (!deployment) return refused('invalid_api_key', 'The API key is malformed.')
+      if (deployment !== config.deployment) {
+        return refused('invalid_api_key', `This is a ${deployment} key; this is the ${config.deployment} deployment.`)
+      }
+      const entry = await lookup(hashApiKey(secret), now)
+      if (!entry) return refused('invalid_api_key', 'The API key is not known.')
+      if (entry.key.revokedAt) return refused('revoked_api_key')
+      if (now >= entry.expiresAtMs) return refused('expired_api_key')
+      return entry
+    }
+
+    /** Counts a bad key against the client's address; past the limit the address is refused for the window. */
+    async function countFailure(ip: string, now: number): Promise<ApiError | null> {
+      if (config.authFailureLimit === 0) return null
+      const { count, resetMs } = await app.rateCounter.hit(`auth-failure:${ip}`, config.rateLimitWindowMs)
+      if (count <= config.authFailureLimit) return null
+      if (blocked.size >= CACHE_ENTRIES) blocked.delete(blocked.keys().next().value as string)
+      blocked.set(ip, now + resetMs)
+      return tooManyFailures(resetMs)
+    }
+
     app.decorateRequest('caller', null as unknown as Caller)
     app.decorate('authenticate', async (request: FastifyRequest) => {
+      const now = Date.now()
+      const blockedUntil = blocked.get(request.ip)
+      if (blockedUntil !== undefined) {
+        if (blockedUntil > now) throw tooManyFailures(blockedUntil - now)
+        blocked.delete(request.ip)
+      }
       const header = request.headers.authorization
       if (!header) {
         throw new ApiError('missing_api_key', undefined, { 'www-authenticate': `Bearer realm="${REALM}"` })
       }
-      const secret = BEARER.exec(header)?.[1]
-      if (!secret) throw refused('invalid_api_key', 'The Authorization header must be: Bearer <API_KEY>.')
-      const deployment = apiKeyDeployment(secret)
-      if (!deployment) throw refused('invalid_api_key', 'The API key is malformed.')
-      if (deployment !== config.deployment) {
-        throw refused('invalid_api_key', `This is a ${deployment} key; this is the ${config.deployment} deployment.`)
+      const result = await verify(header, now)
+      if (result instanceof ApiError) throw (await countFailure(request.ip, now)) ?? result
+      request.caller = { keyId: result.key.id, accountId: result.key.accountId }
+      if (now - result.touchedAtMs >= TOUCH_INTERVAL_MS) {
+        result.touchedAtMs = now
+        usage.set(result.key.id, new Date(now).toISOString())
       }
-      const now = Date.now()
-      const entry = await lookup(hashApiKey(secret), now)
-      if (!entry) throw refused('invalid_api_key', 'The API key is not known.')
-      if (entry.key.revokedAt) throw refused('revoked_api_key')
-      if (now >= entry.expiresAtMs) throw refused('expired_api_key')
-      request.caller = { keyId: entry.key.id, accountId: entry.key.accountId }
     })
   },
-  { name: 'auth', dependencies: ['store'] },
+  { name: 'auth', dependencies: ['store', 'rate-limit'] },
 )
 
 function refused(code: ErrorCode, message?: string): ApiError {
@@ -93,4 +145,10 @@ function refused(code: ErrorCode, message?: string): ApiError {
     'www-authenticate': `Bearer realm="${REALM}", error="invalid_token", error_description="${error.message.replace(/["\\]/g, "'")}"`,
   }
   return error
+}
+
+function tooManyFailures(retryMs: number): ApiError {
+  return new ApiError('rate_limited', 'Too many requests with invalid API keys from this address.', {
+    'retry-after': String(Math.ceil(retryMs / 1000)),
+  })
 }

@@ -1,9 +1,16 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { errorResponses, jsonResponse } from '../schemas/common.ts'
+import {
+  errorResponses,
+  header,
+  IdempotencyHeadersSchema,
+  jsonResponse,
+  RATE_LIMIT_HEADERS,
+} from '../schemas/common.ts'
 import { MessageSchema, NewMessageSchema } from '../schemas/messages.ts'
 
 const messages: FastifyPluginAsyncTypebox = async (app) => {
   app.addHook('onRequest', app.authenticate)
+  app.addHook('onRequest', app.rateLimit)
 
   app.post(
     '/messages',
@@ -14,15 +21,21 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
         description: 'Stores the message durably for the calling account and queues it: 202 with status `queued`.',
         tags: ['messages'],
         security: [{ bearerAuth: [] }],
+        headers: IdempotencyHeadersSchema,
         body: NewMessageSchema,
         response: {
-          202: jsonResponse('Accepted: stored and queued.', MessageSchema),
-          ...errorResponses(400, 401, 500, 503),
+          202: jsonResponse('Accepted: stored and queued.', MessageSchema, {
+            'Idempotent-Replayed': header('`true` when this is the stored response to an earlier request.'),
+            ...RATE_LIMIT_HEADERS,
+          }),
+          ...errorResponses(400, 401, 409, 422, 429, 500, 503),
         },
       },
+      preHandler: app.idempotent,
     },
     async (request, reply) => {
-      const message = await app.store.createMessage(request.caller.accountId, request.body.message)
+      const { accountId } = request.caller
+      const message = await app.store.createMessage(accountId, request.body.message, request.idempotency ?? undefined)
       return reply.code(202).send(message)
     },
   )

@@ -1,8 +1,16 @@
 import { randomBytes } from 'node:crypto'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyRequest } from 'fastify'
 import { ApiError } from '../errors.ts'
 import { cursorCodec } from '../pagination.ts'
-import { errorResponses, header, jsonResponse, MAX_EXACT_INTEGER } from '../schemas/common.ts'
+import {
+  errorResponses,
+  header,
+  IdempotencyHeadersSchema,
+  jsonResponse,
+  MAX_EXACT_INTEGER,
+  RATE_LIMIT_HEADERS,
+} from '../schemas/common.ts'
 import {
   DEFAULT_PAGE_SIZE,
   ListPetsQuerySchema,
@@ -20,6 +28,7 @@ const security = [{ bearerAuth: [] }]
 const pets: FastifyPluginAsyncTypebox = async (app) => {
   const cursors = cursorCodec(await app.store.secret('cursor', () => randomBytes(32).toString('base64url')))
   app.addHook('onRequest', app.authenticate)
+  app.addHook('onRequest', app.rateLimit)
 
   app.get(
     '/pets',
@@ -35,8 +44,9 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         response: {
           200: jsonResponse('A page of animals, ordered by id.', PetsSchema, {
             Link: header('`<…/v1/pets?…&cursor=…>; rel="next"` when more animals follow (RFC 8288).'),
+            ...RATE_LIMIT_HEADERS,
           }),
-          ...errorResponses(400, 401, 500, 503),
+          ...errorResponses(400, 401, 429, 500, 503),
         },
       },
     },
@@ -62,21 +72,23 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         summary: 'Add an animal',
         tags: ['pets'],
         security,
+        headers: IdempotencyHeadersSchema,
         body: NewPetSchema,
         response: {
           201: jsonResponse('The animal as stored, with its new id.', PetSchema, {
             Location: header('The URL of the new animal.'),
+            'Idempotent-Replayed': header('`true` when this is the stored response to an earlier request.'),
+            ...RATE_LIMIT_HEADERS,
           }),
-          ...errorResponses(400, 401, 500, 503),
+          ...errorResponses(400, 401, 409, 422, 429, 500, 503),
         },
       },
+      config: { replayLocation: petLocation },
+      preHandler: app.idempotent,
     },
     async (request, reply) => {
-      const pet = await app.store.createPet(request.body)
-      return reply
-        .code(201)
-        .header('location', `${origin(request)}/v1/pets/${pet.id}`)
-        .send(pet)
+      const pet = await app.store.createPet(request.body, request.idempotency ?? undefined)
+      return reply.code(201).header('location', petLocation(pet, request)).send(pet)
     },
   )
 
@@ -96,8 +108,9 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
             Deprecation: header(`\`${DEPRECATED_AT}\`: deprecated since 2026-01-01 (RFC 9745).`),
             Sunset: header(`\`${SUNSET}\`: removed then (RFC 8594).`),
             Link: header('`<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter.'),
+            ...RATE_LIMIT_HEADERS,
           }),
-          ...errorResponses(400, 401, 404, 500, 503),
+          ...errorResponses(400, 401, 404, 429, 500, 503),
         },
       },
     },
@@ -115,6 +128,10 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       return pet
     },
   )
+}
+
+function petLocation(pet: { id: number }, request: FastifyRequest): string {
+  return `${origin(request)}/v1/pets/${pet.id}`
 }
 
 /** Scheme and host the client used (X-Forwarded-* honoured when TRUST_PROXY is on), for absolute links. */

@@ -44,6 +44,11 @@ const ERROR_RESPONSES = {
     ),
   }),
   404: jsonResponse('Not found.', ErrorSchema),
+  409: jsonResponse('A request with this Idempotency-Key is still in progress.', ErrorSchema),
+  422: jsonResponse('This Idempotency-Key was used for a different request.', ErrorSchema),
+  429: jsonResponse('Too many requests for this API key (or bad keys from this address).', ErrorSchema, {
+    'Retry-After': header('Seconds until the limit resets.'),
+  }),
   500: jsonResponse(
     'Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it.',
     ErrorSchema,
@@ -58,4 +63,22 @@ export function errorResponses<const S extends readonly (keyof typeof ERROR_RESP
   return Object.fromEntries(statuses.map((status) => [status, ERROR_RESPONSES[status]])) as {
     [K in S[number]]: (typeof ERROR_RESPONSES)[K]
   }
+}
+
+/** The optional Idempotency-Key request header of the POST operations. */
+export const IdempotencyHeadersSchema = Type.Object({
+  'idempotency-key': Type.Optional(
+    Type.String({
+      pattern: '^[!-~]{1,255}$',
+      description:
+        'Makes retries safe (draft-ietf-httpapi-idempotency-key-header): 1 to 255 visible ASCII characters, ' +
+        'e.g. a UUID, optionally in double quotes. Remembered for 24 hours per API key.',
+    }),
+  ),
+})
+
+/** Rate-limit headers on every authenticated response (draft-ietf-httpapi-ratelimit-headers). */
+export const RATE_LIMIT_HEADERS = {
+  RateLimit: header('`"default";r=<remaining>;t=<seconds until reset>` (IETF draft).'),
+  'RateLimit-Policy': header('`"default";q=<requests>;w=<window seconds>` (IETF draft).'),
 }

@@ -13,14 +13,19 @@ import type { Pool, PoolClient, QueryConfig } from 'pg'
 import { randomId } from '../api-keys.ts'
 import type { Message } from '../schemas/messages.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet } from '../schemas/pets.ts'
+import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
 import { newerThanCode, readMigrations } from './migrations.ts'
 import {
   type Account,
   type ApiKey,
   DatabaseUnavailableError,
+  type IdempotencyClaim,
+  type IdempotencyRef,
+  type IdempotencyState,
   type ListPetsOptions,
   type NewApiKey,
   type PetPage,
+  type Session,
   type Store,
 } from './types.ts'
 
@@ -56,20 +61,44 @@ const SQL = {
   getPet: `SELECT ${PET_COLUMNS} FROM pets WHERE id = $1`,
   listPets: `SELECT ${PET_COLUMNS} FROM pets WHERE id > $1 ORDER BY id LIMIT $2`,
   listPetsByStatus: `SELECT ${PET_COLUMNS} FROM pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3`,
-  insertAccount: `INSERT INTO accounts (email, created_at) VALUES ($1, now()) ON CONFLICT (email) DO NOTHING
-    RETURNING id, email, created_at AS "createdAt"`,
+  insertAccount: `INSERT INTO accounts (email, password_hash, created_at) VALUES ($1, $2, now())
+    ON CONFLICT (email) DO NOTHING RETURNING id, email, created_at AS "createdAt"`,
   getAccountByEmail: 'SELECT id, email, created_at AS "createdAt" FROM accounts WHERE email = $1',
+  getAccountLogin:
+    'SELECT id, email, created_at AS "createdAt", password_hash AS "passwordHash" FROM accounts WHERE email = $1',
+  setPassword: 'UPDATE accounts SET password_hash = $1 WHERE id = $2',
+  insertSession: 'INSERT INTO sessions (id, account_id, created_at, expires_at) VALUES ($1, $2, now(), $3)',
+  getSession: `SELECT s.account_id AS "accountId", a.email, s.expires_at AS "expiresAt"
+    FROM sessions s JOIN accounts a ON a.id = s.account_id WHERE s.id = $1 AND s.expires_at > now()`,
+  deleteSession: 'DELETE FROM sessions WHERE id = $1',
   insertKey: `INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at, expires_at)
     VALUES ($1, $2, $3, $4, $5, now(), $6) RETURNING ${KEY_COLUMNS}`,
   listKeys: `SELECT ${KEY_COLUMNS} FROM api_keys WHERE account_id = $1 ORDER BY created_at DESC, id`,
   getKeyByHash: `SELECT ${KEY_COLUMNS} FROM api_keys WHERE key_hash = $1`,
-  revokeKey: `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 RETURNING ${KEY_COLUMNS}`,
+  revokeKey: `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
+    WHERE id = $1 AND ($2::bigint IS NULL OR account_id = $2) RETURNING ${KEY_COLUMNS}`,
+  touchKeys: `UPDATE api_keys k SET last_used_at = u.at FROM unnest($1::text[], $2::timestamptz[]) AS u(id, at)
+    WHERE k.id = u.id AND (k.last_used_at IS NULL OR k.last_used_at < u.at)`,
   insertMessage: `INSERT INTO messages (id, account_id, body, status, created_at) VALUES ($1, $2, $3, $4, now())
     RETURNING ${MESSAGE_COLUMNS}`,
   listMessages: `SELECT ${MESSAGE_COLUMNS} FROM messages WHERE account_id = $1 ORDER BY seq DESC LIMIT $2`,
   insertSecret: 'INSERT INTO secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING',
   getSecret: 'SELECT value FROM secrets WHERE name = $1',
+  dropStaleIdempotency: `DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2
+    AND (expires_at <= now() OR (state = 'in_progress' AND created_at <= $3))`,
+  claimIdempotency: `INSERT INTO idempotency_keys (scope, key, fingerprint, state, created_at, expires_at)
+    VALUES ($1, $2, $3, 'in_progress', now(), $4) ON CONFLICT (scope, key) DO NOTHING RETURNING 1 AS claimed`,
+  getIdempotency: `SELECT fingerprint, state, response_status AS status, response_body AS body
+    FROM idempotency_keys WHERE scope = $1 AND key = $2`,
+  completeIdempotency: `UPDATE idempotency_keys SET state = 'done', response_status = $1, response_body = $2
+    WHERE scope = $3 AND key = $4`,
+  releaseIdempotency: "DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2 AND state = 'in_progress'",
+  purgeSessions: 'DELETE FROM sessions WHERE expires_at <= $1',
+  purgeIdempotency: 'DELETE FROM idempotency_keys WHERE expires_at <= $1',
 } as const
+
+type Statement = keyof typeof SQL
+type Run = <T>(name: Statement, values: unknown[]) => Promise<T[]>
 
 export class PostgresStore implements Store {
   #pool: Pool
@@ -136,13 +165,9 @@ export class PostgresStore implements Store {
 
   // ─── PETS ──────────────────────────────────────────────────────────────────────────────────
 
-  async createPet(pet: NewPet): Promise<Pet> {
-    const rows = await this.#query<Pet>(
-      'insertPet',
-      [pet.name, pet.categoryId, pet.status ?? DEFAULT_PET_STATUS],
-      'write',
-    )
-    return rows[0] as Pet
+  createPet(pet: NewPet, idempotency?: IdempotencyRef): Promise<Pet> {
+    const values = [pet.name, pet.categoryId, pet.status ?? DEFAULT_PET_STATUS]
+    return this.#writeCompleting('insertPet', values, 201, idempotency)
   }
 
   async getPet(id: number): Promise<Pet | null> {
@@ -162,12 +187,41 @@ export class PostgresStore implements Store {
 
   // ─── ACCOUNTS ──────────────────────────────────────────────────────────────────────────────
 
-  async createAccount(email: string): Promise<Account | null> {
-    return (await this.#query<Account>('insertAccount', [email.toLowerCase()], 'write'))[0] ?? null
+  async createAccount(email: string, passwordHash?: string): Promise<Account | null> {
+    return (
+      (await this.#query<Account>('insertAccount', [email.toLowerCase(), passwordHash ?? null], 'write'))[0] ?? null
+    )
   }
 
   async findAccountByEmail(email: string): Promise<Account | null> {
     return (await this.#query<Account>('getAccountByEmail', [email.toLowerCase()]))[0] ?? null
+  }
+
+  async findAccountLogin(email: string): Promise<{ account: Account; passwordHash: string | null } | null> {
+    const row = (
+      await this.#query<Account & { passwordHash: string | null }>('getAccountLogin', [email.toLowerCase()])
+    )[0]
+    if (!row) return null
+    const { passwordHash, ...account } = row
+    return { account, passwordHash }
+  }
+
+  async setAccountPassword(accountId: number, passwordHash: string): Promise<boolean> {
+    return (await this.#result('setPassword', [passwordHash, accountId])).rowCount === 1
+  }
+
+  // ─── SESSIONS ──────────────────────────────────────────────────────────────────────────────
+
+  async createSession(session: { hash: string; accountId: number; expiresAt: string }): Promise<void> {
+    await this.#query('insertSession', [session.hash, session.accountId, session.expiresAt], 'write')
+  }
+
+  async findSession(hash: string): Promise<Session | null> {
+    return (await this.#query<Session>('getSession', [hash]))[0] ?? null
+  }
+
+  async deleteSession(hash: string): Promise<void> {
+    await this.#query('deleteSession', [hash], 'write')
   }
 
   // ─── API KEYS ──────────────────────────────────────────────────────────────────────────────
@@ -185,15 +239,19 @@ export class PostgresStore implements Store {
     return (await this.#query<ApiKey>('getKeyByHash', [hash]))[0] ?? null
   }
 
-  async revokeApiKey(id: string): Promise<ApiKey | null> {
-    return (await this.#query<ApiKey>('revokeKey', [id], 'write'))[0] ?? null
+  async revokeApiKey(id: string, accountId?: number): Promise<ApiKey | null> {
+    return (await this.#query<ApiKey>('revokeKey', [id, accountId ?? null], 'write'))[0] ?? null
+  }
+
+  async touchApiKeys(usages: { id: string; at: string }[]): Promise<void> {
+    if (usages.length === 0) return
+    await this.#query('touchKeys', [usages.map((u) => u.id), usages.map((u) => u.at)], 'write')
   }
 
   // ─── MESSAGES ──────────────────────────────────────────────────────────────────────────────
 
-  async createMessage(accountId: number, text: string): Promise<Message> {
-    const values = [randomId('msg'), accountId, text, 'queued']
-    return (await this.#query<Message>('insertMessage', values, 'write'))[0] as Message
+  createMessage(accountId: number, text: string, idempotency?: IdempotencyRef): Promise<Message> {
+    return this.#writeCompleting('insertMessage', [randomId('msg'), accountId, text, 'queued'], 202, idempotency)
   }
 
   async listMessages(accountId: number, limit: number): Promise<Message[]> {
@@ -207,26 +265,99 @@ export class PostgresStore implements Store {
     return ((await this.#query<{ value: string }>('getSecret', [name]))[0] as { value: string }).value
   }
 
+  // ─── IDEMPOTENCY ───────────────────────────────────────────────────────────────────────────
+
+  claimIdempotencyKey(claim: IdempotencyClaim): Promise<IdempotencyState> {
+    return this.#transaction(async (run) => {
+      await run('dropStaleIdempotency', [claim.scope, claim.key, claim.staleBefore])
+      const claimed = await run('claimIdempotency', [claim.scope, claim.key, claim.fingerprint, claim.expiresAt])
+      if (claimed.length > 0) return { state: 'claimed' } as const
+      // READ COMMITTED: a claim that raced ours has committed by now (ours waited on its row).
+      const [row] = await run<IdempotencyRow>('getIdempotency', [claim.scope, claim.key])
+      return idempotencyState(row as IdempotencyRow, claim.fingerprint)
+    })
+  }
+
+  async releaseIdempotencyKey(ref: IdempotencyRef): Promise<void> {
+    await this.#query('releaseIdempotency', [ref.scope, ref.key], 'write')
+  }
+
+  // ─── HOUSEKEEPING ──────────────────────────────────────────────────────────────────────────
+
+  async purgeExpired(now: string): Promise<number> {
+    const sessions = await this.#result('purgeSessions', [now])
+    const records = await this.#result('purgeIdempotency', [now])
+    return (sessions.rowCount ?? 0) + (records.rowCount ?? 0)
+  }
+
   // ─── INTERNALS ─────────────────────────────────────────────────────────────────────────────
 
-  #query<T>(name: keyof typeof SQL, values: unknown[], kind: 'read' | 'write' = 'read'): Promise<T[]> {
+  async #query<T>(name: Statement, values: unknown[], kind: 'read' | 'write' = 'read'): Promise<T[]> {
+    return (await this.#result(name, values, kind)).rows as T[]
+  }
+
+  /** Keeps track of work under way (for close) and refuses new work once closing. */
+  #track<T>(work: () => Promise<T>): Promise<T> {
     if (this.#closing) return Promise.reject(new DatabaseUnavailableError('The store is closed'))
-    const query = this.#run<T>(name, values, kind)
-    this.#inflight.add(query)
-    return query.finally(() => this.#inflight.delete(query))
+    const promise = work()
+    this.#inflight.add(promise)
+    return promise.finally(() => this.#inflight.delete(promise))
   }
 
   /** Runs a named statement; reads get one retry on a fresh connection when the database went away. */
-  async #run<T>(name: keyof typeof SQL, values: unknown[], kind: 'read' | 'write'): Promise<T[]> {
+  #result(name: Statement, values: unknown[], kind: 'read' | 'write' = 'write') {
     const config: QueryConfig = { name, text: SQL[name], values }
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return (await this.#pool.query(config)).rows as T[]
-      } catch (error) {
-        if (!isUnavailable(error)) throw error
-        if (kind === 'write' || attempt === 2) throw new DatabaseUnavailableError(String(error))
+    return this.#track(async () => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await this.#pool.query(config)
+        } catch (error) {
+          if (!isUnavailable(error)) throw error
+          if (kind === 'write' || attempt === 2) throw new DatabaseUnavailableError(String(error))
+        }
       }
-    }
+    })
+  }
+
+  /** Runs `work` in one transaction on one connection; never retried. */
+  #transaction<T>(work: (run: Run) => Promise<T>): Promise<T> {
+    return this.#track(async () => {
+      let client: PoolClient
+      try {
+        client = await this.#pool.connect()
+      } catch (error) {
+        throw isUnavailable(error) ? new DatabaseUnavailableError(String(error)) : error
+      }
+      const run: Run = async <R>(name: Statement, values: unknown[]) =>
+        (await client.query({ name, text: SQL[name], values })).rows as R[]
+      try {
+        await client.query('BEGIN')
+        const result = await work(run)
+        await client.query('COMMIT')
+        client.release()
+        return result
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => {})
+        // A connection that failed is discarded rather than returned to the pool.
+        client.release(isUnavailable(error) ? (error as Error) : undefined)
+        throw isUnavailable(error) ? new DatabaseUnavailableError(String(error)) : error
+      }
+    })
+  }
+
+  /** Inserts one row and, for an idempotent request, completes its claim with the row in the same transaction. */
+  async #writeCompleting<T>(
+    name: Statement,
+    values: unknown[],
+    status: number,
+    idempotency?: IdempotencyRef,
+  ): Promise<T> {
+    if (!idempotency) return (await this.#query<T>(name, values, 'write'))[0] as T
+    return this.#transaction(async (run) => {
+      const [row] = await run<T>(name, values)
+      await run('completeIdempotency', [status, JSON.stringify(row), idempotency.scope, idempotency.key])
+      return row as T
+    })
   }
 
   async #migrate(): Promise<void> {

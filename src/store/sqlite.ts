@@ -12,14 +12,19 @@ import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { randomId } from '../api-keys.ts'
 import type { Message } from '../schemas/messages.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet } from '../schemas/pets.ts'
+import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
 import { newerThanCode, readMigrations } from './migrations.ts'
 import {
   type Account,
   type ApiKey,
   DatabaseUnavailableError,
+  type IdempotencyClaim,
+  type IdempotencyRef,
+  type IdempotencyState,
   type ListPetsOptions,
   type NewApiKey,
   type PetPage,
+  type Session,
   type Store,
 } from './types.ts'
 
@@ -100,10 +105,16 @@ export class SqliteStore implements Store {
 
   // ─── PETS ──────────────────────────────────────────────────────────────────────────────────
 
-  createPet(pet: NewPet): Promise<Pet> {
-    return this.#write(
-      () => this.#sql.insertPet.get(pet.name, pet.categoryId, pet.status ?? DEFAULT_PET_STATUS) as unknown as Pet,
-    )
+  createPet(pet: NewPet, idempotency?: IdempotencyRef): Promise<Pet> {
+    return this.#write(() => {
+      const created = this.#sql.insertPet.get(
+        pet.name,
+        pet.categoryId,
+        pet.status ?? DEFAULT_PET_STATUS,
+      ) as unknown as Pet
+      if (idempotency) this.#completeIdempotency(idempotency, 201, created)
+      return created
+    })
   }
 
   getPet(id: number): Promise<Pet | null> {
@@ -124,12 +135,48 @@ export class SqliteStore implements Store {
 
   // ─── ACCOUNTS ──────────────────────────────────────────────────────────────────────────────
 
-  createAccount(email: string): Promise<Account | null> {
-    return this.#write(() => (this.#sql.insertAccount.get(email.toLowerCase(), now()) as Account | undefined) ?? null)
+  createAccount(email: string, passwordHash?: string): Promise<Account | null> {
+    return this.#write(
+      () =>
+        (this.#sql.insertAccount.get(email.toLowerCase(), passwordHash ?? null, now()) as Account | undefined) ?? null,
+    )
   }
 
   findAccountByEmail(email: string): Promise<Account | null> {
     return read(() => (this.#sql.getAccountByEmail.get(email.toLowerCase()) as Account | undefined) ?? null)
+  }
+
+  findAccountLogin(email: string): Promise<{ account: Account; passwordHash: string | null } | null> {
+    return read(() => {
+      const row = this.#sql.getAccountLogin.get(email.toLowerCase()) as
+        | (Account & { passwordHash: string | null })
+        | undefined
+      if (!row) return null
+      const { passwordHash, ...account } = row
+      return { account, passwordHash }
+    })
+  }
+
+  setAccountPassword(accountId: number, passwordHash: string): Promise<boolean> {
+    return this.#write(() => this.#sql.setPassword.run(passwordHash, accountId).changes > 0)
+  }
+
+  // ─── SESSIONS ──────────────────────────────────────────────────────────────────────────────
+
+  createSession(session: { hash: string; accountId: number; expiresAt: string }): Promise<void> {
+    return this.#write(() => {
+      this.#sql.insertSession.run(session.hash, session.accountId, now(), session.expiresAt)
+    })
+  }
+
+  findSession(hash: string): Promise<Session | null> {
+    return read(() => (this.#sql.getSession.get(hash, now()) as Session | undefined) ?? null)
+  }
+
+  deleteSession(hash: string): Promise<void> {
+    return this.#write(() => {
+      this.#sql.deleteSession.run(hash)
+    })
   }
 
   // ─── API KEYS ──────────────────────────────────────────────────────────────────────────────
@@ -157,16 +204,31 @@ export class SqliteStore implements Store {
     return read(() => (this.#sql.getKeyByHash.get(hash) as ApiKey | undefined) ?? null)
   }
 
-  revokeApiKey(id: string): Promise<ApiKey | null> {
-    return this.#write(() => (this.#sql.revokeKey.get(now(), id) as ApiKey | undefined) ?? null)
+  revokeApiKey(id: string, accountId?: number): Promise<ApiKey | null> {
+    const owner = accountId ?? null
+    return this.#write(() => (this.#sql.revokeKey.get(now(), id, owner, owner) as ApiKey | undefined) ?? null)
+  }
+
+  touchApiKeys(usages: { id: string; at: string }[]): Promise<void> {
+    return this.#write(() => {
+      for (const { id, at } of usages) this.#sql.touchKey.run(at, id, at)
+    })
   }
 
   // ─── MESSAGES ──────────────────────────────────────────────────────────────────────────────
 
-  createMessage(accountId: number, text: string): Promise<Message> {
-    return this.#write(
-      () => this.#sql.insertMessage.get(randomId('msg'), accountId, text, 'queued', now()) as unknown as Message,
-    )
+  createMessage(accountId: number, text: string, idempotency?: IdempotencyRef): Promise<Message> {
+    return this.#write(() => {
+      const message = this.#sql.insertMessage.get(
+        randomId('msg'),
+        accountId,
+        text,
+        'queued',
+        now(),
+      ) as unknown as Message
+      if (idempotency) this.#completeIdempotency(idempotency, 202, message)
+      return message
+    })
   }
 
   listMessages(accountId: number, limit: number): Promise<Message[]> {
@@ -178,6 +240,34 @@ export class SqliteStore implements Store {
   async secret(name: string, generate: () => string): Promise<string> {
     await this.#write(() => this.#sql.insertSecret.run(name, generate()))
     return read(() => (this.#sql.getSecret.get(name) as { value: string }).value)
+  }
+
+  // ─── IDEMPOTENCY ───────────────────────────────────────────────────────────────────────────
+
+  claimIdempotencyKey(claim: IdempotencyClaim): Promise<IdempotencyState> {
+    return this.#write((): IdempotencyState => {
+      const at = now()
+      this.#sql.dropStaleIdempotency.run(claim.scope, claim.key, at, claim.staleBefore)
+      if (this.#sql.claimIdempotency.get(claim.scope, claim.key, claim.fingerprint, at, claim.expiresAt)) {
+        return { state: 'claimed' }
+      }
+      const row = this.#sql.getIdempotency.get(claim.scope, claim.key) as unknown as IdempotencyRow
+      return idempotencyState(row, claim.fingerprint)
+    })
+  }
+
+  releaseIdempotencyKey(ref: IdempotencyRef): Promise<void> {
+    return this.#write(() => {
+      this.#sql.releaseIdempotency.run(ref.scope, ref.key)
+    })
+  }
+
+  // ─── HOUSEKEEPING ──────────────────────────────────────────────────────────────────────────
+
+  purgeExpired(at: string): Promise<number> {
+    return this.#write(
+      () => Number(this.#sql.purgeSessions.run(at).changes) + Number(this.#sql.purgeIdempotency.run(at).changes),
+    )
   }
 
   // ─── INTERNALS ─────────────────────────────────────────────────────────────────────────────
@@ -210,6 +300,10 @@ export class SqliteStore implements Store {
         throw error
       }
     }
+  }
+
+  #completeIdempotency(ref: IdempotencyRef, status: number, body: unknown): void {
+    this.#sql.completeIdempotency.run(status, JSON.stringify(body), ref.scope, ref.key)
   }
 
   /** Queues a write for the next group commit; resolves with its result once the commit is durable. */
@@ -278,20 +372,40 @@ function prepareStatements(db: DatabaseSync) {
     getPet: s(`SELECT ${PET_COLUMNS} FROM pets WHERE id = ?`),
     listPets: s(`SELECT ${PET_COLUMNS} FROM pets WHERE id > ? ORDER BY id LIMIT ?`),
     listPetsByStatus: s(`SELECT ${PET_COLUMNS} FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?`),
-    insertAccount: s(
-      'INSERT INTO accounts (email, created_at) VALUES (?, ?) ON CONFLICT (email) DO NOTHING RETURNING id, email, created_at AS createdAt',
-    ),
+    insertAccount: s(`INSERT INTO accounts (email, password_hash, created_at) VALUES (?, ?, ?)
+      ON CONFLICT (email) DO NOTHING RETURNING id, email, created_at AS createdAt`),
     getAccountByEmail: s('SELECT id, email, created_at AS createdAt FROM accounts WHERE email = ?'),
+    getAccountLogin: s(
+      'SELECT id, email, created_at AS createdAt, password_hash AS passwordHash FROM accounts WHERE email = ?',
+    ),
+    setPassword: s('UPDATE accounts SET password_hash = ? WHERE id = ?'),
+    insertSession: s('INSERT INTO sessions (id, account_id, created_at, expires_at) VALUES (?, ?, ?, ?)'),
+    getSession: s(`SELECT s.account_id AS accountId, a.email, s.expires_at AS expiresAt
+      FROM sessions s JOIN accounts a ON a.id = s.account_id WHERE s.id = ? AND s.expires_at > ?`),
+    deleteSession: s('DELETE FROM sessions WHERE id = ?'),
     insertKey: s(`INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at, expires_at)
       VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING ${KEY_COLUMNS}`),
     listKeys: s(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE account_id = ? ORDER BY created_at DESC, id`),
     getKeyByHash: s(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE key_hash = ?`),
-    revokeKey: s(`UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? RETURNING ${KEY_COLUMNS}`),
+    revokeKey: s(`UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?)
+      WHERE id = ? AND (? IS NULL OR account_id = ?) RETURNING ${KEY_COLUMNS}`),
+    touchKey: s('UPDATE api_keys SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)'),
     insertMessage: s(`INSERT INTO messages (id, account_id, body, status, created_at) VALUES (?, ?, ?, ?, ?)
       RETURNING ${MESSAGE_COLUMNS}`),
     listMessages: s(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE account_id = ? ORDER BY seq DESC LIMIT ?`),
     insertSecret: s('INSERT INTO secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING'),
     getSecret: s('SELECT value FROM secrets WHERE name = ?'),
+    dropStaleIdempotency: s(`DELETE FROM idempotency_keys WHERE scope = ? AND key = ?
+      AND (expires_at <= ? OR (state = 'in_progress' AND created_at <= ?))`),
+    claimIdempotency: s(`INSERT INTO idempotency_keys (scope, key, fingerprint, state, created_at, expires_at)
+      VALUES (?, ?, ?, 'in_progress', ?, ?) ON CONFLICT (scope, key) DO NOTHING RETURNING 1 AS claimed`),
+    getIdempotency: s(`SELECT fingerprint, state, response_status AS status, response_body AS body
+      FROM idempotency_keys WHERE scope = ? AND key = ?`),
+    completeIdempotency: s(`UPDATE idempotency_keys SET state = 'done', response_status = ?, response_body = ?
+      WHERE scope = ? AND key = ?`),
+    releaseIdempotency: s("DELETE FROM idempotency_keys WHERE scope = ? AND key = ? AND state = 'in_progress'"),
+    purgeSessions: s('DELETE FROM sessions WHERE expires_at <= ?'),
+    purgeIdempotency: s('DELETE FROM idempotency_keys WHERE expires_at <= ?'),
   }
 }
 

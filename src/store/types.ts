@@ -63,6 +63,34 @@ export interface NewApiKey {
   expiresAt: string | null
 }
 
+export interface Session {
+  accountId: number
+  email: string
+  expiresAt: string
+}
+
+/** Ties a write to the Idempotency-Key it was sent with (see claimIdempotencyKey). */
+export interface IdempotencyRef {
+  /** Whose key space: the id of the API key that sent the request. */
+  scope: string
+  key: string
+}
+
+export interface IdempotencyClaim extends IdempotencyRef {
+  /** Hash of what the request asks for (method, path, body): the same key must mean the same request. */
+  fingerprint: string
+  /** When the record may be forgotten and the key reused. */
+  expiresAt: string
+  /** An unfinished claim older than this belongs to a request that died, and may be taken over. */
+  staleBefore: string
+}
+
+export type IdempotencyState =
+  | { state: 'claimed' }
+  | { state: 'in_progress' }
+  | { state: 'mismatch' }
+  | { state: 'done'; status: number; body: string }
+
 export interface Store {
   // ─── LIFECYCLE ───────────────────────────────────────────────────────────────────────────────
   /** Resolves when the database answers a trivial query; rejects otherwise. */
@@ -71,18 +99,35 @@ export interface Store {
   close(): Promise<void>
 
   // ─── PETS ────────────────────────────────────────────────────────────────────────────────────
-  /** Stores a pet (`status` defaults to `available`) and returns it with its new id. */
-  createPet(pet: NewPet): Promise<Pet>
+  /**
+   * Stores a pet (`status` defaults to `available`) and returns it with its new id. With an
+   * idempotency reference, the claim is completed with the response in the same transaction.
+   */
+  createPet(pet: NewPet, idempotency?: IdempotencyRef): Promise<Pet>
   /** The pet with this id, or null. */
   getPet(id: number): Promise<Pet | null>
   /** One page of pets in id order, optionally of one status, after a given id. */
   listPets(options: ListPetsOptions): Promise<PetPage>
 
   // ─── ACCOUNTS ────────────────────────────────────────────────────────────────────────────────
-  /** Creates an account; null when the email (compared case-insensitively) is taken. */
-  createAccount(email: string): Promise<Account | null>
+  /**
+   * Creates an account, optionally with a password hash (portal sign-up); null when the email
+   * (compared case-insensitively) is taken. Emails are stored lower-case.
+   */
+  createAccount(email: string, passwordHash?: string): Promise<Account | null>
   /** The account with this email (case-insensitive), or null. */
   findAccountByEmail(email: string): Promise<Account | null>
+  /** The account and its password hash (null when it has none, e.g. made by the CLI), or null. */
+  findAccountLogin(email: string): Promise<{ account: Account; passwordHash: string | null } | null>
+  /** Sets or replaces an account's password hash; false when no such account. */
+  setAccountPassword(accountId: number, passwordHash: string): Promise<boolean>
+
+  // ─── SESSIONS ────────────────────────────────────────────────────────────────────────────────
+  /** Stores a portal session under the hash of its token. */
+  createSession(session: { hash: string; accountId: number; expiresAt: string }): Promise<void>
+  /** The unexpired session with this token hash, or null. */
+  findSession(hash: string): Promise<Session | null>
+  deleteSession(hash: string): Promise<void>
 
   // ─── API KEYS ────────────────────────────────────────────────────────────────────────────────
   createApiKey(key: NewApiKey): Promise<ApiKey>
@@ -90,12 +135,17 @@ export interface Store {
   listApiKeys(accountId: number): Promise<ApiKey[]>
   /** The key whose secret has this hash, revoked or not, or null. */
   findApiKeyByHash(hash: string): Promise<ApiKey | null>
-  /** Marks a key revoked (keeping the first revocation time) and returns it; null when no such key. */
-  revokeApiKey(id: string): Promise<ApiKey | null>
+  /**
+   * Marks a key revoked (keeping the first revocation time) and returns it; null when no such key,
+   * or when `accountId` is given and the key belongs to another account.
+   */
+  revokeApiKey(id: string, accountId?: number): Promise<ApiKey | null>
+  /** Records when keys were last used (best effort, batched by the caller). */
+  touchApiKeys(usages: { id: string; at: string }[]): Promise<void>
 
   // ─── MESSAGES ────────────────────────────────────────────────────────────────────────────────
-  /** Stores a message of an account with status `queued`. */
-  createMessage(accountId: number, text: string): Promise<Message>
+  /** Stores a message of an account with status `queued` (idempotency as for createPet). */
+  createMessage(accountId: number, text: string, idempotency?: IdempotencyRef): Promise<Message>
   /** The account's most recent messages, newest first. Never another account's. */
   listMessages(accountId: number, limit: number): Promise<Message[]>
 
@@ -105,4 +155,19 @@ export interface Store {
    * whichever instance asks first (e.g. the key that signs pagination cursors).
    */
   secret(name: string, generate: () => string): Promise<string>
+
+  // ─── IDEMPOTENCY ─────────────────────────────────────────────────────────────────────────────
+  /**
+   * Claims an Idempotency-Key for one request, durably, before the request does its work:
+   * `claimed` (go ahead, then complete it through createPet/createMessage or release it),
+   * `in_progress` (another request holds it), `mismatch` (it was used for another request), or
+   * `done` with the stored response to replay. Expired or stale records are taken over.
+   */
+  claimIdempotencyKey(claim: IdempotencyClaim): Promise<IdempotencyState>
+  /** Gives up an unfinished claim (the request failed before it wrote anything). */
+  releaseIdempotencyKey(ref: IdempotencyRef): Promise<void>
+
+  // ─── HOUSEKEEPING ────────────────────────────────────────────────────────────────────────────
+  /** Deletes expired sessions and idempotency records; returns how many. */
+  purgeExpired(now: string): Promise<number>
 }

@@ -143,6 +143,122 @@ export function storeContract(name: string, open: OpenStore): void {
       assert.equal(second, 'one')
     })
 
+    it('accounts: an optional password hash, readable only through findAccountLogin, replaceable', async (t) => {
+      const store = await open(t)
+      const withPassword = await store.createAccount('web@example.com', 'scrypt$hash')
+      const cliMade = await store.createAccount('cli@example.com')
+      assert.ok(withPassword && cliMade)
+      assert.ok(!('passwordHash' in withPassword))
+      assert.deepEqual(plain(await store.findAccountLogin('WEB@example.com')), {
+        account: plain(withPassword),
+        passwordHash: 'scrypt$hash',
+      })
+      assert.deepEqual(plain(await store.findAccountLogin('cli@example.com')), {
+        account: plain(cliMade),
+        passwordHash: null,
+      })
+      assert.equal(await store.findAccountLogin('nobody@example.com'), null)
+      assert.equal(await store.setAccountPassword(cliMade.id, 'scrypt$new'), true)
+      assert.equal((await store.findAccountLogin('cli@example.com'))?.passwordHash, 'scrypt$new')
+      assert.equal(await store.setAccountPassword(cliMade.id + 1000, 'x'), false)
+    })
+
+    it('sessions: found by hash until they expire or are deleted', async (t) => {
+      const store = await open(t)
+      const account = await store.createAccount('session@example.com')
+      assert.ok(account)
+      const expiresAt = new Date(Date.now() + 3_600_000).toISOString()
+      await store.createSession({ hash: 'h1', accountId: account.id, expiresAt })
+      await store.createSession({
+        hash: 'h2',
+        accountId: account.id,
+        expiresAt: new Date(Date.now() - 1000).toISOString(),
+      })
+      assert.deepEqual(plain(await store.findSession('h1')), {
+        accountId: account.id,
+        email: 'session@example.com',
+        expiresAt,
+      })
+      assert.equal(await store.findSession('h2'), null, 'an expired session is not found')
+      await store.deleteSession('h1')
+      assert.equal(await store.findSession('h1'), null)
+      assert.equal(await store.purgeExpired(new Date().toISOString()), 1)
+    })
+
+    it('api keys: revocation scoped to an account, and last use recorded', async (t) => {
+      const store = await open(t)
+      const alice = await store.createAccount('alice@example.com')
+      const bob = await store.createAccount('bob@example.com')
+      assert.ok(alice && bob)
+      const { key, generated } = await newKey(store, alice.id)
+      assert.equal(await store.revokeApiKey(key.id, bob.id), null, "bob cannot revoke alice's key")
+      assert.equal((await store.findApiKeyByHash(generated.hash))?.revokedAt, null)
+      const at = '2026-11-22T10:00:00.000Z'
+      await store.touchApiKeys([{ id: key.id, at }])
+      await store.touchApiKeys([{ id: key.id, at: '2026-11-22T09:00:00.000Z' }]) // older: ignored
+      assert.equal((await store.findApiKeyByHash(generated.hash))?.lastUsedAt, at)
+      assert.match((await store.revokeApiKey(key.id, alice.id))?.revokedAt ?? '', ISO)
+    })
+
+    it('idempotency: claim, complete with the write, replay; mismatch; in progress; release; expiry', async (t) => {
+      const store = await open(t)
+      const future = new Date(Date.now() + 86_400_000).toISOString()
+      const past = new Date(Date.now() - 60_000).toISOString()
+      const claim = { scope: 'key_a', key: 'k1', fingerprint: 'f1', expiresAt: future, staleBefore: past }
+      assert.deepEqual(await store.claimIdempotencyKey(claim), { state: 'claimed' })
+      assert.deepEqual(await store.claimIdempotencyKey(claim), { state: 'in_progress' })
+      assert.deepEqual(await store.claimIdempotencyKey({ ...claim, fingerprint: 'f2' }), { state: 'mismatch' })
+      assert.deepEqual(
+        await store.claimIdempotencyKey({ ...claim, scope: 'key_b' }),
+        { state: 'claimed' },
+        'keys are per scope',
+      )
+      const pet = await store.createPet({ name: 'once', categoryId: 1 }, claim)
+      const replay = await store.claimIdempotencyKey(claim)
+      assert.equal(replay.state, 'done')
+      assert.deepEqual(replay.state === 'done' && { status: replay.status, body: JSON.parse(replay.body) }, {
+        status: 201,
+        body: plain(pet),
+      })
+      const message = { ...claim, key: 'm1' }
+      await store.claimIdempotencyKey(message)
+      const account = await store.createAccount('idem@example.com')
+      const sent = await store.createMessage(account?.id as number, 'hi', message)
+      const replayed = await store.claimIdempotencyKey(message)
+      assert.deepEqual(replayed.state === 'done' && JSON.parse(replayed.body), plain(sent))
+      await store.releaseIdempotencyKey({ scope: 'key_b', key: 'k1' })
+      assert.deepEqual(await store.claimIdempotencyKey({ ...claim, scope: 'key_b' }), { state: 'claimed' })
+      const expired = { ...claim, key: 'old', expiresAt: past }
+      assert.deepEqual(await store.claimIdempotencyKey(expired), { state: 'claimed' })
+      await store.createPet({ name: 'old', categoryId: 1 }, expired)
+      assert.deepEqual(
+        await store.claimIdempotencyKey({ ...expired, fingerprint: 'other', expiresAt: future }),
+        { state: 'claimed' },
+        'an expired key can be reused',
+      )
+      const stale = { ...claim, key: 'stale' }
+      assert.deepEqual(await store.claimIdempotencyKey(stale), { state: 'claimed' })
+      assert.deepEqual(
+        await store.claimIdempotencyKey({ ...stale, staleBefore: future }),
+        { state: 'claimed' },
+        'a stale claim is taken over',
+      )
+    })
+
+    it('idempotency: concurrent claims of one key, exactly one wins', async (t) => {
+      const store = await open(t)
+      const claim = {
+        scope: 'key_c',
+        key: 'race',
+        fingerprint: 'f',
+        expiresAt: new Date(Date.now() + 60_000).toISOString(),
+        staleBefore: new Date(Date.now() - 60_000).toISOString(),
+      }
+      const states = await Promise.all(Array.from({ length: 10 }, () => store.claimIdempotencyKey(claim)))
+      assert.equal(states.filter((s) => s.state === 'claimed').length, 1)
+      assert.equal(states.filter((s) => s.state === 'in_progress').length, 9)
+    })
+
     it('lifecycle: ping answers; close is idempotent and finishes pending writes', async (t) => {
       const store = await open(t)
       await store.ping()

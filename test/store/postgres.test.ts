@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { describe, it, type TestContext } from 'node:test'
+import { readMigrations } from '../../src/store/migrations.ts'
 import { PostgresStore } from '../../src/store/postgres.ts'
 import { DatabaseUnavailableError } from '../../src/store/types.ts'
 import { postgres, testDatabaseUrl } from '../helper.ts'
@@ -25,7 +26,9 @@ describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () 
     const url = await testDatabaseUrl(t)
     await Promise.all(Array.from({ length: 5 }, () => open(t, url)))
     const rows = await postgres(`SELECT version, name FROM ${schemaOf(url)}.schema_migrations ORDER BY version`)
-    assert.deepEqual(rows, [{ version: 1, name: 'initial' }])
+    const expected = readMigrations('postgres').map(({ version, name }) => ({ version, name }))
+    assert.ok(expected.length >= 2)
+    assert.deepEqual(rows, expected)
   })
 
   it('keeps ids as bigint columns and returns them as exact numbers', async (t) => {

@@ -1,0 +1,169 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { requestFingerprint } from '../../src/plugins/idempotency.ts'
+import { bearer, build, errorBody } from '../helper.ts'
+
+const json = { 'content-type': 'application/json' }
+
+describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-httpapi-idempotency-key-header)', () => {
+  it('a retry with the same key and body replays the first response and creates nothing', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const send = (key: string) =>
+      test.app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers: { ...bearer(secret), 'idempotency-key': key },
+        payload: { name: 'Rex', categoryId: 1 },
+      })
+    const first = await send('order-1')
+    assert.equal(first.statusCode, 201)
+    assert.equal(first.headers['idempotent-replayed'], undefined)
+    for (const key of ['order-1', '"order-1"']) {
+      const retry = await send(key)
+      assert.equal(retry.statusCode, 201)
+      assert.equal(retry.headers['idempotent-replayed'], 'true')
+      assert.equal(retry.body, first.body)
+      assert.equal(retry.headers.location, first.headers.location)
+    }
+    const listed = await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    assert.equal(listed.json().length, 1)
+  })
+
+  it('treats the same body with its fields in another order as the same request', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const headers = { ...bearer(secret), ...json, 'idempotency-key': 'k' }
+    const first = await test.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers,
+      payload: '{"name":"Rex","categoryId":1}',
+    })
+    const retry = await test.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers,
+      payload: '{"categoryId":1,"name":"Rex"}',
+    })
+    assert.equal(retry.headers['idempotent-replayed'], 'true')
+    assert.equal(retry.body, first.body)
+  })
+
+  it('the same key with a different body: 422 idempotency_key_reused, nothing created', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const headers = { ...bearer(secret), 'idempotency-key': 'k' }
+    await test.app.inject({ method: 'POST', url: '/v1/pets', headers, payload: { name: 'Rex', categoryId: 1 } })
+    const other = await test.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers,
+      payload: { name: 'Tom', categoryId: 1 },
+    })
+    assert.equal(other.statusCode, 422)
+    assert.equal(errorBody(other).code, 'idempotency_key_reused')
+    assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).json().length, 1)
+  })
+
+  it('while the first request with a key is in flight: 409 idempotency_conflict', async (t) => {
+    const test = await build(t)
+    const { secret, keyId } = await test.newKey()
+    const headers = { ...bearer(secret), 'idempotency-key': 'busy' }
+    // Two identical requests at once: one does the work, the other finds the key taken.
+    const [a, b] = await Promise.all([
+      test.app.inject({ method: 'POST', url: '/v1/pets', headers, payload: { name: 'Rex', categoryId: 1 } }),
+      test.app.inject({ method: 'POST', url: '/v1/pets', headers, payload: { name: 'Rex', categoryId: 1 } }),
+    ])
+    const statuses = [a.statusCode, b.statusCode].sort()
+    assert.ok(
+      (statuses[0] === 201 && statuses[1] === 409) ||
+        (statuses[0] === 201 && statuses[1] === 201 && [a, b].some((r) => r.headers['idempotent-replayed'])),
+      String(statuses),
+    )
+    // And deterministically: a claim held by a request still running (made here through the store).
+    const now = Date.now()
+    await test.app.store.claimIdempotencyKey({
+      scope: keyId,
+      key: 'held',
+      fingerprint: requestFingerprint('POST', '/v1/messages', { message: 'hi' }),
+      expiresAt: new Date(now + 60_000).toISOString(),
+      staleBefore: new Date(now - 60_000).toISOString(),
+    })
+    const conflict = await test.app.inject({
+      method: 'POST',
+      url: '/v1/messages',
+      headers: { ...bearer(secret), 'idempotency-key': 'held' },
+      payload: { message: 'hi' },
+    })
+    assert.equal(conflict.statusCode, 409)
+    assert.equal(errorBody(conflict).code, 'idempotency_conflict')
+    assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).json().length, 1)
+  })
+
+  it('keys belong to the API key that sent them: another key with the same Idempotency-Key creates its own pet', async (t) => {
+    const test = await build(t)
+    const one = await test.newKey()
+    const two = await test.newKey()
+    const send = (secret: string) =>
+      test.app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers: { ...bearer(secret), 'idempotency-key': 'same' },
+        payload: { name: 'Rex', categoryId: 1 },
+      })
+    const a = await send(one.secret)
+    const b = await send(two.secret)
+    assert.equal(b.headers['idempotent-replayed'], undefined)
+    assert.notEqual(a.json().id, b.json().id)
+  })
+
+  it('replays POST /v1/messages with its 202 and creates one message', async (t) => {
+    const test = await build(t)
+    const { secret, accountId } = await test.newKey()
+    const send = () =>
+      test.app.inject({
+        method: 'POST',
+        url: '/v1/messages',
+        headers: { ...bearer(secret), 'idempotency-key': 'msg-1' },
+        payload: { message: 'hello' },
+      })
+    const first = await send()
+    const retry = await send()
+    assert.equal(retry.statusCode, 202)
+    assert.equal(retry.headers['idempotent-replayed'], 'true')
+    assert.equal(retry.body, first.body)
+    assert.equal((await test.app.store.listMessages(accountId, 10)).length, 1)
+  })
+
+  it('a refused request claims nothing: the key works for the corrected request', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const headers = { ...bearer(secret), 'idempotency-key': 'fix-me' }
+    const bad = await test.app.inject({ method: 'POST', url: '/v1/pets', headers, payload: { name: 'Rex' } })
+    assert.equal(bad.statusCode, 400)
+    const good = await test.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers,
+      payload: { name: 'Rex', categoryId: 1 },
+    })
+    assert.equal(good.statusCode, 201)
+    assert.equal(good.headers['idempotent-replayed'], undefined)
+  })
+
+  it('refuses a malformed Idempotency-Key with 400 naming the header', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    for (const key of ['has space', 'x'.repeat(256), 'tab\there', 'ünïcode']) {
+      const response = await test.app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers: { ...bearer(secret), 'idempotency-key': key },
+        payload: { name: 'Rex', categoryId: 1 },
+      })
+      assert.equal(response.statusCode, 400, key)
+      assert.match(errorBody(response).message, /header\.idempotency-key/)
+    }
+  })
+})

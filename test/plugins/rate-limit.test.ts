@@ -1,0 +1,100 @@
+import assert from 'node:assert/strict'
+import { createConnection } from 'node:net'
+import { describe, it } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { bearer, build, errorBody } from '../helper.ts'
+
+const explicitRedis = process.env.TEST_REDIS_URL
+const REDIS_URL = explicitRedis || 'redis://127.0.0.1:6379'
+
+/** Whether Redis answers; without TEST_REDIS_URL a missing Redis skips its tests (CI sets it). */
+async function redisSkip(): Promise<string | false> {
+  const { hostname, port } = new URL(REDIS_URL)
+  const answers = await new Promise<boolean>((resolve) => {
+    const socket = createConnection(Number(port || 6379), hostname, () => {
+      socket.end()
+      resolve(true)
+    })
+    socket.on('error', () => resolve(false))
+  })
+  if (answers) return false
+  if (explicitRedis) throw new Error(`TEST_REDIS_URL=${REDIS_URL} does not answer`)
+  return `Redis not reachable at ${REDIS_URL}: set TEST_REDIS_URL=redis://host:port to run`
+}
+
+describe('Rate limits per API key (RateLimit / RateLimit-Policy, IETF draft)', () => {
+  it('every authenticated response carries RateLimit-Policy and RateLimit, counting down', async (t) => {
+    const test = await build(t, { RATE_LIMIT: '100', RATE_LIMIT_WINDOW_SECONDS: '60' })
+    const { secret } = await test.newKey()
+    const first = await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    const second = await test.app.inject({ url: '/v1/pets/1', headers: bearer(secret) })
+    assert.equal(first.headers['ratelimit-policy'], '"default";q=100;w=60')
+    assert.match(String(first.headers.ratelimit), /^"default";r=99;t=(60|59)$/)
+    assert.match(String(second.headers.ratelimit), /^"default";r=98;t=\d+$/)
+    assert.equal(second.statusCode, 404, 'errors after authentication count and carry the headers too')
+  })
+
+  it('past the limit: 429 rate_limited with Retry-After, for that key only; the window then resets', async (t) => {
+    const test = await build(t, { RATE_LIMIT: '3', RATE_LIMIT_WINDOW_SECONDS: '1' })
+    const limited = await test.newKey()
+    const other = await test.newKey()
+    for (let i = 0; i < 3; i++) {
+      assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(limited.secret) })).statusCode, 200)
+    }
+    const refused = await test.app.inject({ url: '/v1/pets', headers: bearer(limited.secret) })
+    assert.equal(refused.statusCode, 429)
+    assert.equal(errorBody(refused).code, 'rate_limited')
+    assert.match(String(refused.headers['retry-after']), /^[01]$/)
+    assert.match(String(refused.headers.ratelimit), /r=0;/)
+    assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(other.secret) })).statusCode, 200)
+    await sleep(1100)
+    assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(limited.secret) })).statusCode, 200)
+  })
+
+  it('RATE_LIMIT=0 turns the limit and its headers off', async (t) => {
+    const test = await build(t, { RATE_LIMIT: '0' })
+    const { secret } = await test.newKey()
+    const response = await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    assert.equal(response.statusCode, 200)
+    assert.equal(response.headers.ratelimit, undefined)
+  })
+
+  it('an address that keeps sending bad keys gets 429 for the window, valid key or not; other addresses do not', async (t) => {
+    const test = await build(t, { AUTH_FAILURE_LIMIT: '3', RATE_LIMIT_WINDOW_SECONDS: '60' })
+    const { secret } = await test.newKey()
+    const from = (remoteAddress: string, authorization: string) =>
+      test.app.inject({ url: '/v1/pets', remoteAddress, headers: { authorization } })
+    for (let i = 0; i < 3; i++) assert.equal((await from('10.0.0.1', 'Bearer wrong')).statusCode, 401)
+    const slowed = await from('10.0.0.1', 'Bearer wrong')
+    assert.equal(slowed.statusCode, 429)
+    assert.equal(errorBody(slowed).code, 'rate_limited')
+    assert.ok(Number(slowed.headers['retry-after']) > 0)
+    assert.equal((await from('10.0.0.1', `Bearer ${secret}`)).statusCode, 429)
+    assert.equal((await from('10.0.0.2', `Bearer ${secret}`)).statusCode, 200)
+  })
+
+  it('with REDIS_URL, instances share one counter per key', async (t) => {
+    const skip = await redisSkip()
+    if (skip) return t.skip(skip)
+    const env = { REDIS_URL, RATE_LIMIT: '4', RATE_LIMIT_WINDOW_SECONDS: '30' }
+    const one = await build(t, env)
+    const two = await build(t, { ...env, DATABASE_URL: one.config.databaseUrl })
+    const { secret } = await one.newKey()
+    const statuses = []
+    for (const test of [one, two, one, two, one, two]) {
+      statuses.push((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode)
+    }
+    assert.deepEqual(statuses, [200, 200, 200, 200, 429, 429])
+  })
+
+  it('fails open when Redis does not answer: requests are served, and the failure is logged', async (t) => {
+    const test = await build(t, { REDIS_URL: 'redis://127.0.0.1:1', RATE_LIMIT: '1' }, { captureLogs: true })
+    const { secret } = await test.newKey()
+    for (let i = 0; i < 3; i++) {
+      const started = Date.now()
+      assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
+      assert.ok(Date.now() - started < 2000)
+    }
+    assert.ok(test.logs.some((line) => String(line.msg).includes('rate-limit counters unavailable')))
+  })
+})
