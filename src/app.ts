@@ -77,6 +77,15 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id)
   })
+  // Once shutdown starts, answer in-flight requests with Connection: close, so their keep-alive
+  // connections end with them instead of holding the process open until the keep-alive timeout.
+  let closing = false
+  app.addHook('preClose', async () => {
+    closing = true
+  })
+  app.addHook('onSend', async (_request, reply) => {
+    if (closing) reply.header('connection', 'close')
+  })
 
   await app.register(errors)
   await app.register(store, { config })

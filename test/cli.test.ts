@@ -1,0 +1,378 @@
+/**
+ * The operator's CLI, run for real: `bin/animal-store.ts` as a child process on a real SQLite file,
+ * exactly as `npx animal-store …` runs it. The end-to-end tests then point the real app at the
+ * same file to check that what the CLI wrote is what the server reads.
+ */
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { createHash } from 'node:crypto'
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { after, before, describe, it, type TestContext } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { EnvSchema } from '../src/config.ts'
+import { bearer, build, errorBody } from './helper.ts'
+
+const ROOT = join(import.meta.dirname, '..')
+const STAGING_KEY = /^as_test_[0-9A-Za-z]{38}$/
+const LIVE_KEY = /^as_live_[0-9A-Za-z]{38}$/
+/** How many leading characters of a key are stored and shown (`as_test_AbCd`); the rest is the secret part. */
+const SHOWN = 12
+const DAY_MS = 86_400_000
+
+interface Run {
+  code: number | null
+  stdout: string
+  stderr: string
+}
+
+/** The child's environment: ours without any of the service's variables, plus `overrides`. */
+function childEnv(overrides: Record<string, string>): NodeJS.ProcessEnv {
+  const env = { ...process.env }
+  for (const name of Object.keys(EnvSchema.properties)) delete env[name]
+  delete env.NODE_TEST_CONTEXT
+  return { ...env, ...overrides }
+}
+
+/** Runs `animal-store <args>` on `databaseUrl` and collects its exit code and output. */
+function cli(databaseUrl: string, args: string[], env: Record<string, string> = {}): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['bin/animal-store.ts', ...args], {
+      cwd: ROOT,
+      env: childEnv({ DATABASE_URL: databaseUrl, ...env }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: 20_000,
+    })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+      stdout += chunk
+    })
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+      stderr += chunk
+    })
+    child.on('error', reject)
+    child.on('close', (code) => resolve({ code, stdout, stderr }))
+  })
+}
+
+/** A run that must succeed: exit 0, nothing on stderr. */
+async function ok(databaseUrl: string, args: string[], env: Record<string, string> = {}): Promise<Run> {
+  const run = await cli(databaseUrl, args, env)
+  assert.equal(run.code, 0, `animal-store ${args.join(' ')} failed: ${run.stderr}`)
+  assert.equal(run.stderr, '', `animal-store ${args.join(' ')} wrote to stderr`)
+  return run
+}
+
+/** A run that must fail: non-zero exit, exactly one line on stderr, nothing on stdout. */
+async function fails(databaseUrl: string, args: string[], env: Record<string, string> = {}): Promise<string> {
+  const run = await cli(databaseUrl, args, env)
+  const what = `animal-store ${args.join(' ')}`
+  assert.notEqual(run.code, 0, `${what} exited 0`)
+  assert.equal(run.stdout, '', `${what} wrote to stdout`)
+  assert.match(run.stderr, /^[^\n]+\n$/, `${what}: stderr is not exactly one line: ${JSON.stringify(run.stderr)}`)
+  return run.stderr.trimEnd()
+}
+
+function lastLine(text: string): string {
+  return text.trimEnd().split('\n').at(-1) as string
+}
+
+/** `keys create`'s secret: the last line of stdout, alone. */
+async function createKey(databaseUrl: string, email: string, options: string[] = [], env: Record<string, string> = {}) {
+  const run = await ok(databaseUrl, ['keys', 'create', email, ...options], env)
+  return lastLine(run.stdout)
+}
+
+/** Parses `keys list`'s table into rows keyed by the header's column names. */
+function parseTable(stdout: string): Record<string, string>[] {
+  const [header, ...rows] = stdout.trimEnd().split('\n') as [string, ...string[]]
+  const names = header.trim().split(/\s{2,}/)
+  return rows.map((row) => {
+    const cells = row.trim().split(/\s{2,}/)
+    assert.equal(cells.length, names.length, `cannot parse row ${JSON.stringify(row)} under ${JSON.stringify(header)}`)
+    return Object.fromEntries(names.map((name, i) => [name, cells[i] as string]))
+  })
+}
+
+/** `keys list <email>` for the key whose secret is `secret` (found by its shown prefix). */
+async function listedKey(databaseUrl: string, email: string, secret: string): Promise<Record<string, string>> {
+  const rows = parseTable((await ok(databaseUrl, ['keys', 'list', email])).stdout)
+  const row = rows.find((r) => r.PREFIX === `${secret.slice(0, SHOWN)}…`)
+  assert.ok(row, `no row for ${secret.slice(0, SHOWN)}… in ${JSON.stringify(rows)}`)
+  return row
+}
+
+function tempDir(): string {
+  return mkdtempSync(join(tmpdir(), 'animal-store-cli-'))
+}
+
+/** A fresh SQLite file for one test, removed afterwards. */
+function newDatabase(t: TestContext): { dir: string; url: string } {
+  const dir = tempDir()
+  t.after(() => rmSync(dir, { recursive: true, force: true }))
+  return { dir, url: `sqlite:${join(dir, 'db.sqlite')}` }
+}
+
+/** A fresh database with one account. */
+async function withAccount(t: TestContext, email = 'alice@example.com') {
+  const db = newDatabase(t)
+  await ok(db.url, ['accounts', 'create', email])
+  return { ...db, email }
+}
+
+describe('CLI: accounts create', () => {
+  it('creates an account and says so on stdout (exit 0, nothing on stderr)', async (t) => {
+    const { url } = newDatabase(t)
+    const run = await ok(url, ['accounts', 'create', 'alice@example.com'])
+    assert.match(run.stdout, /alice@example\.com/)
+    const list = await ok(url, ['keys', 'list', 'alice@example.com'])
+    assert.doesNotMatch(list.stdout, /as_(test|live)_/)
+  })
+
+  it('refuses a duplicate account: non-zero exit, one line on stderr naming the address', async (t) => {
+    const { url } = await withAccount(t)
+    const message = await fails(url, ['accounts', 'create', 'alice@example.com'])
+    assert.match(message, /alice@example\.com/)
+  })
+})
+
+describe('CLI: keys create', () => {
+  it('prints a staging key (as_test_…) alone on the last line by default (DEPLOYMENT defaults to staging)', async (t) => {
+    const { url, email } = await withAccount(t)
+    const run = await ok(url, ['keys', 'create', email])
+    const secret = lastLine(run.stdout)
+    assert.match(secret, STAGING_KEY)
+    assert.ok(run.stdout.endsWith(`\n${secret}\n`), 'the key is not alone on the last line')
+    assert.equal(run.stdout.split(secret).length - 1, 1, 'the key is printed more than once')
+  })
+
+  it('prints a production key (as_live_…) with DEPLOYMENT=production', async (t) => {
+    const { url, email } = await withAccount(t)
+    const secret = await createKey(url, email, [], { DEPLOYMENT: 'production' })
+    assert.match(secret, LIVE_KEY)
+  })
+
+  it('makes a different key every time', async (t) => {
+    const { url, email } = await withAccount(t)
+    const first = await createKey(url, email)
+    const second = await createKey(url, email)
+    assert.notEqual(first, second)
+    assert.notEqual(first.slice(0, SHOWN), second.slice(0, SHOWN))
+  })
+
+  it('sets no expiry by default', async (t) => {
+    const { url, email } = await withAccount(t)
+    const secret = await createKey(url, email)
+    assert.equal((await listedKey(url, email, secret)).EXPIRES, '-')
+  })
+
+  it('--expires-in 30d sets an expiry about 30 days ahead (as keys list shows)', async (t) => {
+    const { url, email } = await withAccount(t)
+    const before = Date.now()
+    const secret = await createKey(url, email, ['--expires-in', '30d'])
+    const afterwards = Date.now()
+    const row = await listedKey(url, email, secret)
+    const expires = Date.parse(row.EXPIRES as string)
+    assert.ok(Number.isFinite(expires), `EXPIRES is not a date: ${row.EXPIRES}`)
+    assert.ok(
+      expires >= before + 30 * DAY_MS - 1000 && expires <= afterwards + 30 * DAY_MS + 1000,
+      `expiry ${row.EXPIRES} is not 30 days after creation`,
+    )
+    assert.equal(row.STATE, 'active')
+  })
+
+  it('--name names the key in keys list', async (t) => {
+    const { url, email } = await withAccount(t)
+    const secret = await createKey(url, email, ['--name', 'ci-runner'])
+    assert.equal((await listedKey(url, email, secret)).NAME, 'ci-runner')
+  })
+})
+
+describe('CLI: keys list', () => {
+  it('shows each key id, prefix and state, and never the secret', async (t) => {
+    const { url, email } = await withAccount(t)
+    const secrets = [await createKey(url, email), await createKey(url, email, ['--expires-in', '2w'])]
+    const run = await ok(url, ['keys', 'list', email])
+    const rows = parseTable(run.stdout)
+    assert.equal(rows.length, 2)
+    for (const secret of secrets) {
+      assert.ok(!run.stdout.includes(secret), 'keys list printed a full key')
+      assert.ok(!run.stdout.includes(secret.slice(SHOWN)), 'keys list printed the secret part of a key')
+      const row = rows.find((r) => r.PREFIX === `${secret.slice(0, SHOWN)}…`)
+      assert.ok(row, `no row shows the prefix ${secret.slice(0, SHOWN)}`)
+      assert.match(row.ID as string, /^key_[0-9A-Za-z]+$/)
+      assert.equal(row.STATE, 'active')
+    }
+    assert.notEqual(rows[0]?.ID, rows[1]?.ID)
+  })
+
+  it('lists only the account’s own keys', async (t) => {
+    const { url, email } = await withAccount(t)
+    await ok(url, ['accounts', 'create', 'bob@example.com'])
+    const mine = await createKey(url, email)
+    const bobs = await createKey(url, 'bob@example.com')
+    const rows = parseTable((await ok(url, ['keys', 'list', email])).stdout)
+    assert.deepEqual(
+      rows.map((r) => r.PREFIX),
+      [`${mine.slice(0, SHOWN)}…`],
+    )
+    assert.notEqual(bobs.slice(0, SHOWN), mine.slice(0, SHOWN))
+  })
+})
+
+describe('CLI: keys revoke', () => {
+  it('revokes a key by id: keys list then shows it revoked, and the other keys still active', async (t) => {
+    const { url, email } = await withAccount(t)
+    const revoked = await createKey(url, email)
+    const kept = await createKey(url, email)
+    const id = (await listedKey(url, email, revoked)).ID as string
+    const run = await ok(url, ['keys', 'revoke', id])
+    assert.match(run.stdout, new RegExp(id))
+    assert.ok(!run.stdout.includes(revoked), 'keys revoke printed the key')
+    assert.equal((await listedKey(url, email, revoked)).STATE, 'revoked')
+    assert.equal((await listedKey(url, email, kept)).STATE, 'active')
+  })
+})
+
+describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing on stdout', () => {
+  let dir: string
+  let url: string
+  before(async () => {
+    dir = tempDir()
+    url = `sqlite:${join(dir, 'db.sqlite')}`
+    const run = await cli(url, ['accounts', 'create', 'alice@example.com'])
+    assert.equal(run.code, 0, run.stderr)
+  })
+  after(() => rmSync(dir, { recursive: true, force: true }))
+
+  const cases: [string, string[], RegExp][] = [
+    ['an unknown command', ['frobnicate'], /frobnicate/],
+    ['an unknown action', ['keys', 'rotate', 'alice@example.com'], /rotate/],
+    ['a group without an action', ['keys'], /keys/],
+    ['accounts create without an email', ['accounts', 'create'], /email/i],
+    ['keys create without an email', ['keys', 'create'], /email/i],
+    ['keys list without an email', ['keys', 'list'], /email/i],
+    ['keys revoke without a key id', ['keys', 'revoke'], /key/i],
+    ['a malformed email', ['accounts', 'create', 'not-an-email'], /not-an-email/],
+    ['an email with a space', ['keys', 'create', 'alice @example.com'], /alice @example\.com/],
+    ['keys create for an unknown account', ['keys', 'create', 'nobody@example.com'], /nobody@example\.com/],
+    ['keys list for an unknown account', ['keys', 'list', 'nobody@example.com'], /nobody@example\.com/],
+    ['a duration with an unknown unit (3x)', ['keys', 'create', 'alice@example.com', '--expires-in', '3x'], /3x/],
+    ['a duration without a unit (30)', ['keys', 'create', 'alice@example.com', '--expires-in', '30'], /expires-in/],
+    ['a zero duration (0d)', ['keys', 'create', 'alice@example.com', '--expires-in', '0d'], /expires-in/],
+    ['a negative duration (-1d)', ['keys', 'create', 'alice@example.com', '--expires-in=-1d'], /expires-in/],
+    ['--expires-in without a value', ['keys', 'create', 'alice@example.com', '--expires-in'], /expires-in/],
+    ['an unknown flag', ['keys', 'create', 'alice@example.com', '--scope', 'admin'], /--scope/],
+    ['a flag of another command', ['keys', 'list', 'alice@example.com', '--name', 'x'], /--name/],
+    ['an empty --name', ['keys', 'create', 'alice@example.com', '--name', ''], /--name/],
+    ['an extra argument', ['accounts', 'create', 'alice@example.com', 'bob@example.com'], /bob@example\.com/],
+    ['revoking an unknown key id', ['keys', 'revoke', 'key_doesNotExist0000'], /key_doesNotExist0000/],
+  ]
+  for (const [what, args, message] of cases) {
+    it(`refuses ${what}: animal-store ${args.join(' ')}`, async () => {
+      assert.match(await fails(url, args), message)
+    })
+  }
+
+  it('refuses a bad configuration (DEPLOYMENT=prod) in one line naming the variable', async () => {
+    assert.match(await fails(url, ['keys', 'list', 'alice@example.com'], { DEPLOYMENT: 'prod' }), /DEPLOYMENT/)
+  })
+
+  it('writes nothing to the database when refusing', async () => {
+    await fails(url, ['keys', 'create', 'alice@example.com', '--expires-in', '3x'])
+    await fails(url, ['keys', 'create', 'alice@example.com', '--bogus'])
+    const run = await ok(url, ['keys', 'list', 'alice@example.com'])
+    assert.doesNotMatch(run.stdout, /as_(test|live)_/)
+  })
+})
+
+describe('CLI: help', () => {
+  for (const args of [['help'], ['--help'], ['-h'], []]) {
+    it(`animal-store ${args.join(' ') || '(no arguments)'} prints the usage on stdout and exits 0`, async (t) => {
+      const { url } = newDatabase(t)
+      const run = await ok(url, args)
+      assert.match(run.stdout, /accounts create/)
+      assert.match(run.stdout, /keys create/)
+      assert.match(run.stdout, /keys list/)
+      assert.match(run.stdout, /keys revoke/)
+    })
+  }
+})
+
+describe('CLI keys against the app (end to end, same SQLite file)', () => {
+  it('a key created by the CLI is accepted; after keys revoke, a freshly built app refuses it with 401 revoked_api_key', async (t) => {
+    const { url, email } = await withAccount(t)
+    const secret = await createKey(url, email)
+
+    const first = await build(t, { DATABASE_URL: url })
+    const accepted = await first.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    assert.equal(accepted.statusCode, 200, accepted.body)
+    assert.deepEqual(accepted.json(), [])
+
+    await ok(url, ['keys', 'revoke', (await listedKey(url, email, secret)).ID as string])
+
+    const fresh = await build(t, { DATABASE_URL: url })
+    const refused = await fresh.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    assert.equal(refused.statusCode, 401)
+    assert.equal(errorBody(refused).code, 'revoked_api_key')
+  })
+
+  it('a running app with API_KEY_CACHE_SECONDS=0 refuses a key as soon as the CLI revokes it', async (t) => {
+    const { url, email } = await withAccount(t)
+    const secret = await createKey(url, email)
+    const running = await build(t, { DATABASE_URL: url, API_KEY_CACHE_SECONDS: '0' })
+    assert.equal((await running.app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
+    await ok(url, ['keys', 'revoke', (await listedKey(url, email, secret)).ID as string])
+    const refused = await running.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    assert.equal(refused.statusCode, 401)
+    assert.equal(errorBody(refused).code, 'revoked_api_key')
+  })
+
+  it('a production key works on a production app and is refused (401 invalid_api_key) by a staging app', async (t) => {
+    const { url, email } = await withAccount(t)
+    const secret = await createKey(url, email, [], { DEPLOYMENT: 'production' })
+    const production = await build(t, { DATABASE_URL: url, DEPLOYMENT: 'production' })
+    assert.equal((await production.app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
+    const staging = await build(t, { DATABASE_URL: url })
+    const refused = await staging.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    assert.equal(refused.statusCode, 401)
+    assert.equal(errorBody(refused).code, 'invalid_api_key')
+  })
+
+  it('a key created with --expires-in 1s is refused with 401 expired_api_key once it lapses, and listed as expired', async (t) => {
+    const { url, email } = await withAccount(t)
+    const secret = await createKey(url, email, ['--expires-in', '1s'])
+    await sleep(1100)
+    const app = await build(t, { DATABASE_URL: url })
+    const refused = await app.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    assert.equal(refused.statusCode, 401)
+    assert.equal(errorBody(refused).code, 'expired_api_key')
+    assert.equal((await listedKey(url, email, secret)).STATE, 'expired')
+  })
+
+  it('the SQLite files never hold the key in plain text, only its SHA-256', async (t) => {
+    const { dir, url, email } = await withAccount(t)
+    const secrets = [await createKey(url, email), await createKey(url, email, ['--name', 'second'])]
+    // Use the keys through a running app, so the -wal file has recent writes (e.g. last use) too.
+    const app = await build(t, { DATABASE_URL: url })
+    for (const secret of secrets) {
+      assert.equal((await app.app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
+    }
+    const files = readdirSync(dir).filter((name) => name.startsWith('db.sqlite'))
+    assert.ok(files.includes('db.sqlite'), `no database file in ${files.join(', ')}`)
+    const bytes = Buffer.concat(files.map((name) => readFileSync(join(dir, name))))
+    for (const secret of secrets) {
+      assert.ok(!bytes.includes(secret), 'the key is stored in plain text')
+      assert.ok(!bytes.includes(secret.slice(SHOWN)), 'the secret part of the key is stored in plain text')
+      // Positive control, so that the search above is known to look in the right place.
+      const digest = createHash('sha256').update(secret).digest()
+      const stored = [digest.toString('base64url'), digest.toString('hex'), digest.toString('base64')]
+      assert.ok(
+        stored.some((text) => bytes.includes(text)) || bytes.includes(digest),
+        'the SHA-256 of the key is not in the database',
+      )
+    }
+  })
+})

@@ -1,0 +1,586 @@
+/**
+ * The real process, src/server.ts, on a real port and a real SQLite file: its JSON logs, request
+ * ids, probes, refusal of bad configuration and graceful shutdown on SIGTERM/SIGINT.
+ * Keys are made with the real CLI (bin/animal-store.ts), as an operator would.
+ */
+import assert from 'node:assert/strict'
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import net from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { describe, it, type TestContext } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { EnvSchema } from '../src/config.ts'
+
+const ROOT = join(import.meta.dirname, '..')
+/** How many leading characters of a key are public (`as_test_AbCd`); the rest is the secret part. */
+const SHOWN = 12
+/** The server's default keep-alive timeout (KEEP_ALIVE_TIMEOUT_SECONDS). */
+const KEEP_ALIVE_MS = 5000
+
+/** The child's environment: ours without any of the service's variables, plus `overrides`. */
+function childEnv(overrides: Record<string, string>): NodeJS.ProcessEnv {
+  const env = { ...process.env }
+  for (const name of Object.keys(EnvSchema.properties)) delete env[name]
+  delete env.NODE_TEST_CONTEXT
+  return { ...env, ...overrides }
+}
+
+/** A fresh SQLite file for one test, removed afterwards. */
+function newDatabase(t: TestContext): string {
+  const dir = mkdtempSync(join(tmpdir(), 'animal-store-server-'))
+  t.after(() => rmSync(dir, { recursive: true, force: true }))
+  return `sqlite:${join(dir, 'db.sqlite')}`
+}
+
+interface Exit {
+  code: number | null
+  signal: NodeJS.Signals | null
+  stdout: string
+  stderr: string
+}
+
+/** Runs a node script to completion. */
+function runNode(args: string[], env: Record<string, string>, timeout = 15_000): Promise<Exit> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, args, { cwd: ROOT, env: childEnv(env), timeout })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+      stdout += chunk
+    })
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+      stderr += chunk
+    })
+    child.on('error', reject)
+    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }))
+  })
+}
+
+/** An account and a staging key made through the CLI; returns the key. */
+async function cliKey(databaseUrl: string): Promise<string> {
+  const account = await runNode(['bin/animal-store.ts', 'accounts', 'create', 'ops@example.com'], {
+    DATABASE_URL: databaseUrl,
+  })
+  assert.equal(account.code, 0, account.stderr)
+  const key = await runNode(['bin/animal-store.ts', 'keys', 'create', 'ops@example.com'], {
+    DATABASE_URL: databaseUrl,
+  })
+  assert.equal(key.code, 0, key.stderr)
+  const secret = key.stdout.trimEnd().split('\n').at(-1) as string
+  assert.match(secret, /^as_test_[0-9A-Za-z]{38}$/)
+  return secret
+}
+
+/** A port nobody listens on right now. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer()
+    server.on('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo
+      server.close(() => resolve(port))
+    })
+  })
+}
+
+interface Server {
+  child: ChildProcessWithoutNullStreams
+  port: number
+  base: string
+  /** Everything written so far. */
+  stdout(): string
+  stderr(): string
+  /** stdout's lines, each parsed as JSON (fails the test if one is not JSON). */
+  logs(): Record<string, unknown>[]
+  /** Resolves with the first log line matching `test`, within `ms`. */
+  waitForLog(test: (line: Record<string, unknown>) => boolean, ms?: number): Promise<Record<string, unknown>>
+  /** Resolves when the process has exited (and its output is all read). */
+  exited: Promise<Exit>
+}
+
+/** Starts `src/server.ts` on a free port and waits for its "Server listening" log line. */
+async function startServer(t: TestContext, env: Record<string, string>): Promise<Server> {
+  const port = await freePort()
+  const child = spawn(process.execPath, ['src/server.ts'], {
+    cwd: ROOT,
+    env: childEnv({ PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', ...env }),
+  })
+  t.after(() => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+  })
+  let stdout = ''
+  let stderr = ''
+  const waiters = new Set<() => void>()
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+    stdout += chunk
+    for (const waiter of waiters) waiter()
+  })
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+    stderr += chunk
+  })
+  const exited = new Promise<Exit>((resolve) => {
+    child.on('close', (code, signal) => {
+      for (const waiter of waiters) waiter()
+      resolve({ code, signal, stdout, stderr })
+    })
+  })
+  const logs = () =>
+    stdout
+      .split('\n')
+      .filter((line) => line !== '')
+      .map((line) => {
+        try {
+          return JSON.parse(line) as Record<string, unknown>
+        } catch {
+          throw new Error(`log line is not JSON: ${line}`)
+        }
+      })
+  const waitForLog = (test: (line: Record<string, unknown>) => boolean, ms = 5000) =>
+    new Promise<Record<string, unknown>>((resolve, reject) => {
+      const check = () => {
+        // Only complete lines: the last element after split is the unfinished one.
+        const lines = stdout.split('\n').slice(0, -1).filter(Boolean)
+        for (const line of lines) {
+          let parsed: Record<string, unknown>
+          try {
+            parsed = JSON.parse(line)
+          } catch {
+            continue
+          }
+          if (test(parsed)) {
+            done()
+            return resolve(parsed)
+          }
+        }
+        if (child.exitCode !== null || child.signalCode !== null) {
+          done()
+          reject(new Error(`server exited (${child.exitCode ?? child.signalCode}); stderr: ${stderr}`))
+        }
+      }
+      const timer = setTimeout(() => {
+        done()
+        reject(new Error(`no such log line within ${ms} ms; stdout: ${stdout}; stderr: ${stderr}`))
+      }, ms)
+      const done = () => {
+        clearTimeout(timer)
+        waiters.delete(check)
+      }
+      waiters.add(check)
+      check()
+    })
+  await waitForLog((line) => String(line.msg).startsWith('Server listening'), 10_000)
+  return {
+    child,
+    port,
+    base: `http://127.0.0.1:${port}`,
+    stdout: () => stdout,
+    stderr: () => stderr,
+    logs,
+    waitForLog,
+    exited,
+  }
+}
+
+/** Resolves with the exit, or with null if the process is still running after `ms`. */
+async function exitWithin(server: Server, ms: number): Promise<Exit | null> {
+  const timeout = sleep(ms, null)
+  return Promise.race([server.exited, timeout])
+}
+
+/** Whether new connections to `port` are refused within `ms` (the listener is closed). */
+async function refusesConnections(port: number, ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms
+  while (Date.now() < deadline) {
+    try {
+      const client = await RawClient.connect(port)
+      client.socket.destroy()
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ECONNREFUSED') return true
+      throw error
+    }
+    await sleep(20)
+  }
+  return false
+}
+
+/** One raw HTTP/1.1 exchange on a socket we control (for keep-alive and shutdown timing). */
+class RawClient {
+  socket: net.Socket
+  received = ''
+  closed: Promise<void>
+  isClosed = false
+  #waiters = new Set<() => void>()
+
+  private constructor(socket: net.Socket) {
+    this.socket = socket
+    socket.setEncoding('utf8')
+    socket.on('data', (chunk: string) => {
+      this.received += chunk
+      for (const waiter of this.#waiters) waiter()
+    })
+    socket.on('error', () => {})
+    this.closed = new Promise((resolve) =>
+      socket.on('close', () => {
+        this.isClosed = true
+        for (const waiter of this.#waiters) waiter()
+        resolve()
+      }),
+    )
+  }
+
+  static connect(port: number): Promise<RawClient> {
+    return new Promise((resolve, reject) => {
+      const socket = net.connect(port, '127.0.0.1')
+      socket.once('error', reject)
+      socket.once('connect', () => resolve(new RawClient(socket)))
+    })
+  }
+
+  write(text: string): Promise<void> {
+    return new Promise((resolve, reject) => this.socket.write(text, (error) => (error ? reject(error) : resolve())))
+  }
+
+  /** Waits for the `n`-th complete response (1-based) on this connection and parses it. */
+  response(n = 1, ms = 5000): Promise<{ status: number; headers: Record<string, string>; body: string }> {
+    return new Promise((resolve, reject) => {
+      const check = () => {
+        const parsed = parseResponses(this.received)
+        if (parsed.length >= n) {
+          done()
+          return resolve(parsed[n - 1] as { status: number; headers: Record<string, string>; body: string })
+        }
+        if (this.isClosed) {
+          done()
+          reject(new Error(`connection closed after ${JSON.stringify(this.received)}`))
+        }
+      }
+      const timer = setTimeout(() => {
+        done()
+        reject(new Error(`no response ${n} within ${ms} ms: ${JSON.stringify(this.received)}`))
+      }, ms)
+      const done = () => {
+        clearTimeout(timer)
+        this.#waiters.delete(check)
+      }
+      this.#waiters.add(check)
+      check()
+    })
+  }
+}
+
+/** Splits complete HTTP/1.1 responses with Content-Length bodies (all this service sends). */
+function parseResponses(text: string) {
+  const responses = []
+  let rest = text
+  for (;;) {
+    const end = rest.indexOf('\r\n\r\n')
+    if (end < 0) break
+    const [statusLine, ...headerLines] = rest.slice(0, end).split('\r\n') as [string, ...string[]]
+    const headers: Record<string, string> = {}
+    for (const line of headerLines) {
+      const colon = line.indexOf(':')
+      headers[line.slice(0, colon).trim().toLowerCase()] = line.slice(colon + 1).trim()
+    }
+    const length = Number(headers['content-length'] ?? 0)
+    const bodyBytes = Buffer.from(rest.slice(end + 4))
+    if (bodyBytes.length < length) break
+    const body = bodyBytes.subarray(0, length).toString()
+    responses.push({ status: Number(statusLine.split(' ')[1]), headers, body })
+    rest = bodyBytes.subarray(length).toString()
+  }
+  return responses
+}
+
+function postPet(secret: string, body: string, sendBody = body): string {
+  return (
+    'POST /v1/pets HTTP/1.1\r\nHost: localhost\r\nConnection: keep-alive\r\n' +
+    `Authorization: Bearer ${secret}\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${sendBody}`
+  )
+}
+
+/** Starts the server again on the same database and lists the pets. */
+async function petsAfterRestart(t: TestContext, databaseUrl: string, secret: string) {
+  const server = await startServer(t, { DATABASE_URL: databaseUrl })
+  const response = await fetch(`${server.base}/v1/pets?limit=100`, { headers: { authorization: `Bearer ${secret}` } })
+  assert.equal(response.status, 200)
+  const pets = (await response.json()) as { id: number; name: string }[]
+  server.child.kill('SIGTERM')
+  await server.exited
+  return pets
+}
+
+describe('server: request ids and JSON logs', () => {
+  it('logs JSON lines, one per request with a requestId, and returns that id in X-Request-Id', async (t) => {
+    const server = await startServer(t, { DATABASE_URL: newDatabase(t) })
+    const response = await fetch(`${server.base}/healthz`)
+    assert.equal(response.status, 200)
+    const id = response.headers.get('x-request-id')
+    assert.ok(id && id.length >= 8, `X-Request-Id is ${id}`)
+    const line = await server.waitForLog((l) => l.requestId === id)
+    assert.equal((line.req as { url?: string } | undefined)?.url, '/healthz')
+    const second = await fetch(`${server.base}/healthz`)
+    assert.notEqual(second.headers.get('x-request-id'), id, 'two requests got the same id')
+    await server.waitForLog((l) => l.requestId === second.headers.get('x-request-id'))
+    for (const log of server.logs()) {
+      assert.equal(typeof log.level, 'number')
+      assert.equal(typeof log.msg, 'string')
+    }
+    assert.equal(server.logs().filter((l) => l.requestId === id).length, 1, 'not exactly one log line per request')
+    assert.equal(server.stderr(), '')
+  })
+
+  it('echoes a client-supplied X-Request-Id (abc-123) and logs under it', async (t) => {
+    const server = await startServer(t, { DATABASE_URL: newDatabase(t) })
+    const response = await fetch(`${server.base}/healthz`, { headers: { 'x-request-id': 'abc-123' } })
+    assert.equal(response.headers.get('x-request-id'), 'abc-123')
+    await server.waitForLog((l) => l.requestId === 'abc-123')
+  })
+
+  it('replaces an unusable client X-Request-Id (too long or odd characters) with its own', async (t) => {
+    const server = await startServer(t, { DATABASE_URL: newDatabase(t) })
+    for (const given of ['x'.repeat(200), 'abc 123', 'a"b', '<script>']) {
+      const response = await fetch(`${server.base}/healthz`, { headers: { 'x-request-id': given } })
+      const id = response.headers.get('x-request-id')
+      assert.ok(id && id !== given, `kept ${JSON.stringify(given)}`)
+      await server.waitForLog((l) => l.requestId === id)
+    }
+  })
+
+  it('returns X-Request-Id on errors too (401 without a key)', async (t) => {
+    const server = await startServer(t, { DATABASE_URL: newDatabase(t) })
+    const response = await fetch(`${server.base}/v1/pets`, { headers: { 'x-request-id': 'err-1' } })
+    assert.equal(response.status, 401)
+    assert.equal(response.headers.get('x-request-id'), 'err-1')
+    await server.waitForLog((l) => l.requestId === 'err-1' && l.status === 401)
+  })
+})
+
+describe('server: logs never hold API keys', () => {
+  it('never logs the Authorization header value or the key, even when the key is sent in the query', async (t) => {
+    const databaseUrl = newDatabase(t)
+    const secret = await cliKey(databaseUrl)
+    const server = await startServer(t, { DATABASE_URL: databaseUrl })
+    const auth = { authorization: `Bearer ${secret}` }
+    const requests: [string, RequestInit][] = [
+      ['/v1/pets', { headers: auth }],
+      [
+        '/v1/pets',
+        {
+          method: 'POST',
+          headers: { ...auth, 'content-type': 'application/json' },
+          body: '{"name":"Rex","categoryId":1}',
+        },
+      ],
+      [`/v1/pets?key=${secret}`, { headers: auth }],
+      [`/v1/pets?key=${secret}`, {}],
+      [`/v1/pets?api_key=${secret}&limit=5`, {}],
+      [`/v1/pets?limit=5&access_token=Bearer%20${secret}`, {}],
+      ['/v1/pets', { headers: { authorization: secret } }],
+      ['/v1/pets', { headers: { authorization: `Bearer ${secret}x` } }],
+      ['/v1/pets', { headers: { authorization: `Bearer ${secret.replace('as_test_', 'as_live_')}` } }],
+    ]
+    for (const [path, init] of requests) {
+      const response = await fetch(`${server.base}${path}`, init)
+      await response.arrayBuffer()
+      await server.waitForLog((l) => l.requestId === response.headers.get('x-request-id') && 'status' in l)
+    }
+    server.child.kill('SIGTERM')
+    const { stdout, stderr } = await server.exited
+    // Positive control: the query-string requests were logged, with their URL.
+    assert.ok(
+      server.logs().some((l) => String((l.req as { url?: string } | undefined)?.url).startsWith('/v1/pets?key=')),
+      'the requests with ?key= were not logged',
+    )
+    for (const output of [stdout, stderr]) {
+      assert.ok(!output.includes(secret), 'a log line holds the key')
+      assert.ok(!output.includes(secret.slice(SHOWN)), 'a log line holds the secret part of the key')
+      assert.ok(!/bearer\s+as_/i.test(output), 'a log line holds an Authorization header value')
+    }
+  })
+
+  it('never logs the key when it is sent in the path or as a JSON field name by mistake', async (t) => {
+    const databaseUrl = newDatabase(t)
+    const secret = await cliKey(databaseUrl)
+    const server = await startServer(t, { DATABASE_URL: databaseUrl })
+    const auth = { authorization: `Bearer ${secret}` }
+    const requests: [string, RequestInit][] = [
+      [`/v1/${secret}`, { headers: auth }], // 404: no such route
+      [`/${secret}/v1/pets`, {}], // 404
+      [`/v1/pets/${secret}`, { headers: auth }], // 400: petId is not an integer
+      [`/v1/pets?${secret}=1`, { headers: auth }], // 400: unknown query parameter
+      [
+        '/v1/pets', // 400: unknown body field
+        {
+          method: 'POST',
+          headers: { ...auth, 'content-type': 'application/json' },
+          body: `{"name":"Rex","categoryId":1,"${secret}":1}`,
+        },
+      ],
+      [
+        '/v1/pets',
+        { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: `{"name":${secret}}` },
+      ], // 400: bad JSON
+    ]
+    for (const [path, init] of requests) {
+      const response = await fetch(`${server.base}${path}`, init)
+      await response.arrayBuffer()
+      assert.ok(response.status >= 400 && response.status < 500, `${path}: ${response.status}`)
+      await server.waitForLog((l) => l.requestId === response.headers.get('x-request-id') && 'status' in l)
+    }
+    server.child.kill('SIGTERM')
+    const { stdout, stderr } = await server.exited
+    const leaks = `${stdout}\n${stderr}`.split('\n').filter((line) => line.includes(secret.slice(SHOWN)))
+    assert.deepEqual(leaks, [], 'log lines hold the secret part of the key')
+  })
+})
+
+describe('server: probes', () => {
+  it('GET /healthz → 200 and GET /readyz → 200, without a key', async (t) => {
+    const server = await startServer(t, { DATABASE_URL: newDatabase(t) })
+    const health = await fetch(`${server.base}/healthz`)
+    assert.equal(health.status, 200)
+    assert.deepEqual(await health.json(), { status: 'ok' })
+    const ready = await fetch(`${server.base}/readyz`)
+    assert.equal(ready.status, 200)
+    assert.deepEqual(await ready.json(), { status: 'ready' })
+  })
+})
+
+describe('server: graceful shutdown', () => {
+  it('SIGTERM with an idle keep-alive connection open: closes it and exits 0 promptly', async (t) => {
+    const server = await startServer(t, { DATABASE_URL: newDatabase(t) })
+    const client = await RawClient.connect(server.port)
+    await client.write('GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: keep-alive\r\n\r\n')
+    const response = await client.response()
+    assert.equal(response.status, 200)
+    assert.notEqual(response.headers.connection, 'close')
+    const started = Date.now()
+    server.child.kill('SIGTERM')
+    const exit = await exitWithin(server, 3000)
+    assert.ok(exit, 'still running 3 s after SIGTERM')
+    assert.equal(exit.code, 0, exit.stderr)
+    assert.ok(Date.now() - started < KEEP_ALIVE_MS, 'waited for the keep-alive timeout')
+    await client.closed
+    assert.equal(exit.stderr, '')
+  })
+
+  it('SIGINT also exits 0', async (t) => {
+    const server = await startServer(t, { DATABASE_URL: newDatabase(t) })
+    assert.equal((await fetch(`${server.base}/healthz`)).status, 200)
+    server.child.kill('SIGINT')
+    const exit = await exitWithin(server, 3000)
+    assert.ok(exit, 'still running 3 s after SIGINT')
+    assert.equal(exit.code, 0, exit.stderr)
+    assert.equal(exit.stderr, '')
+  })
+
+  it('a POST /v1/pets written just before SIGTERM still gets its 201, and the pet is stored', async (t) => {
+    const databaseUrl = newDatabase(t)
+    const secret = await cliKey(databaseUrl)
+    const server = await startServer(t, { DATABASE_URL: databaseUrl })
+    const client = await RawClient.connect(server.port)
+    await client.write(postPet(secret, JSON.stringify({ name: 'Last-Orders', categoryId: 7 })))
+    server.child.kill('SIGTERM')
+    const response = await client.response()
+    assert.equal(response.status, 201, response.body)
+    const pet = JSON.parse(response.body)
+    // The client hangs up once answered, so the keep-alive connection does not hold the process.
+    client.socket.end()
+    const exit = await exitWithin(server, 5000)
+    assert.ok(exit, 'still running 5 s after SIGTERM')
+    assert.equal(exit.code, 0, exit.stderr)
+    const pets = await petsAfterRestart(t, databaseUrl, secret)
+    assert.deepEqual(pets, [pet])
+  })
+
+  it('a request whose body is still arriving at SIGTERM completes with 201, while new connections are refused', async (t) => {
+    const databaseUrl = newDatabase(t)
+    const secret = await cliKey(databaseUrl)
+    const server = await startServer(t, { DATABASE_URL: databaseUrl })
+    const client = await RawClient.connect(server.port)
+    const body = JSON.stringify({ name: 'Slowpoke', categoryId: 3 })
+    await client.write(postPet(secret, body, body.slice(0, 10)))
+    await sleep(200) // the server has read the headers: the request is in flight
+    server.child.kill('SIGTERM')
+    await server.waitForLog((l) => l.msg === 'shutting down' || l.signal === 'SIGTERM')
+    assert.ok(await refusesConnections(server.port, 1000), 'still accepting new connections 1 s after SIGTERM')
+    await client.write(body.slice(10))
+    const response = await client.response()
+    assert.equal(response.status, 201, response.body)
+    const pet = JSON.parse(response.body)
+    assert.equal(pet.name, 'Slowpoke')
+    client.socket.end()
+    const exit = await exitWithin(server, 5000)
+    assert.ok(exit, 'still running 5 s after SIGTERM')
+    assert.equal(exit.code, 0, exit.stderr)
+    assert.deepEqual(await petsAfterRestart(t, databaseUrl, secret), [pet])
+  })
+
+  it('answers a request that was in flight at SIGTERM with Connection: close and exits without waiting for the keep-alive timeout', async (t) => {
+    const databaseUrl = newDatabase(t)
+    const secret = await cliKey(databaseUrl)
+    const server = await startServer(t, { DATABASE_URL: databaseUrl })
+    const client = await RawClient.connect(server.port)
+    const body = JSON.stringify({ name: 'Straggler', categoryId: 2 })
+    await client.write(postPet(secret, body, body.slice(0, 10)))
+    await sleep(200)
+    server.child.kill('SIGTERM')
+    await server.waitForLog((l) => l.msg === 'shutting down' || l.signal === 'SIGTERM')
+    await client.write(body.slice(10))
+    const response = await client.response()
+    assert.equal(response.status, 201, response.body)
+    const answered = Date.now()
+    // The client keeps its end open, as an idle pooled connection would.
+    const exit = await exitWithin(server, 2000)
+    assert.ok(
+      exit,
+      `still running ${Date.now() - answered} ms after answering the last request during shutdown ` +
+        `(the response said Connection: ${response.headers.connection}; the idle connection is only closed by the ` +
+        `${KEEP_ALIVE_MS / 1000} s keep-alive timeout)`,
+    )
+    assert.equal(exit.code, 0, exit.stderr)
+    assert.equal(response.headers.connection, 'close')
+  })
+})
+
+describe('server: bad configuration', () => {
+  const cases: [string, string, string][] = [
+    ['PORT', 'abc', 'a port that is not a number'],
+    ['PORT', '70000', 'a port out of range'],
+    ['DATABASE_URL', 'mysql://x', 'an unsupported database URL'],
+    ['DEPLOYMENT', 'prod', 'an unknown deployment'],
+    ['LOG_LEVEL', 'loud', 'an unknown log level'],
+    ['TRUST_PROXY', 'maybe', 'a non-boolean TRUST_PROXY'],
+  ]
+  for (const [name, value, what] of cases) {
+    it(`exits non-zero with one line on stderr naming ${name} for ${what} (${name}=${value})`, async (t) => {
+      const env: Record<string, string> = { PORT: String(await freePort()), DATABASE_URL: newDatabase(t) }
+      env[name] = value
+      const exit = await runNode(['src/server.ts'], env, 10_000)
+      assert.notEqual(exit.code, 0)
+      assert.equal(exit.signal, null, 'killed by the timeout: the process did not exit by itself')
+      assert.equal(exit.stdout, '')
+      assert.match(exit.stderr, /^[^\n]+\n$/, `stderr is not one line: ${JSON.stringify(exit.stderr)}`)
+      assert.match(exit.stderr, new RegExp(`\\b${name}\\b`))
+      assert.ok(exit.stderr.includes(value), `stderr does not show the bad value: ${exit.stderr}`)
+    })
+  }
+
+  it('exits non-zero, without hanging, when the port is already taken', async (t) => {
+    const blocker = net.createServer()
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve))
+    t.after(() => blocker.close())
+    const { port } = blocker.address() as net.AddressInfo
+    const exit = await runNode(['src/server.ts'], {
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      DATABASE_URL: newDatabase(t),
+    })
+    assert.notEqual(exit.code, 0)
+    assert.equal(exit.signal, null, 'killed by the timeout: the process did not exit by itself')
+    assert.match(`${exit.stdout}${exit.stderr}`, /EADDRINUSE/)
+  })
+})
