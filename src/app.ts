@@ -15,7 +15,7 @@ import {
 import { redactApiKeys } from './api-keys.ts'
 import type { Config } from './config.ts'
 import auth from './plugins/auth.ts'
-import errors, { clientErrorHandler } from './plugins/errors.ts'
+import errors, { clientErrorHandler, sendError } from './plugins/errors.ts'
 import idempotency from './plugins/idempotency.ts'
 import openapi from './plugins/openapi.ts'
 import rateLimit from './plugins/rate-limit.ts'
@@ -60,17 +60,21 @@ export function serverOptions(config: Config): FastifyHttpOptions<Server> {
     connectionTimeout: config.requestTimeoutMs,
     keepAliveTimeout: config.keepAliveTimeoutMs,
     requestTimeout: config.requestTimeoutMs,
-    http: { headersTimeout: config.headersTimeoutMs },
+    // Node checks these timeouts every connectionsCheckingInterval (30 s by default): check every second.
+    http: { headersTimeout: config.headersTimeoutMs, connectionsCheckingInterval: 1000 },
     return503OnClosing: false,
     routerOptions: { maxParamLength: 500 },
     schemaErrorFormatter,
     clientErrorHandler,
+    frameworkErrors: sendError,
   }
 }
 
 export default async function animalStore(fastify: FastifyInstance, { config }: AppOptions): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
   app.setValidatorCompiler(validatorCompiler)
+  // Connections past the cap are closed as soon as they are accepted.
+  app.server.maxConnections = config.maxConnections
   // Bodies are JSON only: anything else, text/plain included, is 415.
   app.removeContentTypeParser('text/plain')
 

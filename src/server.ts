@@ -28,7 +28,6 @@ async function serve(config: Config): Promise<void> {
   })
 
   await app.listen({ port: config.port, host: config.host })
-  app.server.maxConnections = config.maxConnections
 }
 
 async function supervise(config: Config): Promise<void> {

@@ -6,7 +6,7 @@
  * lookup, not a database round-trip. That bounds how long another process's revocation takes to be
  * seen; a revocation through this process (`app.forgetApiKey`) and an expiry take effect at once.
  */
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { apiKeyDeployment, hashApiKey } from '../api-keys.ts'
 import type { Config } from '../config.ts'

@@ -5,6 +5,7 @@
  */
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { redactApiKeys } from '../api-keys.ts'
 import { ApiError, ERRORS, type ErrorCode, toApiError, toErrorBody } from '../errors.ts'
@@ -32,6 +33,19 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Soc
   )
 }
 
+/**
+ * Sends any error as the Error body, logging 5xx at error (with the cause) and 4xx at info.
+ * Also Fastify's `frameworkErrors` handler, for URLs it cannot decode before routing.
+ */
+export function sendError(error: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const sent = toApiError(error)
+  if (sent.statusCode >= 500) request.log.error({ err: error }, 'request failed')
+  // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.
+  else request.log.info({ code: sent.code, detail: redactApiKeys(sent.message) }, 'request refused')
+  if (sent.headers) reply.headers(sent.headers)
+  return reply.code(sent.statusCode).header('x-request-id', request.id).send(toErrorBody(sent))
+}
+
 export default fp(
   async (app) => {
     // Paths and methods of every route, to tell "no such path" (404) from "wrong method" (405).
@@ -57,14 +71,7 @@ export default fp(
       throw new ApiError('not_found', `No route for ${request.method} ${path}.`)
     })
 
-    app.setErrorHandler((error, request, reply) => {
-      const sent = toApiError(error)
-      if (sent.statusCode >= 500) request.log.error({ err: error }, 'request failed')
-      // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.
-      else request.log.info({ code: sent.code, detail: redactApiKeys(sent.message) }, 'request refused')
-      if (sent.headers) reply.headers(sent.headers)
-      return reply.code(sent.statusCode).send(toErrorBody(sent))
-    })
+    app.setErrorHandler(sendError)
   },
   { name: 'errors' },
 )

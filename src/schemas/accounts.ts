@@ -6,6 +6,6 @@ export const EMAIL_DESCRIPTION = 'an email address such as alice@example.com'
 export const EmailSchema = Type.String({
   minLength: 3,
   maxLength: 254,
-  pattern: '^[^\\s@]+@[^\\s@]+\\.[^\\s@]+$',
+  pattern: '^[^\\s@\\u0000]+@[^\\s@\\u0000]+\\.[^\\s@\\u0000]+$',
   description: EMAIL_DESCRIPTION,
 })

@@ -17,6 +17,12 @@ export const ErrorSchema = Type.Object(
  */
 export const MAX_EXACT_INTEGER = Number.MAX_SAFE_INTEGER
 
+/**
+ * Text that is not only whitespace and holds no NUL character (PostgreSQL cannot store U+0000 in
+ * text, so neither store accepts it).
+ */
+export const VISIBLE_TEXT = '^(?=[\\s\\S]*\\S)[^\\u0000]*$'
+
 /** An int64 identifier in a body or response: exact in JSON, so at most MAX_EXACT_INTEGER. */
 export const Int64 = (options: { description: string; minimum?: number }) =>
   Type.Integer({ format: 'int64', maximum: MAX_EXACT_INTEGER, ...options })

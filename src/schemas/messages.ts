@@ -1,12 +1,13 @@
 import Type from 'typebox'
+import { VISIBLE_TEXT } from './common.ts'
 
 export const NewMessageSchema = Type.Object(
   {
     message: Type.String({
       minLength: 1,
       maxLength: 10_000,
-      pattern: '\\S',
-      description: 'The text to send: 1 to 10000 characters, not only spaces.',
+      pattern: VISIBLE_TEXT,
+      description: 'The text to send: 1 to 10000 characters, not only spaces, no NUL.',
     }),
   },
   { $id: 'NewMessage', additionalProperties: false },

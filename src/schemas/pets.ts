@@ -1,5 +1,5 @@
 import Type from 'typebox'
-import { Int64, Int64Param } from './common.ts'
+import { Int64, Int64Param, VISIBLE_TEXT } from './common.ts'
 
 export const PET_STATUSES = ['available', 'pending', 'sold'] as const
 
@@ -11,8 +11,8 @@ const petFields = {
   name: Type.String({
     minLength: 1,
     maxLength: 200,
-    pattern: '\\S',
-    description: "The animal's name: 1 to 200 characters, not only spaces.",
+    pattern: VISIBLE_TEXT,
+    description: "The animal's name: 1 to 200 characters, not only spaces, no NUL.",
   }),
   categoryId: Int64({ minimum: 1, description: 'Identifier of the category the animal belongs to.' }),
 }

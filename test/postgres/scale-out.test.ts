@@ -126,6 +126,36 @@ describe(`Scale-out: ${INSTANCES} instances on one PostgreSQL database`, () => {
     )
   })
 
+  it('an Idempotency-Key sent to every instance at once creates one pet; retries replay it', async (t) => {
+    const { key, servers } = await cluster(t)
+    const send = (server: ServerProcess) =>
+      fetch(`${server.url}/v1/pets`, {
+        method: 'POST',
+        headers: { ...headers(key), 'idempotency-key': 'same-order' },
+        body: JSON.stringify({ name: 'Once', categoryId: 1 }),
+      }).then(async (r) => ({
+        status: r.status,
+        replayed: r.headers.get('idempotent-replayed'),
+        body: (await r.json()) as { id: number },
+      }))
+    const first = await Promise.all([...servers, ...servers].map(send))
+    const created = first.filter((r) => r.status === 201)
+    assert.ok(created.length >= 1)
+    assert.ok(
+      first.every((r) => r.status === 201 || r.status === 409),
+      JSON.stringify(first.map((r) => r.status)),
+    )
+    assert.equal(created.filter((r) => r.replayed !== 'true').length, 1, 'exactly one request did the work')
+    const retries = await Promise.all(servers.map(send))
+    assert.ok(retries.every((r) => r.status === 201 && r.replayed === 'true' && r.body.id === created[0]?.body.id))
+    const listed = await walk(servers, key, '/v1/pets?limit=100')
+    assert.equal(listed.length, 1)
+    t.diagnostic(
+      `concurrent same-key requests=${first.length}: created=1 replayed=${created.length - 1} ` +
+        `conflict(409)=${first.length - created.length}; retries replayed on all ${INSTANCES} instances`,
+    )
+  })
+
   it('messages sent through different instances stay with their own account', async (t) => {
     const { env, servers } = await cluster(t)
     const alice = await cliKey(env, 'alice@example.com')

@@ -1,0 +1,405 @@
+/**
+ * Hostile input: generated bodies, query strings, path ids and headers for every operation
+ * (fast-check), plus raw-socket abuse (invalid UTF-8, slow clients, connection floods).
+ * Never a 5xx, always the Error shape, and the state afterwards is exactly what the accepted
+ * requests made it.
+ */
+import assert from 'node:assert/strict'
+import { connect, type Socket } from 'node:net'
+import { describe, it } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import fc from 'fast-check'
+import type { InjectOptions, LightMyRequestResponse } from 'fastify'
+import type { Message } from '../src/schemas/messages.ts'
+import type { Pet } from '../src/schemas/pets.ts'
+import { bearer, build, DATABASE, errorBody, plain, type TestApp } from './helper.ts'
+
+const RUNS = Number(process.env.HOSTILE_RUNS ?? 250)
+
+/** Every answer is below 500; an error is exactly {code, message, status} and shows no internals. */
+function checkAnswer(response: LightMyRequestResponse, allowed: number[], method = 'GET'): void {
+  assert.ok(allowed.includes(response.statusCode), `unexpected ${response.statusCode}: ${response.body.slice(0, 300)}`)
+  if (response.statusCode >= 400 && method !== 'HEAD') {
+    const body = errorBody(response)
+    assert.doesNotMatch(body.message, /\bat \S+:\d+|node_modules|\/src\/|SQLITE|syntax error at|relation "/i)
+  }
+}
+
+const text = fc.oneof(
+  fc.string({ unit: 'binary', maxLength: 300 }),
+  fc.string({ unit: 'grapheme', maxLength: 40 }),
+  fc.constantFrom('', ' ', '\u0000', '__proto__', 'constructor', '💥'.repeat(150), 'a'.repeat(10_001), '\uD800'),
+)
+/** Percent-encodes any string, lone surrogates included (they become U+FFFD). */
+const encode = (s: string) => encodeURIComponent(s.toWellFormed())
+const int64Edges = fc.constantFrom(
+  '0',
+  '-1',
+  '9007199254740991',
+  '9007199254740992',
+  '9223372036854775807',
+  '9223372036854775808',
+  '-9223372036854775808',
+  '-9223372036854775809',
+  '1e308',
+  '1.0',
+  '-0',
+)
+// JSON.rawJSON (Node 21+) is not in TypeScript's lib yet.
+const { rawJSON } = JSON as unknown as { rawJSON: (text: string) => unknown }
+/** A JSON number written out verbatim (JSON.rawJSON), so that it can be any size. */
+const rawNumber = fc
+  .oneof(
+    int64Edges,
+    fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n }).map(String),
+    fc.double().filter(Number.isFinite).map(String),
+  )
+  .map((n) => rawJSON(n))
+const anyValue = fc.oneof(text, rawNumber, fc.boolean(), fc.constant(null), fc.jsonValue({ maxDepth: 3 }))
+const hostileKey = fc.oneof(fc.constantFrom('__proto__', 'constructor', 'prototype', 'id', 'toString'), text)
+
+/** An object shaped roughly like the operation's body, with hostile values and extra keys. */
+const bodyLike = (fields: Record<string, fc.Arbitrary<unknown>>) =>
+  fc
+    .tuple(fc.record(fields, { requiredKeys: [] }), fc.dictionary(hostileKey, anyValue, { maxKeys: 3 }))
+    .map(([known, extra]) => JSON.stringify({ ...extra, ...known }))
+
+const petBody = fc.oneof(
+  {
+    weight: 4,
+    arbitrary: bodyLike({
+      name: fc.oneof(text, anyValue),
+      categoryId: fc.oneof(rawNumber, anyValue),
+      status: fc.oneof(fc.constantFrom('available', 'pending', 'sold'), anyValue),
+    }),
+  },
+  {
+    weight: 2,
+    arbitrary: fc
+      .record({ name: fc.string({ minLength: 1, maxLength: 30 }), categoryId: fc.integer({ min: 1 }) })
+      .map((b) => JSON.stringify(b)),
+  },
+  { weight: 1, arbitrary: fc.json({ maxDepth: 4 }) },
+  { weight: 1, arbitrary: fc.string({ unit: 'binary', maxLength: 200 }) },
+  {
+    weight: 1,
+    arbitrary: fc
+      .nat({ max: 50_000 })
+      .map((depth) => `{"name":${'['.repeat(depth)}${']'.repeat(depth)},"categoryId":1}`),
+  },
+  { weight: 1, arbitrary: fc.nat({ max: 50_000 }).map((depth) => '{"a":'.repeat(depth) + '1' + '}'.repeat(depth)) },
+)
+const messageBody = fc.oneof(
+  { weight: 4, arbitrary: bodyLike({ message: fc.oneof(text, anyValue) }) },
+  { weight: 2, arbitrary: fc.string({ minLength: 1, maxLength: 50 }).map((message) => JSON.stringify({ message })) },
+  { weight: 1, arbitrary: fc.json({ maxDepth: 4 }) },
+)
+const contentType = fc.oneof(
+  { weight: 6, arbitrary: fc.constant('application/json') },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom(
+      'application/json; charset=utf-8',
+      'APPLICATION/JSON',
+      'text/plain',
+      'application/x-www-form-urlencoded',
+      'application/json; charset=latin1',
+      '',
+      'application/jsonx',
+    ),
+  },
+)
+/** Header values a client can actually send: visible ASCII and spaces. */
+const headerValue = fc.string({
+  unit: fc.constantFrom(
+    ...' !"#$%&\'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~',
+  ),
+  maxLength: 300,
+})
+const extraHeaders = fc.dictionary(
+  fc.oneof(
+    fc.constantFrom(
+      'idempotency-key',
+      'x-request-id',
+      'accept',
+      'accept-encoding',
+      'x-forwarded-for',
+      'x-forwarded-host',
+      'cookie',
+      'range',
+      'if-none-match',
+      'transfer-encoding-x',
+    ),
+    fc.stringMatching(/^x-[a-z0-9-]{1,30}$/),
+  ),
+  headerValue,
+  { maxKeys: 4 },
+)
+const authorization = (secret: string) =>
+  fc.oneof(
+    { weight: 8, arbitrary: fc.constant(`Bearer ${secret}`) },
+    { weight: 1, arbitrary: headerValue },
+    {
+      weight: 1,
+      arbitrary: fc.constantFrom(
+        'Bearer',
+        'Bearer  ',
+        `bearer ${secret}`,
+        `Bearer ${secret}x`,
+        `Basic ${secret}`,
+        `Bearer ${secret.replace('test', 'live')}`,
+      ),
+    },
+  )
+
+async function allPets(app: TestApp): Promise<Pet[]> {
+  const pets: Pet[] = []
+  for (let afterId = 0; ; ) {
+    const page = await app.app.store.listPets({ limit: 100, afterId })
+    pets.push(...plain(page.pets))
+    if (page.nextAfterId === null) return pets
+    afterId = page.nextAfterId
+  }
+}
+
+describe(`Hostile input, generated by fast-check (${DATABASE})`, () => {
+  it('never answers 5xx to generated requests on every operation, and stores exactly what it accepted', {
+    timeout: 300_000,
+  }, async (t) => {
+    const app = await build(t, { RATE_LIMIT: '0', AUTH_FAILURE_LIMIT: '0' })
+    const { secret, accountId } = await app.newKey()
+    const accepted = { pets: [] as Pet[], messages: [] as Message[] }
+    const counts = { requests: 0, byStatus: {} as Record<number, number> }
+    const send = async (options: InjectOptions, allowed: number[]) => {
+      const response = await app.app.inject(options)
+      counts.requests++
+      counts.byStatus[response.statusCode] = (counts.byStatus[response.statusCode] ?? 0) + 1
+      checkAnswer(response, allowed, options.method)
+      return response
+    }
+
+    await fc.assert(
+      fc.asyncProperty(
+        petBody,
+        contentType,
+        authorization(secret),
+        extraHeaders,
+        async (payload, type, auth, headers) => {
+          const response = await send(
+            {
+              method: 'POST',
+              url: '/v1/pets',
+              headers: { ...headers, authorization: auth, 'content-type': type },
+              payload,
+            },
+            [201, 400, 401, 409, 413, 415, 422],
+          )
+          if (response.statusCode === 201 && response.headers['idempotent-replayed'] !== 'true')
+            accepted.pets.push(response.json())
+        },
+      ),
+      { numRuns: RUNS * 2 },
+    )
+    await fc.assert(
+      fc.asyncProperty(
+        messageBody,
+        contentType,
+        authorization(secret),
+        extraHeaders,
+        async (payload, type, auth, headers) => {
+          const response = await send(
+            {
+              method: 'POST',
+              url: '/v1/messages',
+              headers: { ...headers, authorization: auth, 'content-type': type },
+              payload,
+            },
+            [202, 400, 401, 409, 413, 415, 422],
+          )
+          if (response.statusCode === 202 && response.headers['idempotent-replayed'] !== 'true')
+            accepted.messages.push(response.json())
+        },
+      ),
+      { numRuns: RUNS },
+    )
+    const queryPart = fc.oneof(
+      fc.webQueryParameters(),
+      fc
+        .array(
+          fc.tuple(
+            fc.constantFrom('limit', 'status', 'cursor', 'offset', 'limit[]', '__proto__'),
+            fc.oneof(text, int64Edges),
+          ),
+          { maxLength: 4 },
+        )
+        .map((pairs) => pairs.map(([k, v]) => `${encode(k)}=${encode(v)}`).join('&')),
+      fc.string({ unit: 'binary-ascii', maxLength: 100 }).map((s) => encodeURI(s)),
+    )
+    await fc.assert(
+      fc.asyncProperty(queryPart, authorization(secret), extraHeaders, async (query, auth, headers) => {
+        await send(
+          { method: 'GET', url: `/v1/pets?${query}`, headers: { ...headers, authorization: auth } },
+          [200, 400, 401],
+        )
+      }),
+      { numRuns: RUNS },
+    )
+    const petId = fc.oneof(
+      int64Edges,
+      fc.bigInt().map(String),
+      fc.integer({ min: 1, max: 5 }).map(String),
+      text.map(encode),
+      fc.webSegment(),
+    )
+    await fc.assert(
+      fc.asyncProperty(petId, authorization(secret), extraHeaders, async (id, auth, headers) => {
+        await send(
+          { method: 'GET', url: `/v1/pets/${id}`, headers: { ...headers, authorization: auth } },
+          [200, 400, 401, 404],
+        )
+      }),
+      { numRuns: RUNS },
+    )
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom('GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'HEAD'),
+        fc.webPath(),
+        extraHeaders,
+        async (method, path, headers) => {
+          await send(
+            { method: method as 'GET', url: path || '/', headers },
+            [200, 201, 202, 400, 401, 404, 405, 413, 415],
+          )
+        },
+      ),
+      { numRuns: RUNS },
+    )
+
+    // The state is exactly what the accepted requests made it.
+    assert.deepEqual(
+      await allPets(app),
+      accepted.pets.sort((a, b) => a.id - b.id),
+    )
+    const stored = plain(await app.app.store.listMessages(accountId, 1_000_000))
+    assert.deepEqual(
+      stored.sort((a, b) => a.id.localeCompare(b.id)),
+      accepted.messages.sort((a, b) => a.id.localeCompare(b.id)),
+    )
+    assert.equal(counts.byStatus[500] ?? 0, 0)
+    t.diagnostic(
+      `${DATABASE}: generated requests=${counts.requests} by status=${JSON.stringify(counts.byStatus)} 5xx=0 ` +
+        `accepted pets=${accepted.pets.length} messages=${accepted.messages.length}, all stored, nothing else`,
+    )
+  })
+})
+
+/** Opens a raw TCP connection to the app and returns what the server sends back until it closes. */
+function rawExchange(port: number, chunks: (Buffer | string)[], pauseMs = 0): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    let received = ''
+    socket.on('data', (data) => {
+      received += data
+    })
+    socket.on('close', () => resolve(received))
+    socket.on('error', () => resolve(received))
+    socket.on('connect', async () => {
+      for (const chunk of chunks) {
+        if (socket.destroyed) break
+        socket.write(chunk)
+        if (pauseMs) await sleep(pauseMs)
+      }
+    })
+  })
+}
+
+describe(`Hostile clients on a real socket (${DATABASE})`, () => {
+  it('invalid UTF-8 in a body or a path is a 400, not a crash', async (t) => {
+    const test = await build(t, { RATE_LIMIT: '0' })
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const body = Buffer.concat([
+      Buffer.from('{"name":"'),
+      Buffer.from([0xff, 0xfe, 0xc3]),
+      Buffer.from('","categoryId":1}'),
+    ])
+    const head = `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n`
+    const posted = await rawExchange(port, [head, body])
+    assert.match(posted, /^HTTP\/1.1 (400|201) /)
+    const path = await rawExchange(port, [
+      `GET /v1/pets/%FF%FE HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\nConnection: close\r\n\r\n`,
+    ])
+    assert.match(path, /^HTTP\/1.1 400 /)
+    assert.match(path, /"code":"(validation_failed|bad_request)"/)
+  })
+
+  it('a client too slow with its headers or its body is cut off with 408 (HEADERS_TIMEOUT, REQUEST_TIMEOUT)', {
+    timeout: 30_000,
+  }, async (t) => {
+    const test = await build(t, { HEADERS_TIMEOUT_SECONDS: '1', REQUEST_TIMEOUT_SECONDS: '2' })
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const started = Date.now()
+    const slowHeaders = await rawExchange(
+      port,
+      ['GET /v1/pets HTTP/1.1\r\n', 'Host: x\r\n', 'X-A: 1\r\n', 'X-B: 2\r\n', 'X-C: 3\r\n'],
+      700,
+    )
+    assert.match(slowHeaders, /^HTTP\/1.1 408 /)
+    assert.match(slowHeaders, /"code":"request_timeout"/)
+    const slowBody = await rawExchange(
+      port,
+      [
+        'POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n',
+        '{"mes',
+        'sage"',
+        ':"hi',
+        'ho"',
+      ],
+      900,
+    )
+    assert.match(slowBody, /408|401/) // auth runs first; either way the connection is closed, not held
+    assert.ok(Date.now() - started < 15_000)
+  })
+
+  it('accepts connections up to MAX_CONNECTIONS, closes the rest at once, and keeps serving', {
+    timeout: 60_000,
+  }, async (t) => {
+    const CAP = 1000
+    const OPENED = 2000
+    const test = await build(t, { MAX_CONNECTIONS: String(CAP), HEADERS_TIMEOUT_SECONDS: '10' })
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const sockets: Socket[] = []
+    t.after(() => {
+      for (const socket of sockets) socket.destroy()
+    })
+    let closed = 0
+    const open = () =>
+      new Promise<void>((resolve) => {
+        const socket = connect(port, '127.0.0.1')
+        sockets.push(socket)
+        socket.on('connect', () => resolve())
+        socket.on('error', () => {})
+        socket.on('close', () => {
+          closed++
+          resolve()
+        })
+      })
+    // In batches, so that the listen backlog never overflows (that would delay, not refuse).
+    for (let i = 0; i < OPENED; i += 100) await Promise.all(Array.from({ length: 100 }, open))
+    await sleep(500)
+    const closedAtOnce = closed
+    assert.ok(Math.abs(closedAtOnce - (OPENED - CAP)) <= 5, `${closedAtOnce} closed; expected about ${OPENED - CAP}`)
+    assert.ok(test.app.server.listening)
+    for (const socket of sockets) socket.destroy()
+    await sleep(200)
+    const response = await fetch(`http://127.0.0.1:${port}/v1/pets`, { headers: bearer(secret) })
+    assert.equal(response.status, 200)
+    t.diagnostic(
+      `opened=${OPENED} cap=${CAP} closed at once=${closedAtOnce}, the rest held; then served a request normally`,
+    )
+  })
+})
