@@ -6,9 +6,10 @@
  * lookup, not a database round-trip. That bounds how long another process's revocation takes to be
  * seen; a revocation through this process (`app.forgetApiKey`) and an expiry take effect at once.
  */
-import type { FastifyRequest } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { apiKeyDeployment, hashApiKey } from '../api-keys.ts'
+import { BoundedMap } from '../bounded-map.ts'
 import type { Config } from '../config.ts'
 import { ApiError, type ErrorCode } from '../errors.ts'
 import type { ApiKey } from '../store/types.ts'
@@ -18,9 +19,11 @@ export interface Caller {
   accountId: number
 }
 
+type Hook = (request: FastifyRequest, reply: FastifyReply) => Promise<void>
+
 declare module 'fastify' {
   interface FastifyInstance {
-    authenticate: (request: FastifyRequest, reply: FastifyReply) => Promise<void>
+    authenticate: Hook
     /** Drops a key from the cache after it was revoked here, so it is refused at once. */
     forgetApiKey: (keyId: string) => void
   }
@@ -48,7 +51,7 @@ const BEARER = /^Bearer +([^\s]+) *$/i
 
 export default fp<{ config: Config }>(
   async (app, { config }) => {
-    const cache = new Map<string, CachedKey>()
+    const cache = new BoundedMap<string, CachedKey>(CACHE_ENTRIES)
 
     async function lookup(hash: string, now: number): Promise<CachedKey | null> {
       const cached = cache.get(hash)
@@ -64,7 +67,6 @@ export default fp<{ config: Config }>(
         verifiedAtMs: now,
         touchedAtMs: cached?.touchedAtMs ?? 0,
       }
-      if (cache.size >= CACHE_ENTRIES) cache.delete(cache.keys().next().value as string)
       cache.set(hash, entry)
       return entry
     }
@@ -88,7 +90,7 @@ export default fp<{ config: Config }>(
     })
 
     /** Addresses that sent too many bad keys, and until when they get 429 (this process's view). */
-    const blocked = new Map<string, number>()
+    const blocked = new BoundedMap<string, number>(CACHE_ENTRIES)
 
     async function verify(header: string, now: number): Promise<CachedKey | ApiError> {
       const secret = BEARER.exec(header)?.[1]
@@ -110,7 +112,6 @@ export default fp<{ config: Config }>(
       if (config.authFailureLimit === 0) return null
       const { count, resetMs } = await app.rateCounter.hit(`auth-failure:${ip}`, config.rateLimitWindowMs)
       if (count <= config.authFailureLimit) return null
-      if (blocked.size >= CACHE_ENTRIES) blocked.delete(blocked.keys().next().value as string)
       blocked.set(ip, now + resetMs)
       return tooManyFailures(resetMs)
     }

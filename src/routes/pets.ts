@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { FastifyRequest } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { BoundedMap } from '../bounded-map.ts'
 import { ApiError } from '../errors.ts'
 import { cursorCodec } from '../pagination.ts'
 import {
@@ -24,9 +25,17 @@ import {
 const DEPRECATED_AT = `@${Date.UTC(2026, 0, 1) / 1000}`
 const SUNSET = new Date(Date.UTC(2030, 11, 5)).toUTCString()
 const security = [{ bearerAuth: [] }]
+const JSON_TYPE = 'application/json; charset=utf-8'
+/** Entries kept: pages are small, and the popular ones are few (first pages, common filters). */
+const CACHED_PAGES = 1000
+const CACHED_PETS = 10_000
 
 const pets: FastifyPluginAsyncTypebox = async (app) => {
   const cursors = cursorCodec(await app.store.secret('cursor', () => randomBytes(32).toString('base64url')))
+  // Serialized responses, so that a repeated read costs neither the database nor the serializer.
+  // A page is valid for one petsVersion; a pet, forever (pets never change).
+  const pages = new BoundedMap<string, { version: number | null; body: string; next: string | null }>(CACHED_PAGES)
+  const petBodies = new BoundedMap<number, string>(CACHED_PETS)
   app.addHook('onRequest', app.authenticate)
   app.addHook('onRequest', app.rateLimit)
 
@@ -53,14 +62,20 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
     async (request, reply) => {
       // Ajv has filled in the default; the fallback only satisfies the type.
       const { limit = DEFAULT_PAGE_SIZE, status, cursor } = request.query
-      const afterId = cursor === undefined ? undefined : cursors.decode(cursor, status)
-      const page = await app.store.listPets({ limit, status, afterId })
-      if (page.nextAfterId !== null) {
+      // Cached pages are keyed by the cursor text itself: only verified cursors ever get an entry.
+      const key = `${limit} ${status} ${cursor}`
+      const version = app.store.petsVersion()
+      let page = pages.get(key)
+      if (!page || page.version !== version) {
+        const afterId = cursor === undefined ? undefined : cursors.decode(cursor, status)
+        const { pets, nextAfterId } = await app.store.listPets({ limit, status, afterId })
         const next = new URLSearchParams({ limit: String(limit), ...(status && { status }) })
-        next.set('cursor', cursors.encode(page.nextAfterId, status))
-        reply.header('link', `<${origin(request)}/v1/pets?${next}>; rel="next"`)
+        if (nextAfterId !== null) next.set('cursor', cursors.encode(nextAfterId, status))
+        page = { version, body: serialize(reply, pets), next: nextAfterId === null ? null : `/v1/pets?${next}` }
+        if (version !== null) pages.set(key, page)
       }
-      return page.pets
+      if (page.next) reply.header('link', `<${origin(request)}${page.next}>; rel="next"`)
+      return sendSerialized(reply, page.body)
     },
   )
 
@@ -123,11 +138,28 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       const { petId } = request.params
       // Ids run from 1 to MAX_EXACT_INTEGER, so any other (valid int64) id cannot exist.
       if (petId < 1 || petId > MAX_EXACT_INTEGER) throw new ApiError('pet_not_found')
-      const pet = await app.store.getPet(petId)
-      if (!pet) throw new ApiError('pet_not_found', `No pet with id ${petId}.`)
-      return pet
+      let body = petBodies.get(petId)
+      if (body === undefined) {
+        const pet = await app.store.getPet(petId)
+        if (!pet) throw new ApiError('pet_not_found', `No pet with id ${petId}.`)
+        body = serialize(reply, pet)
+        petBodies.set(petId, body)
+      }
+      return sendSerialized(reply, body)
     },
   )
+}
+
+/** The route's own 200 serializer (fast-json-stringify from the response schema), for caching its output. */
+function serialize(reply: FastifyReply, payload: unknown): string {
+  const fn = reply.getSerializationFunction('200', 'application/json') as (payload: unknown) => string
+  return fn(payload)
+}
+
+/** Sends JSON that was serialized by `serialize`: a string with a JSON type is sent as it is. */
+function sendSerialized(reply: FastifyReply, body: string): FastifyReply {
+  // The type provider expects the schema's object type; the string is that object, already serialized.
+  return reply.type(JSON_TYPE).send(body as never)
 }
 
 function petLocation(pet: { id: number }, request: FastifyRequest): string {

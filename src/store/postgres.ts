@@ -174,6 +174,11 @@ export class PostgresStore implements Store {
     return (await this.#query<Pet>('getPet', [id]))[0] ?? null
   }
 
+  /** Other instances write too, and telling would need a round-trip: never cache pages. */
+  petsVersion(): null {
+    return null
+  }
+
   async listPets({ limit, status, afterId = 0 }: ListPetsOptions): Promise<PetPage> {
     // One row more than asked says whether another page exists.
     const rows =

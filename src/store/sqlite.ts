@@ -76,6 +76,8 @@ export class SqliteStore implements Store {
   #pending: PendingWrite[] = []
   #flushing: Promise<void> | null = null
   #closed = false
+  #petsVersion = 0
+  #dataVersion = -1
   #sql: ReturnType<typeof prepareStatements>
 
   constructor(url: string) {
@@ -113,6 +115,7 @@ export class SqliteStore implements Store {
         pet.status ?? DEFAULT_PET_STATUS,
       ) as unknown as Pet
       if (idempotency) this.#completeIdempotency(idempotency, 201, created)
+      this.#petsVersion++
       return created
     })
   }
@@ -131,6 +134,17 @@ export class SqliteStore implements Store {
       if (more) rows.pop()
       return { pets: rows, nextAfterId: more ? (rows.at(-1)?.id ?? null) : null }
     })
+  }
+
+  petsVersion(): number {
+    // data_version changes when another connection (another process) commits; our own pet writes
+    // are counted in #petsVersion directly. Either one moves the version.
+    const { data_version } = this.#sql.dataVersion.get() as { data_version: number }
+    if (data_version !== this.#dataVersion) {
+      this.#dataVersion = data_version
+      this.#petsVersion++
+    }
+    return this.#petsVersion
   }
 
   // ─── ACCOUNTS ──────────────────────────────────────────────────────────────────────────────
@@ -365,6 +379,7 @@ function prepareStatements(db: DatabaseSync) {
   const s = (sql: string): StatementSync => db.prepare(sql)
   return {
     ping: s('SELECT 1'),
+    dataVersion: s('PRAGMA data_version'),
     savepoint: s('SAVEPOINT write'),
     release: s('RELEASE write'),
     rollbackTo: s('ROLLBACK TO write'),

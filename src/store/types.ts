@@ -8,6 +8,7 @@
  * - Ids: pets get increasing int64 ids from 1, never above Number.MAX_SAFE_INTEGER, never reused;
  *   accounts likewise; keys and messages get random prefixed string ids (`key_…`, `msg_…`).
  * - Timestamps are ISO 8601 UTC strings with milliseconds and `Z`.
+ * - Pets are immutable once created and their ids never reused, so a pet may be cached forever.
  */
 import type { Message } from '../schemas/messages.ts'
 import type { NewPet, Pet, PetStatus } from '../schemas/pets.ts'
@@ -108,6 +109,13 @@ export interface Store {
   getPet(id: number): Promise<Pet | null>
   /** One page of pets in id order, optionally of one status, after a given id. */
   listPets(options: ListPetsOptions): Promise<PetPage>
+  /**
+   * A number that changes whenever the set of pets may have changed (in this process or any other),
+   * read without a round-trip; or null when the store cannot tell cheaply. Responses derived from
+   * pets may be cached while it stays the same. (Pets themselves never change once created: there
+   * is no update or delete operation.)
+   */
+  petsVersion(): number | null
 
   // ─── ACCOUNTS ────────────────────────────────────────────────────────────────────────────────
   /**

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import type { LightMyRequestResponse } from 'fastify'
+import { openStore } from '../../src/store/index.ts'
 import { bearer, build, errorBody, type TestApp } from '../helper.ts'
 
 async function seed(t: TestApp, secret: string, pets: { name: string; categoryId: number; status?: string }[]) {
@@ -324,6 +325,41 @@ describe('listPets: GET /v1/pets (points 1 and 5)', () => {
       assert.equal(response.statusCode, 400, query)
       assert.equal(errorBody(response).code, 'validation_failed')
     }
+  })
+})
+
+describe('listPets and getPet stay fresh while responses are cached', () => {
+  it('a repeated page reflects pets added through this process and through another one', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    const list = async () => (await app.app.inject({ url: '/v1/pets?limit=5', headers: bearer(secret) })).json()
+    await seed(app, secret, [{ name: 'a', categoryId: 1 }])
+    assert.equal((await list()).length, 1)
+    assert.equal((await list()).length, 1)
+    await seed(app, secret, [{ name: 'b', categoryId: 1 }])
+    assert.equal((await list()).length, 2)
+    // Another process (here: another connection to the same database) adds a pet.
+    const other = await openStore({ databaseUrl: app.config.databaseUrl, poolSize: 1, timeoutMs: 2000 })
+    t.after(() => other.close())
+    await other.createPet({ name: 'elsewhere', categoryId: 1 })
+    assert.deepEqual(
+      (await list()).map((p: { name: string }) => p.name),
+      ['a', 'b', 'elsewhere'],
+    )
+    const first = await app.app.inject({ url: '/v1/pets?limit=1', headers: bearer(secret) })
+    const next = String(first.headers.link).match(/<[^>]+(\/v1\/pets\?[^>]+)>/)?.[1] as string
+    await other.createPet({ name: 'later', categoryId: 1 })
+    const pages = [await app.app.inject({ url: next, headers: bearer(secret) })]
+    assert.equal(pages[0]?.json()[0].name, 'b')
+  })
+
+  it('a pet that did not exist yet is found once created (misses are not cached)', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    assert.equal((await app.app.inject({ url: '/v1/pets/1', headers: bearer(secret) })).statusCode, 404)
+    await seed(app, secret, [{ name: 'a', categoryId: 1 }])
+    assert.equal((await app.app.inject({ url: '/v1/pets/1', headers: bearer(secret) })).statusCode, 200)
+    assert.equal((await app.app.inject({ url: '/v1/pets/1', headers: bearer(secret) })).json().name, 'a')
   })
 })
 
