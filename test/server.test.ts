@@ -197,7 +197,9 @@ async function refusesConnections(port: number, ms: number): Promise<boolean> {
       const client = await RawClient.connect(port)
       client.socket.destroy()
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ECONNREFUSED') return true
+      // Refused, or reset when the connection raced the listener closing: either way not accepted.
+      const { code } = error as NodeJS.ErrnoException
+      if (code === 'ECONNREFUSED' || code === 'ECONNRESET') return true
       throw error
     }
     await sleep(20)

@@ -13,7 +13,7 @@ export interface StoreOptions {
 export async function openStore(options: StoreOptions): Promise<Store> {
   if (options.databaseUrl.startsWith('sqlite:')) {
     const { SqliteStore } = await import('./sqlite.ts')
-    return new SqliteStore(options.databaseUrl)
+    return SqliteStore.open(options.databaseUrl)
   }
   const { PostgresStore } = await import('./postgres.ts')
   return PostgresStore.open(options)

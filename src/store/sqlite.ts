@@ -1,19 +1,19 @@
 /**
- * The embedded store: SQLite through node:sqlite, one file, one process (or several, see README).
+ * The embedded store: SQLite through node:sqlite, one file (shared safely by several processes).
  *
- * Durability: WAL with synchronous=FULL, so a commit is on disk before its promise resolves.
- * To pay for that fsync once per burst rather than once per request, writes that arrive in the
- * same turn of the event loop are committed together in one transaction (group commit); each
- * write runs in its own savepoint, so one failing write does not undo the others.
+ * Reads run on this thread's connection: a prepared statement, no round-trip. Writes go to the
+ * writer thread (sqlite-writer.ts), which commits the writes that arrive together in one
+ * transaction with one fsync (WAL, synchronous=FULL): a write's promise resolves only once its
+ * commit is on disk, and the fsync never blocks the requests this thread is serving.
  */
 import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
-import { randomId } from '../api-keys.ts'
+import { Worker } from 'node:worker_threads'
 import type { Message } from '../schemas/messages.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet } from '../schemas/pets.ts'
-import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
 import { newerThanCode, readMigrations } from './migrations.ts'
+import type { WriteJob, WriteOps, WriteResult, WriterData } from './sqlite-writer.ts'
 import {
   type Account,
   type ApiKey,
@@ -29,9 +29,9 @@ import {
 } from './types.ts'
 
 /**
- * How long a statement waits for another process's write lock before failing with SQLITE_BUSY.
- * Only another process can hold it (in-process writes are serialised by the batch), so this wait
- * happens only when several workers share one file.
+ * How long the writer waits for another process's write lock before failing with SQLITE_BUSY.
+ * Only another process can hold it (this process has one writer), and the wait blocks only the
+ * writer thread, so it can be generous.
  */
 const BUSY_TIMEOUT_MS = 5000
 
@@ -47,7 +47,7 @@ function translate(error: unknown): unknown {
   const { code, errcode } = (error ?? {}) as { code?: string; errcode?: number }
   const unavailable =
     (code === 'ERR_SQLITE_ERROR' && UNAVAILABLE_RESULT_CODES.has((errcode ?? 0) & 0xff)) || code === 'ERR_INVALID_STATE'
-  return unavailable ? new DatabaseUnavailableError(String(error)) : error
+  return unavailable ? new DatabaseUnavailableError(String((error as Error).message ?? error)) : error
 }
 
 /** Runs a read, turning "cannot serve now" failures into DatabaseUnavailableError. */
@@ -59,37 +59,60 @@ function read<T>(run: () => T): Promise<T> {
   }
 }
 
-interface PendingWrite {
-  run: () => unknown
-  resolve: (value: unknown) => void
-  reject: (error: unknown) => void
-}
-
-/** `sqlite:data/x.db`, `sqlite:/abs/x.db`, `sqlite:///abs/x.db` or `sqlite::memory:` → the file path. */
+/** `sqlite:data/x.db`, `sqlite:/abs/x.db` or `sqlite:///abs/x.db` → the file path. */
 export function sqlitePath(url: string): string {
   const rest = url.replace(/^sqlite:/, '')
   return rest.startsWith('//') ? rest.slice(2) : rest
 }
 
+type Op = keyof WriteOps
+
 export class SqliteStore implements Store {
   #db: DatabaseSync
-  #pending: PendingWrite[] = []
-  #flushing: Promise<void> | null = null
-  #closed = false
+  #sql: ReturnType<typeof prepareReads>
+  #writer: Worker
+  #ready: Promise<void>
+  /** Writes sent to the writer, by job id, waiting for their commit. */
+  #waiting = new Map<number, { resolve: (value: unknown) => void; reject: (error: unknown) => void }>()
+  /** Writes not yet sent: everything queued in one turn of the event loop goes in one message. */
+  #outbox: WriteJob[] = []
+  #nextJob = 1
+  #closing: Promise<void> | null = null
+  /** Called when the last waiting write is settled (close() waits for it). */
+  #drained: (() => void) | null = null
   #petsVersion = 0
   #dataVersion = -1
-  #sql: ReturnType<typeof prepareStatements>
 
-  constructor(url: string) {
-    const path = sqlitePath(url)
-    if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
+  private constructor(path: string) {
+    mkdirSync(dirname(path), { recursive: true })
     this.#db = new DatabaseSync(path)
     this.#db.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`)
     this.#db.exec('PRAGMA journal_mode = WAL')
-    this.#db.exec('PRAGMA synchronous = FULL')
     this.#db.exec('PRAGMA foreign_keys = ON')
     this.#migrate()
-    this.#sql = prepareStatements(this.#db)
+    this.#sql = prepareReads(this.#db)
+    const workerData: WriterData = { path, busyTimeoutMs: BUSY_TIMEOUT_MS }
+    this.#writer = new Worker(new URL('./sqlite-writer.ts', import.meta.url), { workerData })
+    this.#ready = new Promise((resolve, reject) => {
+      this.#writer.once('message', () => resolve())
+      this.#writer.once('error', reject)
+    })
+    this.#writer.on('message', (results: WriteResult[] | 'ready') => {
+      if (results !== 'ready') this.#settle(results)
+    })
+    // A writer that dies takes its waiting writes with it: they were not committed.
+    this.#writer.on('error', (error) => this.#failAll(new DatabaseUnavailableError(`SQLite writer failed: ${error}`)))
+    this.#writer.on('exit', () => this.#failAll(new DatabaseUnavailableError('The SQLite writer has stopped')))
+  }
+
+  /** Opens (creating it if needed) and migrates the database file, and starts its writer thread. */
+  static async open(url: string): Promise<SqliteStore> {
+    const path = sqlitePath(url)
+    // Each connection to :memory: would be a database of its own: the writer could not share it.
+    if (path === ':memory:') throw new Error('DATABASE_URL sqlite::memory: is not supported; give a file path')
+    const store = new SqliteStore(path)
+    await store.#ready
+    return store
   }
 
   // ─── LIFECYCLE ─────────────────────────────────────────────────────────────────────────────
@@ -98,26 +121,23 @@ export class SqliteStore implements Store {
     await read(() => this.#sql.ping.get())
   }
 
-  async close(): Promise<void> {
-    if (this.#closed) return
-    this.#closed = true
-    while (this.#flushing || this.#pending.length > 0) await (this.#flushing ?? this.#scheduleFlush())
-    this.#db.close()
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      this.#send()
+      if (this.#waiting.size > 0) await new Promise<void>((resolve) => (this.#drained = resolve))
+      const exited = new Promise((resolve) => this.#writer.once('exit', resolve))
+      this.#writer.postMessage('close')
+      await exited
+      this.#db.close()
+    })()
+    return this.#closing
   }
 
   // ─── PETS ──────────────────────────────────────────────────────────────────────────────────
 
   createPet(pet: NewPet, idempotency?: IdempotencyRef): Promise<Pet> {
-    return this.#write(() => {
-      const created = this.#sql.insertPet.get(
-        pet.name,
-        pet.categoryId,
-        pet.status ?? DEFAULT_PET_STATUS,
-      ) as unknown as Pet
-      if (idempotency) this.#completeIdempotency(idempotency, 201, created)
-      this.#petsVersion++
-      return created
-    })
+    const status = pet.status ?? DEFAULT_PET_STATUS
+    return this.#write('createPet', pet.name, pet.categoryId, status, idempotency ?? null)
   }
 
   getPet(id: number): Promise<Pet | null> {
@@ -127,9 +147,11 @@ export class SqliteStore implements Store {
   listPets({ limit, status, afterId = 0 }: ListPetsOptions): Promise<PetPage> {
     return read(() => {
       // One row more than asked says whether another page exists.
-      const rows = (status === undefined
-        ? this.#sql.listPets.all(afterId, limit + 1)
-        : this.#sql.listPetsByStatus.all(status, afterId, limit + 1)) as unknown as Pet[]
+      const rows = (
+        status === undefined
+          ? this.#sql.listPets.all(afterId, limit + 1)
+          : this.#sql.listPetsByStatus.all(status, afterId, limit + 1)
+      ) as unknown as Pet[]
       const more = rows.length > limit
       if (more) rows.pop()
       return { pets: rows, nextAfterId: more ? (rows.at(-1)?.id ?? null) : null }
@@ -137,8 +159,8 @@ export class SqliteStore implements Store {
   }
 
   petsVersion(): number {
-    // data_version changes when another connection (another process) commits; our own pet writes
-    // are counted in #petsVersion directly. Either one moves the version.
+    // data_version changes whenever another connection commits: this process's writer thread or
+    // another process. (It does not tell what changed, so any commit moves the version.)
     const { data_version } = this.#sql.dataVersion.get() as { data_version: number }
     if (data_version !== this.#dataVersion) {
       this.#dataVersion = data_version
@@ -150,10 +172,7 @@ export class SqliteStore implements Store {
   // ─── ACCOUNTS ──────────────────────────────────────────────────────────────────────────────
 
   createAccount(email: string, passwordHash?: string): Promise<Account | null> {
-    return this.#write(
-      () =>
-        (this.#sql.insertAccount.get(email.toLowerCase(), passwordHash ?? null, now()) as Account | undefined) ?? null,
-    )
+    return this.#write('createAccount', email.toLowerCase(), passwordHash ?? null)
   }
 
   findAccountByEmail(email: string): Promise<Account | null> {
@@ -172,42 +191,27 @@ export class SqliteStore implements Store {
   }
 
   setAccountPassword(accountId: number, passwordHash: string): Promise<boolean> {
-    return this.#write(() => this.#sql.setPassword.run(passwordHash, accountId).changes > 0)
+    return this.#write('setAccountPassword', accountId, passwordHash)
   }
 
   // ─── SESSIONS ──────────────────────────────────────────────────────────────────────────────
 
   createSession(session: { hash: string; accountId: number; expiresAt: string }): Promise<void> {
-    return this.#write(() => {
-      this.#sql.insertSession.run(session.hash, session.accountId, now(), session.expiresAt)
-    })
+    return this.#write('createSession', session.hash, session.accountId, session.expiresAt)
   }
 
   findSession(hash: string): Promise<Session | null> {
-    return read(() => (this.#sql.getSession.get(hash, now()) as Session | undefined) ?? null)
+    return read(() => (this.#sql.getSession.get(hash, new Date().toISOString()) as Session | undefined) ?? null)
   }
 
   deleteSession(hash: string): Promise<void> {
-    return this.#write(() => {
-      this.#sql.deleteSession.run(hash)
-    })
+    return this.#write('deleteSession', hash)
   }
 
   // ─── API KEYS ──────────────────────────────────────────────────────────────────────────────
 
   createApiKey(key: NewApiKey): Promise<ApiKey> {
-    return this.#write(
-      () =>
-        this.#sql.insertKey.get(
-          randomId('key'),
-          key.accountId,
-          key.name,
-          key.prefix,
-          key.hash,
-          now(),
-          key.expiresAt,
-        ) as unknown as ApiKey,
-    )
+    return this.#write('createApiKey', key.accountId, key.name, key.prefix, key.hash, key.expiresAt)
   }
 
   listApiKeys(accountId: number): Promise<ApiKey[]> {
@@ -219,30 +223,17 @@ export class SqliteStore implements Store {
   }
 
   revokeApiKey(id: string, accountId?: number): Promise<ApiKey | null> {
-    const owner = accountId ?? null
-    return this.#write(() => (this.#sql.revokeKey.get(now(), id, owner, owner) as ApiKey | undefined) ?? null)
+    return this.#write('revokeApiKey', id, accountId ?? null)
   }
 
   touchApiKeys(usages: { id: string; at: string }[]): Promise<void> {
-    return this.#write(() => {
-      for (const { id, at } of usages) this.#sql.touchKey.run(at, id, at)
-    })
+    return this.#write('touchApiKeys', usages)
   }
 
   // ─── MESSAGES ──────────────────────────────────────────────────────────────────────────────
 
   createMessage(accountId: number, text: string, idempotency?: IdempotencyRef): Promise<Message> {
-    return this.#write(() => {
-      const message = this.#sql.insertMessage.get(
-        randomId('msg'),
-        accountId,
-        text,
-        'queued',
-        now(),
-      ) as unknown as Message
-      if (idempotency) this.#completeIdempotency(idempotency, 202, message)
-      return message
-    })
+    return this.#write('createMessage', accountId, text, idempotency ?? null)
   }
 
   listMessages(accountId: number, limit: number): Promise<Message[]> {
@@ -252,36 +243,24 @@ export class SqliteStore implements Store {
   // ─── SETTINGS ──────────────────────────────────────────────────────────────────────────────
 
   async secret(name: string, generate: () => string): Promise<string> {
-    await this.#write(() => this.#sql.insertSecret.run(name, generate()))
+    await this.#write('insertSecret', name, generate())
     return read(() => (this.#sql.getSecret.get(name) as { value: string }).value)
   }
 
   // ─── IDEMPOTENCY ───────────────────────────────────────────────────────────────────────────
 
   claimIdempotencyKey(claim: IdempotencyClaim): Promise<IdempotencyState> {
-    return this.#write((): IdempotencyState => {
-      const at = now()
-      this.#sql.dropStaleIdempotency.run(claim.scope, claim.key, at, claim.staleBefore)
-      if (this.#sql.claimIdempotency.get(claim.scope, claim.key, claim.fingerprint, at, claim.expiresAt)) {
-        return { state: 'claimed' }
-      }
-      const row = this.#sql.getIdempotency.get(claim.scope, claim.key) as unknown as IdempotencyRow
-      return idempotencyState(row, claim.fingerprint)
-    })
+    return this.#write('claimIdempotencyKey', claim)
   }
 
   releaseIdempotencyKey(ref: IdempotencyRef): Promise<void> {
-    return this.#write(() => {
-      this.#sql.releaseIdempotency.run(ref.scope, ref.key)
-    })
+    return this.#write('releaseIdempotencyKey', ref.scope, ref.key)
   }
 
   // ─── HOUSEKEEPING ──────────────────────────────────────────────────────────────────────────
 
   purgeExpired(at: string): Promise<number> {
-    return this.#write(
-      () => Number(this.#sql.purgeSessions.run(at).changes) + Number(this.#sql.purgeIdempotency.run(at).changes),
-    )
+    return this.#write('purgeExpired', at)
   }
 
   // ─── INTERNALS ─────────────────────────────────────────────────────────────────────────────
@@ -305,7 +284,7 @@ export class SqliteStore implements Store {
           db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(
             migration.version,
             migration.name,
-            now(),
+            new Date().toISOString(),
           )
         }
         db.exec('COMMIT')
@@ -316,114 +295,56 @@ export class SqliteStore implements Store {
     }
   }
 
-  #completeIdempotency(ref: IdempotencyRef, status: number, body: unknown): void {
-    this.#sql.completeIdempotency.run(status, JSON.stringify(body), ref.scope, ref.key)
-  }
-
-  /** Queues a write for the next group commit; resolves with its result once the commit is durable. */
-  #write<T>(run: () => T): Promise<T> {
-    if (this.#closed) return Promise.reject(new Error('The store is closed'))
-    return new Promise<T>((resolve, reject) => {
-      this.#pending.push({ run, resolve: resolve as (value: unknown) => void, reject })
-      if (this.#pending.length === 1 && !this.#flushing) this.#scheduleFlush()
+  /** Queues a write for the writer thread; resolves with its result once its commit is durable. */
+  #write<K extends Op>(op: K, ...args: Parameters<WriteOps[K]>): Promise<ReturnType<WriteOps[K]>> {
+    if (this.#closing) return Promise.reject(new DatabaseUnavailableError('The store is closed'))
+    const id = this.#nextJob++
+    return new Promise((resolve, reject) => {
+      this.#waiting.set(id, { resolve: resolve as (value: unknown) => void, reject })
+      if (this.#outbox.push([id, op, args]) === 1) setImmediate(() => this.#send())
     })
   }
 
-  #scheduleFlush(): Promise<void> {
-    this.#flushing ??= new Promise<void>((done) => {
-      // setImmediate runs after the I/O callbacks of this loop turn, so requests read together commit together.
-      setImmediate(() => {
-        this.#flush()
-        this.#flushing = null
-        if (this.#pending.length > 0) this.#scheduleFlush()
-        done()
-      })
-    })
-    return this.#flushing
+  #send(): void {
+    if (this.#outbox.length === 0) return
+    this.#writer.postMessage(this.#outbox)
+    this.#outbox = []
   }
 
-  #flush(): void {
-    const batch = this.#pending
-    this.#pending = []
-    if (batch.length === 0) return
-    const db = this.#db
-    const results: { ok: boolean; value: unknown }[] = []
-    try {
-      db.exec('BEGIN IMMEDIATE')
-      for (const write of batch) {
-        this.#sql.savepoint.run()
-        try {
-          results.push({ ok: true, value: write.run() })
-          this.#sql.release.run()
-        } catch (error) {
-          this.#sql.rollbackTo.run()
-          this.#sql.release.run()
-          results.push({ ok: false, value: error })
-        }
-      }
-      db.exec('COMMIT')
-    } catch (error) {
-      if (db.isTransaction) db.exec('ROLLBACK')
-      for (const write of batch) write.reject(translate(error))
-      return
+  #settle(results: WriteResult[]): void {
+    for (const [id, ok, value] of results) {
+      const waiting = this.#waiting.get(id)
+      this.#waiting.delete(id)
+      if (ok) waiting?.resolve(value)
+      else waiting?.reject(translate(Object.assign(new Error(), value)))
     }
-    batch.forEach((write, i) => {
-      const result = results[i] as { ok: boolean; value: unknown }
-      if (result.ok) write.resolve(result.value)
-      else write.reject(result.value)
-    })
+    if (this.#waiting.size === 0) this.#drained?.()
+  }
+
+  #failAll(error: Error): void {
+    for (const { reject } of this.#waiting.values()) reject(error)
+    this.#waiting.clear()
+    this.#drained?.()
   }
 }
 
-function prepareStatements(db: DatabaseSync) {
+function prepareReads(db: DatabaseSync) {
   const s = (sql: string): StatementSync => db.prepare(sql)
   return {
     ping: s('SELECT 1'),
     dataVersion: s('PRAGMA data_version'),
-    savepoint: s('SAVEPOINT write'),
-    release: s('RELEASE write'),
-    rollbackTo: s('ROLLBACK TO write'),
-    insertPet: s(`INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?) RETURNING ${PET_COLUMNS}`),
     getPet: s(`SELECT ${PET_COLUMNS} FROM pets WHERE id = ?`),
     listPets: s(`SELECT ${PET_COLUMNS} FROM pets WHERE id > ? ORDER BY id LIMIT ?`),
     listPetsByStatus: s(`SELECT ${PET_COLUMNS} FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?`),
-    insertAccount: s(`INSERT INTO accounts (email, password_hash, created_at) VALUES (?, ?, ?)
-      ON CONFLICT (email) DO NOTHING RETURNING id, email, created_at AS createdAt`),
     getAccountByEmail: s('SELECT id, email, created_at AS createdAt FROM accounts WHERE email = ?'),
     getAccountLogin: s(
       'SELECT id, email, created_at AS createdAt, password_hash AS passwordHash FROM accounts WHERE email = ?',
     ),
-    setPassword: s('UPDATE accounts SET password_hash = ? WHERE id = ?'),
-    insertSession: s('INSERT INTO sessions (id, account_id, created_at, expires_at) VALUES (?, ?, ?, ?)'),
     getSession: s(`SELECT s.account_id AS accountId, a.email, s.expires_at AS expiresAt
       FROM sessions s JOIN accounts a ON a.id = s.account_id WHERE s.id = ? AND s.expires_at > ?`),
-    deleteSession: s('DELETE FROM sessions WHERE id = ?'),
-    insertKey: s(`INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at, expires_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING ${KEY_COLUMNS}`),
     listKeys: s(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE account_id = ? ORDER BY created_at DESC, id`),
     getKeyByHash: s(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE key_hash = ?`),
-    revokeKey: s(`UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?)
-      WHERE id = ? AND (? IS NULL OR account_id = ?) RETURNING ${KEY_COLUMNS}`),
-    touchKey: s('UPDATE api_keys SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)'),
-    insertMessage: s(`INSERT INTO messages (id, account_id, body, status, created_at) VALUES (?, ?, ?, ?, ?)
-      RETURNING ${MESSAGE_COLUMNS}`),
     listMessages: s(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE account_id = ? ORDER BY seq DESC LIMIT ?`),
-    insertSecret: s('INSERT INTO secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING'),
     getSecret: s('SELECT value FROM secrets WHERE name = ?'),
-    dropStaleIdempotency: s(`DELETE FROM idempotency_keys WHERE scope = ? AND key = ?
-      AND (expires_at <= ? OR (state = 'in_progress' AND created_at <= ?))`),
-    claimIdempotency: s(`INSERT INTO idempotency_keys (scope, key, fingerprint, state, created_at, expires_at)
-      VALUES (?, ?, ?, 'in_progress', ?, ?) ON CONFLICT (scope, key) DO NOTHING RETURNING 1 AS claimed`),
-    getIdempotency: s(`SELECT fingerprint, state, response_status AS status, response_body AS body
-      FROM idempotency_keys WHERE scope = ? AND key = ?`),
-    completeIdempotency: s(`UPDATE idempotency_keys SET state = 'done', response_status = ?, response_body = ?
-      WHERE scope = ? AND key = ?`),
-    releaseIdempotency: s("DELETE FROM idempotency_keys WHERE scope = ? AND key = ? AND state = 'in_progress'"),
-    purgeSessions: s('DELETE FROM sessions WHERE expires_at <= ?'),
-    purgeIdempotency: s('DELETE FROM idempotency_keys WHERE expires_at <= ?'),
   }
-}
-
-function now(): string {
-  return new Date().toISOString()
 }

@@ -9,7 +9,7 @@ import { plain, tempDir } from '../helper.ts'
 import { storeContract } from './contract.ts'
 
 storeContract('SQLite', async (t) => {
-  const store = new SqliteStore(`sqlite:${join(tempDir(t), 'db.sqlite')}`)
+  const store = await SqliteStore.open(`sqlite:${join(tempDir(t), 'db.sqlite')}`)
   t.after(() => store.close())
   return store
 })
@@ -17,8 +17,8 @@ storeContract('SQLite', async (t) => {
 describe('SQLite store: durability and migrations (point 11)', () => {
   it('creates the file and its folder, in WAL mode, with the versioned migrations applied once', async (t) => {
     const path = join(tempDir(t), 'nested', 'folder', 'db.sqlite')
-    await new SqliteStore(`sqlite:${path}`).close()
-    await new SqliteStore(`sqlite://${path}`).close() // reopening applies nothing twice
+    await (await SqliteStore.open(`sqlite:${path}`)).close()
+    await (await SqliteStore.open(`sqlite://${path}`)).close() // reopening applies nothing twice
     const db = new DatabaseSync(path)
     t.after(() => db.close())
     assert.deepEqual(plain(db.prepare('PRAGMA journal_mode').get()), { journal_mode: 'wal' })
@@ -30,19 +30,19 @@ describe('SQLite store: durability and migrations (point 11)', () => {
 
   it('keeps every acknowledged write after the store is reopened', async (t) => {
     const url = `sqlite:${join(tempDir(t), 'db.sqlite')}`
-    const store = new SqliteStore(url)
+    const store = await SqliteStore.open(url)
     const pets = await Promise.all(
       Array.from({ length: 20 }, (_, i) => store.createPet({ name: `p${i}`, categoryId: i + 1 })),
     )
     await store.close()
-    const reopened = new SqliteStore(url)
+    const reopened = await SqliteStore.open(url)
     t.after(() => reopened.close())
     const page = await reopened.listPets({ limit: 100 })
     assert.deepEqual(plain(page.pets), plain(pets))
   })
 
   it('commits writes that arrive together in one transaction, and one failing write spares the others', async (t) => {
-    const store = new SqliteStore(`sqlite:${join(tempDir(t), 'db.sqlite')}`)
+    const store = await SqliteStore.open(`sqlite:${join(tempDir(t), 'db.sqlite')}`)
     t.after(() => store.close())
     const results = await Promise.allSettled([
       store.createPet({ name: 'a', categoryId: 1 }),
@@ -66,16 +66,16 @@ describe('SQLite store: durability and migrations (point 11)', () => {
 
   it('refuses a database whose schema is newer than the code', async (t) => {
     const path = join(tempDir(t), 'db.sqlite')
-    await new SqliteStore(`sqlite:${path}`).close()
+    await (await SqliteStore.open(`sqlite:${path}`)).close()
     const db = new DatabaseSync(path)
     db.prepare("INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 'x')").run()
     db.close()
-    assert.throws(() => new SqliteStore(`sqlite:${path}`), /schema version 99, newer than this code/)
+    await assert.rejects(SqliteStore.open(`sqlite:${path}`), /schema version 99, newer than this code/)
   })
 
   it('stores API keys only as hashes: the secret is nowhere in the database file', async (t) => {
     const dir = tempDir(t)
-    const store = new SqliteStore(`sqlite:${join(dir, 'db.sqlite')}`)
+    const store = await SqliteStore.open(`sqlite:${join(dir, 'db.sqlite')}`)
     const { generateApiKey } = await import('../../src/api-keys.ts')
     const account = await store.createAccount('hash@example.com')
     const generated = generateApiKey('production')

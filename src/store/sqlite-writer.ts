@@ -1,0 +1,191 @@
+/**
+ * The SQLite writer: runs in a worker thread of SqliteStore, with its own connection.
+ *
+ * With synchronous=FULL every COMMIT waits for an fsync. On the main thread that wait would stop
+ * every request; here it stops only the writer, while the main thread goes on reading, parsing and
+ * queueing the next writes. Writes that arrive while a commit is under way are committed together
+ * in the next transaction (group commit), each in its own savepoint so that one failing write does
+ * not undo the others. A result is posted back only after its COMMIT returned, i.e. is on disk.
+ */
+import { DatabaseSync, type StatementSync } from 'node:sqlite'
+import { parentPort, workerData } from 'node:worker_threads'
+import { randomId } from '../api-keys.ts'
+import type { Message } from '../schemas/messages.ts'
+import type { Pet } from '../schemas/pets.ts'
+import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
+import type { Account, ApiKey, IdempotencyClaim, IdempotencyRef, IdempotencyState } from './types.ts'
+
+/** A job from the main thread: [id, operation, arguments]. */
+export type WriteJob = [number, keyof WriteOps, unknown[]]
+/** A result to the main thread: [id, ok, value or error details]. */
+export type WriteResult = [number, boolean, unknown]
+
+export interface WriterData {
+  path: string
+  busyTimeoutMs: number
+}
+
+const PET_COLUMNS = 'id, name, category_id AS categoryId, status'
+const KEY_COLUMNS = `id, account_id AS accountId, name, prefix, created_at AS createdAt, expires_at AS expiresAt,
+  revoked_at AS revokedAt, last_used_at AS lastUsedAt`
+const MESSAGE_COLUMNS = 'id, body AS message, status, created_at AS createdAt'
+
+function prepareWrites(db: DatabaseSync) {
+  const s = (sql: string): StatementSync => db.prepare(sql)
+  return {
+    savepoint: s('SAVEPOINT write'),
+    release: s('RELEASE write'),
+    rollbackTo: s('ROLLBACK TO write'),
+    insertPet: s(`INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?) RETURNING ${PET_COLUMNS}`),
+    insertAccount: s(`INSERT INTO accounts (email, password_hash, created_at) VALUES (?, ?, ?)
+      ON CONFLICT (email) DO NOTHING RETURNING id, email, created_at AS createdAt`),
+    setPassword: s('UPDATE accounts SET password_hash = ? WHERE id = ?'),
+    insertSession: s('INSERT INTO sessions (id, account_id, created_at, expires_at) VALUES (?, ?, ?, ?)'),
+    deleteSession: s('DELETE FROM sessions WHERE id = ?'),
+    insertKey: s(`INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at, expires_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING ${KEY_COLUMNS}`),
+    revokeKey: s(`UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?)
+      WHERE id = ? AND (? IS NULL OR account_id = ?) RETURNING ${KEY_COLUMNS}`),
+    touchKey: s('UPDATE api_keys SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)'),
+    insertMessage: s(`INSERT INTO messages (id, account_id, body, status, created_at) VALUES (?, ?, ?, ?, ?)
+      RETURNING ${MESSAGE_COLUMNS}`),
+    insertSecret: s('INSERT INTO secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING'),
+    dropStaleIdempotency: s(`DELETE FROM idempotency_keys WHERE scope = ? AND key = ?
+      AND (expires_at <= ? OR (state = 'in_progress' AND created_at <= ?))`),
+    claimIdempotency: s(`INSERT INTO idempotency_keys (scope, key, fingerprint, state, created_at, expires_at)
+      VALUES (?, ?, ?, 'in_progress', ?, ?) ON CONFLICT (scope, key) DO NOTHING RETURNING 1 AS claimed`),
+    getIdempotency: s(`SELECT fingerprint, state, response_status AS status, response_body AS body
+      FROM idempotency_keys WHERE scope = ? AND key = ?`),
+    completeIdempotency: s(`UPDATE idempotency_keys SET state = 'done', response_status = ?, response_body = ?
+      WHERE scope = ? AND key = ?`),
+    releaseIdempotency: s("DELETE FROM idempotency_keys WHERE scope = ? AND key = ? AND state = 'in_progress'"),
+    purgeSessions: s('DELETE FROM sessions WHERE expires_at <= ?'),
+    purgeIdempotency: s('DELETE FROM idempotency_keys WHERE expires_at <= ?'),
+  }
+}
+
+function now(): string {
+  return new Date().toISOString()
+}
+
+/** Every write the store makes. Each runs inside the batch's transaction, in its own savepoint. */
+function writeOps(sql: ReturnType<typeof prepareWrites>) {
+  const complete = (ref: IdempotencyRef | null, status: number, body: unknown) => {
+    if (ref) sql.completeIdempotency.run(status, JSON.stringify(body), ref.scope, ref.key)
+  }
+  return {
+    createPet(name: string, categoryId: number, status: string, idempotency: IdempotencyRef | null): Pet {
+      const pet = sql.insertPet.get(name, categoryId, status) as unknown as Pet
+      complete(idempotency, 201, pet)
+      return pet
+    },
+    createAccount(email: string, passwordHash: string | null): Account | null {
+      return (sql.insertAccount.get(email, passwordHash, now()) as Account | undefined) ?? null
+    },
+    setAccountPassword(accountId: number, passwordHash: string): boolean {
+      return sql.setPassword.run(passwordHash, accountId).changes > 0
+    },
+    createSession(hash: string, accountId: number, expiresAt: string): void {
+      sql.insertSession.run(hash, accountId, now(), expiresAt)
+    },
+    deleteSession(hash: string): void {
+      sql.deleteSession.run(hash)
+    },
+    createApiKey(accountId: number, name: string, prefix: string, hash: string, expiresAt: string | null): ApiKey {
+      return sql.insertKey.get(randomId('key'), accountId, name, prefix, hash, now(), expiresAt) as unknown as ApiKey
+    },
+    revokeApiKey(id: string, accountId: number | null): ApiKey | null {
+      return (sql.revokeKey.get(now(), id, accountId, accountId) as ApiKey | undefined) ?? null
+    },
+    touchApiKeys(usages: { id: string; at: string }[]): void {
+      for (const { id, at } of usages) sql.touchKey.run(at, id, at)
+    },
+    createMessage(accountId: number, text: string, idempotency: IdempotencyRef | null): Message {
+      const message = sql.insertMessage.get(randomId('msg'), accountId, text, 'queued', now()) as unknown as Message
+      complete(idempotency, 202, message)
+      return message
+    },
+    insertSecret(name: string, value: string): void {
+      sql.insertSecret.run(name, value)
+    },
+    claimIdempotencyKey(claim: IdempotencyClaim): IdempotencyState {
+      const at = now()
+      sql.dropStaleIdempotency.run(claim.scope, claim.key, at, claim.staleBefore)
+      if (sql.claimIdempotency.get(claim.scope, claim.key, claim.fingerprint, at, claim.expiresAt)) {
+        return { state: 'claimed' }
+      }
+      const row = sql.getIdempotency.get(claim.scope, claim.key) as unknown as IdempotencyRow
+      return idempotencyState(row, claim.fingerprint)
+    },
+    releaseIdempotencyKey(scope: string, key: string): void {
+      sql.releaseIdempotency.run(scope, key)
+    },
+    purgeExpired(at: string): number {
+      return Number(sql.purgeSessions.run(at).changes) + Number(sql.purgeIdempotency.run(at).changes)
+    },
+  }
+}
+
+export type WriteOps = ReturnType<typeof writeOps>
+
+/** Details of a failed write that survive the trip to the main thread (an Error's own fields do not all). */
+function describe(error: unknown): Record<string, unknown> {
+  const { message, code, errcode, errstr } = (error ?? {}) as Record<string, unknown>
+  return { message: String(message ?? error), code, errcode, errstr }
+}
+
+function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): void {
+  const db = new DatabaseSync(data.path)
+  db.exec(`PRAGMA busy_timeout = ${data.busyTimeoutMs}`)
+  db.exec('PRAGMA synchronous = FULL')
+  db.exec('PRAGMA foreign_keys = ON')
+  const sql = prepareWrites(db)
+  const ops = writeOps(sql)
+  let queue: WriteJob[] = []
+  let scheduled = false
+
+  const flush = () => {
+    scheduled = false
+    const batch = queue
+    queue = []
+    const results: WriteResult[] = []
+    try {
+      db.exec('BEGIN IMMEDIATE')
+      for (const [id, op, args] of batch) {
+        sql.savepoint.run()
+        try {
+          results.push([id, true, (ops[op] as (...a: unknown[]) => unknown)(...args)])
+          sql.release.run()
+        } catch (error) {
+          sql.rollbackTo.run()
+          sql.release.run()
+          results.push([id, false, describe(error)])
+        }
+      }
+      db.exec('COMMIT')
+    } catch (error) {
+      if (db.isTransaction) db.exec('ROLLBACK')
+      port.postMessage(batch.map(([id]): WriteResult => [id, false, describe(error)]))
+      return
+    }
+    port.postMessage(results)
+  }
+
+  port.on('message', (message: WriteJob[] | 'close') => {
+    if (message === 'close') {
+      if (queue.length > 0) flush()
+      db.close()
+      port.close()
+      return
+    }
+    queue.push(...message)
+    // Let every job already waiting in the port join this batch before committing it.
+    if (!scheduled) {
+      scheduled = true
+      setImmediate(flush)
+    }
+  })
+  port.postMessage('ready')
+}
+
+if (parentPort) startWriter(parentPort, workerData as WriterData)
