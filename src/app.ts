@@ -12,6 +12,7 @@ import {
   type FastifyRequest,
   LogController,
 } from 'fastify'
+import type { DestinationStream } from 'pino'
 import { redactApiKeys } from './api-keys.ts'
 import type { Config } from './config.ts'
 import auth from './plugins/auth.ts'
@@ -40,10 +41,14 @@ class RequestLog extends LogController {
   }
 }
 
-/** Fastify's server options for this app: used by src/server.ts and by the tests. */
-export function serverOptions(config: Config): FastifyHttpOptions<Server> {
+/**
+ * Fastify's server options for this app: used by src/server.ts and by the tests. `logStream` is
+ * where log lines go (stdout, written synchronously, when not given).
+ */
+export function serverOptions(config: Config, logStream?: DestinationStream): FastifyHttpOptions<Server> {
   return {
     logger: {
+      ...(logStream && { stream: logStream }),
       level: config.logLevel,
       // Requests are logged without headers; anything shaped like a key is masked in URLs too.
       serializers: {

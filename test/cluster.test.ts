@@ -27,6 +27,8 @@ describe('WORKERS: several processes on one machine (scale-out point 4)', () => 
       headers: { authorization: `Bearer ${key}` },
     })
     assert.equal(((await listed.json()) as unknown[]).length, 100)
+    // Log lines are buffered: read them once the workers have stopped (and flushed).
+    assert.equal(await server.stop('SIGTERM'), 0)
     const servedBy = new Set(
       server
         .output()
@@ -35,7 +37,6 @@ describe('WORKERS: several processes on one machine (scale-out point 4)', () => 
         .map((line) => JSON.parse(line).pid),
     )
     assert.equal(servedBy.size, 2, 'both workers served requests')
-    assert.equal(await server.stop('SIGTERM'), 0)
     t.diagnostic(`workers=2 creates=${REQUESTS} distinct ids=${REQUESTS} served by pids ${[...servedBy].join(', ')}`)
   })
 })
