@@ -26,8 +26,7 @@ const LOG_BUFFER_BYTES = 4096
 const LOG_FLUSH_MS = 1000
 
 async function serve(config: Config): Promise<void> {
-  const logStream = pino.destination({ dest: 1, minLength: LOG_BUFFER_BYTES, sync: false })
-  setInterval(() => logStream.flush(), LOG_FLUSH_MS).unref()
+  const logStream = pino.destination({ dest: 1, minLength: LOG_BUFFER_BYTES, periodicFlush: LOG_FLUSH_MS, sync: false })
   const app = Fastify(serverOptions(config, logStream))
   await app.register(animalStore, { config })
 

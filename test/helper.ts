@@ -79,12 +79,8 @@ export async function build(
     LOG_LEVEL: options.captureLogs ? 'info' : 'silent',
     ...env,
   })
-  const fastifyOptions = serverOptions(config)
-  if (options.captureLogs) {
-    const stream = { write: (line: string) => logs.push(JSON.parse(line)) }
-    fastifyOptions.logger = { ...(fastifyOptions.logger as object), stream }
-  }
-  const app = Fastify(fastifyOptions)
+  const stream = options.captureLogs ? { write: (line: string) => logs.push(JSON.parse(line)) } : undefined
+  const app = Fastify(serverOptions(config, stream))
   // fp() exposes the app's decorations (app.store) to the test, as in fastify/demo's helper.
   await app.register(fp(animalStore), { config })
   options.setup?.(app)

@@ -95,12 +95,17 @@ export default fp<{ config: Config }>(
     async function verify(header: string, now: number): Promise<CachedKey | ApiError> {
       const secret = BEARER.exec(header)?.[1]
       if (!secret) return refused('invalid_api_key', 'The Authorization header must be: Bearer <API_KEY>.')
-      const deployment = apiKeyDeployment(secret)
-      if (!deployment) return refused('invalid_api_key', 'The API key is malformed.')
-      if (deployment !== config.deployment) {
-        return refused('invalid_api_key', `This is a ${deployment} key; this is the ${config.deployment} deployment.`)
+      const hash = hashApiKey(secret)
+      let entry = cache.get(hash)
+      // A fresh cache entry is a key already found valid for this deployment: skip straight to its state.
+      if (!entry || now - entry.verifiedAtMs >= config.apiKeyCacheMs) {
+        const deployment = apiKeyDeployment(secret)
+        if (!deployment) return refused('invalid_api_key', 'The API key is malformed.')
+        if (deployment !== config.deployment) {
+          return refused('invalid_api_key', `This is a ${deployment} key; this is the ${config.deployment} deployment.`)
+        }
+        entry = (await lookup(hash, now)) ?? undefined
       }
-      const entry = await lookup(hashApiKey(secret), now)
       if (!entry) return refused('invalid_api_key', 'The API key is not known.')
       if (entry.key.revokedAt) return refused('revoked_api_key')
       if (now >= entry.expiresAtMs) return refused('expired_api_key')

@@ -1,0 +1,101 @@
+/**
+ * The request log: one JSON line per request, in pino's format, written straight to the log
+ * stream. Going through pino for this line (a child logger per request, generic serialization)
+ * cost a quarter of the throughput of a cached read; this costs one template string.
+ *
+ * Everything else (failures, warnings) still goes through pino. Each request's pino child logger
+ * is made only when something logs through it (LazyLogger), since most requests never do.
+ */
+import { hostname } from 'node:os'
+import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
+import { LogController } from 'fastify'
+import type { Bindings, ChildLoggerOptions, DestinationStream, LevelWithSilent } from 'pino'
+import { redactApiKeys } from './api-keys.ts'
+
+const INFO = 30
+const LEVELS: Record<string, number> = { trace: 10, debug: 20, info: 30, warn: 40, error: 50, fatal: 60 }
+
+export class RequestLog extends LogController {
+  #stream: DestinationStream
+  #enabled: boolean
+  /** The fields every line starts with, as pino writes them (level and time come first). */
+  #host = `"pid":${process.pid},"hostname":${JSON.stringify(hostname())}`
+
+  constructor(stream: DestinationStream, level: string) {
+    super({ requestIdLogLabel: 'requestId' })
+    this.#stream = stream
+    this.#enabled = (LEVELS[level] ?? Number.POSITIVE_INFINITY) <= INFO
+  }
+
+  override incomingRequest(): void {}
+
+  override requestCompleted(_error: unknown, request: FastifyRequest, reply: FastifyReply): void {
+    if (!this.#enabled) return
+    const req = `{"method":"${request.method}","url":${JSON.stringify(redactApiKeys(request.url))},"remoteAddress":${JSON.stringify(request.ip)}}`
+    this.#stream.write(
+      `{"level":${INFO},"time":${Date.now()},${this.#host},"requestId":${JSON.stringify(request.id)},"req":${req},` +
+        `"status":${reply.statusCode},"ms":${reply.elapsedTime},"msg":"request completed"}\n`,
+    )
+  }
+}
+
+type Log = (...args: unknown[]) => void
+
+/** A request's logger that becomes a real pino child logger the first time it is used. */
+class LazyLogger {
+  #parent: FastifyBaseLogger
+  #bindings: Bindings
+  #options: ChildLoggerOptions
+  #child: FastifyBaseLogger | undefined
+
+  constructor(parent: FastifyBaseLogger, bindings: Bindings, options: ChildLoggerOptions) {
+    this.#parent = parent
+    this.#bindings = bindings
+    this.#options = options
+  }
+
+  get #real(): FastifyBaseLogger {
+    this.#child ??= this.#parent.child(this.#bindings, this.#options)
+    return this.#child
+  }
+
+  get level(): LevelWithSilent {
+    return (this.#child ?? this.#parent).level as LevelWithSilent
+  }
+  set level(level: LevelWithSilent) {
+    this.#real.level = level
+  }
+  fatal(...args: unknown[]): void {
+    ;(this.#real.fatal as Log)(...args)
+  }
+  error(...args: unknown[]): void {
+    ;(this.#real.error as Log)(...args)
+  }
+  warn(...args: unknown[]): void {
+    ;(this.#real.warn as Log)(...args)
+  }
+  info(...args: unknown[]): void {
+    ;(this.#real.info as Log)(...args)
+  }
+  debug(...args: unknown[]): void {
+    ;(this.#real.debug as Log)(...args)
+  }
+  trace(...args: unknown[]): void {
+    ;(this.#real.trace as Log)(...args)
+  }
+  silent(...args: unknown[]): void {
+    ;(this.#real.silent as Log)(...args)
+  }
+  child(bindings: Bindings, options?: ChildLoggerOptions): FastifyBaseLogger {
+    return this.#real.child(bindings, options)
+  }
+}
+
+/** Fastify's childLoggerFactory: a LazyLogger per request instead of a pino child. */
+export function lazyChildLogger(
+  logger: FastifyBaseLogger,
+  bindings: Bindings,
+  options: ChildLoggerOptions,
+): FastifyBaseLogger {
+  return new LazyLogger(logger, bindings, options) as unknown as FastifyBaseLogger
+}
