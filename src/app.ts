@@ -15,6 +15,7 @@ import idempotency from './plugins/idempotency.ts'
 import openapi from './plugins/openapi.ts'
 import rateLimit from './plugins/rate-limit.ts'
 import store from './plugins/store.ts'
+import portal from './portal/index.ts'
 import { lazyChildLogger, RequestLog } from './request-log.ts'
 import health from './routes/health.ts'
 import messages from './routes/messages.ts'
@@ -101,4 +102,5 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
   await app.register(health)
   await app.register(pets, { prefix: '/v1' })
   await app.register(messages, { prefix: '/v1' })
+  await app.register(portal, { config })
 }

@@ -4,11 +4,20 @@
  */
 import { parseArgs } from 'node:util'
 import Value from 'typebox/value'
-import { generateApiKey } from './api-keys.ts'
+import {
+  AccountRuleError,
+  createAccount,
+  DEFAULT_KEY_NAME,
+  isEmail,
+  issueApiKey,
+  KEY_NAME_DESCRIPTION,
+  KeyNameSchema,
+  keyState,
+  parseDuration,
+} from './accounts.ts'
 import { type Config, loadConfig } from './config.ts'
-import { EMAIL_DESCRIPTION, EmailSchema } from './schemas/accounts.ts'
+import { EMAIL_DESCRIPTION } from './schemas/accounts.ts'
 import { openStore, type Store } from './store/index.ts'
-import type { ApiKey } from './store/types.ts'
 
 const USAGE = `Usage: animal-store <command>
 
@@ -25,17 +34,19 @@ Uses DATABASE_URL and DEPLOYMENT like the server (see README).`
 /** Thrown for bad input: printed as one line, exit code 1. */
 export class CliError extends Error {}
 
-const UNITS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86_400, w: 604_800 }
-
-export function parseDuration(text: string): number {
-  const match = /^([1-9][0-9]{0,5})([smhdw])$/.exec(text)
-  if (!match) throw new CliError(`--expires-in must be a number followed by s, m, h, d or w, e.g. 30d (got "${text}")`)
-  return Number(match[1]) * (UNITS[match[2] as string] as number) * 1000
+/** The key lifetime of `--expires-in`, in milliseconds (the rule is in accounts.ts). */
+function lifetime(text: string): number {
+  try {
+    return parseDuration(text)
+  } catch (error) {
+    if (error instanceof AccountRuleError) throw new CliError(`--expires-in ${error.message}`)
+    throw error
+  }
 }
 
 function email(text: string | undefined): string {
   if (text === undefined) throw new CliError('An email address is required. Run "animal-store help".')
-  if (!Value.Check(EmailSchema, text)) throw new CliError(`"${text}" is not ${EMAIL_DESCRIPTION}`)
+  if (!isEmail(text)) throw new CliError(`"${text}" is not ${EMAIL_DESCRIPTION}`)
   return text
 }
 
@@ -43,12 +54,6 @@ async function account(store: Store, address: string) {
   const found = await store.findAccountByEmail(address)
   if (!found) throw new CliError(`No account for ${address}; create it with: animal-store accounts create ${address}`)
   return found
-}
-
-function keyState(key: ApiKey, now = Date.now()): string {
-  if (key.revokedAt) return 'revoked'
-  if (key.expiresAt && Date.parse(key.expiresAt) <= now) return 'expired'
-  return 'active'
 }
 
 type Print = (line: string) => void
@@ -72,34 +77,26 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   }
   // Check the arguments before touching the database.
   const address = command === 'keys revoke' ? undefined : email(arg)
-  const lifetime = values['expires-in'] === undefined ? undefined : parseDuration(values['expires-in'])
-  const name = values.name ?? 'default'
-  if (name.length < 1 || name.length > 100) throw new CliError('--name must be 1 to 100 characters')
+  const lifetimeMs = values['expires-in'] === undefined ? undefined : lifetime(values['expires-in'])
+  const name = values.name ?? DEFAULT_KEY_NAME
+  if (!Value.Check(KeyNameSchema, name)) throw new CliError(`--name must be ${KEY_NAME_DESCRIPTION}`)
 
   const store = await openStore({ databaseUrl: config.databaseUrl, poolSize: 2, timeoutMs: config.databaseTimeoutMs })
   try {
     switch (command) {
       case 'accounts create': {
-        const created = await store.createAccount(address as string)
+        const created = await createAccount(store, address as string)
         if (!created) throw new CliError(`An account for ${address} already exists.`)
         return print(`Created account ${created.id} for ${created.email}.`)
       }
       case 'keys create': {
         const owner = await account(store, address as string)
-        const generated = generateApiKey(config.deployment)
-        const expiresAt = lifetime === undefined ? null : new Date(Date.now() + lifetime).toISOString()
-        const key = await store.createApiKey({
-          accountId: owner.id,
-          name,
-          prefix: generated.prefix,
-          hash: generated.hash,
-          expiresAt,
-        })
+        const { key, secret } = await issueApiKey(store, config.deployment, { accountId: owner.id, name, lifetimeMs })
         print(
-          `Created ${config.deployment} key ${key.id} "${key.name}" for ${owner.email}, ${expiresAt ? `expires ${expiresAt}` : 'no expiry'}.`,
+          `Created ${config.deployment} key ${key.id} "${key.name}" for ${owner.email}, ${key.expiresAt ? `expires ${key.expiresAt}` : 'no expiry'}.`,
         )
         print('Copy it now: it is shown only this once.')
-        return print(generated.secret)
+        return print(secret)
       }
       case 'keys list': {
         const owner = await account(store, address as string)

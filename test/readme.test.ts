@@ -76,10 +76,11 @@ describe('README quickstart (point 12)', () => {
       assert.ok(i < 100, 'the server did not start')
       await sleep(100)
     }
+    // Not pipefail: `curl … | head -c 30` ends curl with SIGPIPE, as it would in anyone's shell.
     const script = steps.map(
       (step, i) => `echo; echo "@@@ ${i}"\n${step.command.replaceAll('127.0.0.1:8080', `127.0.0.1:${port}`)}`,
     )
-    const { stdout } = await promisify(execFile)('bash', ['-euo', 'pipefail', '-c', script.join('\n')], {
+    const { stdout } = await promisify(execFile)('bash', ['-eu', '-c', script.join('\n')], {
       cwd: root,
       env,
     })

@@ -147,11 +147,9 @@ export class SqliteStore implements Store {
   listPets({ limit, status, afterId = 0 }: ListPetsOptions): Promise<PetPage> {
     return read(() => {
       // One row more than asked says whether another page exists.
-      const rows = (
-        status === undefined
-          ? this.#sql.listPets.all(afterId, limit + 1)
-          : this.#sql.listPetsByStatus.all(status, afterId, limit + 1)
-      ) as unknown as Pet[]
+      const rows = (status === undefined
+        ? this.#sql.listPets.all(afterId, limit + 1)
+        : this.#sql.listPetsByStatus.all(status, afterId, limit + 1)) as unknown as Pet[]
       const more = rows.length > limit
       if (more) rows.pop()
       return { pets: rows, nextAfterId: more ? (rows.at(-1)?.id ?? null) : null }

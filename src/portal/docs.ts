@@ -1,0 +1,64 @@
+/**
+ * The interactive API reference at /docs: Swagger UI (swagger-ui-dist, served from this process,
+ * no CDN) rendering the document the API serves at /v1/openapi.json. Its "Try it out" calls this
+ * same server: docs.js lists this origin first among the servers. Paste a key under "Authorize".
+ */
+import helmet from '@fastify/helmet'
+import type { FastifyInstance, FastifyReply } from 'fastify'
+import { ownFile, packageFile, serveAssets } from './assets.ts'
+import { DOCS_HEADERS } from './headers.ts'
+import { type Html, html } from './html.ts'
+
+function page(title: string, body: Html): string {
+  return html`<!doctype html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <meta name="viewport" content="width=device-width, initial-scale=1">
+  <link rel="icon" href="/portal/assets/favicon.svg" type="image/svg+xml">
+  <title>${title} · Animal Store</title>
+  <link rel="stylesheet" href="/docs/assets/swagger-ui.css">
+  <link rel="stylesheet" href="/docs/assets/docs.css">
+  <script src="/docs/assets/swagger-ui-bundle.js" defer></script>
+  <script src="/docs/assets/docs.js" defer></script>
+</head>
+<body>
+  <header class="docs-header">
+    <nav aria-label="Portal"><a href="/portal">Animal Store developer portal</a> · <a href="/portal/keys">API keys</a> · <a href="/v1/openapi.json">OpenAPI document</a></nav>
+    <p>To try an operation: create a key in the portal, choose <strong>Authorize</strong> and paste it, open an operation, then choose <strong>Execute</strong>. Requests go to this server.</p>
+  </header>
+  <main id="main">${body}</main>
+</body>
+</html>
+`.text
+}
+
+const send = (reply: FastifyReply, status: number, body: string) =>
+  reply.code(status).type('text/html; charset=utf-8').send(body)
+
+export default async function docs(app: FastifyInstance): Promise<void> {
+  await app.register(helmet, DOCS_HEADERS)
+  serveAssets(app, {
+    'swagger-ui.css': packageFile('swagger-ui-dist/swagger-ui.css'),
+    'swagger-ui-bundle.js': packageFile('swagger-ui-dist/swagger-ui-bundle.js'),
+    'docs.css': ownFile('docs.css'),
+    'docs.js': ownFile('docs.js'),
+  })
+
+  const reference = page(
+    'API reference',
+    html`<h1 class="visually-hidden">Animal Store API reference</h1>
+    <div id="reference" data-spec="/v1/openapi.json">
+      <noscript><p class="docs-fallback">The interactive reference needs JavaScript. The OpenAPI document it shows is at <a href="/v1/openapi.json">/v1/openapi.json</a>.</p></noscript>
+    </div>`,
+  )
+  app.get('/', { schema: { hide: true } }, async (_request, reply) => send(reply, 200, reference))
+
+  app.setNotFoundHandler(async (_request, reply) =>
+    send(
+      reply,
+      404,
+      page('Page not found', html`<h1>Page not found</h1><p>The API reference is at <a href="/docs">/docs</a>.</p>`),
+    ),
+  )
+}

@@ -1,0 +1,39 @@
+/**
+ * Failures under /portal as HTML pages (the API's JSON error contract is untouched): the same
+ * mapping as the API's (src/errors.ts) picks the status, a page says it in words.
+ */
+import type { FastifyInstance } from 'fastify'
+import { toApiError } from '../errors.ts'
+import type { Portal } from './context.ts'
+import { errorPage } from './views/error.ts'
+
+const PAGES: Record<number, [title: string, text: string]> = {
+  400: ['Something is wrong with this request', 'The request could not be understood. Go back and try again.'],
+  404: ['Page not found', 'There is no page at this address.'],
+  405: ['Page not found', 'There is no page at this address for this kind of request.'],
+  408: ['Too slow', 'The request took too long to arrive. Try again.'],
+  413: ['Too large', 'The form holds more than the portal accepts.'],
+  415: ['Not a form', 'The portal accepts only forms sent by its own pages.'],
+  429: ['Too many requests', 'Wait a little and try again.'],
+  500: ['Something went wrong', 'Something failed on our side. It has been logged; try again later.'],
+  503: ['Temporarily unavailable', 'The service cannot reach its database right now. Try again in a few seconds.'],
+}
+
+export function htmlErrors(app: FastifyInstance, portal: Portal): void {
+  app.setNotFoundHandler(async (request, reply) => {
+    const [title, text] = PAGES[404] as [string, string]
+    return portal.send(request, reply, 404, (c) => errorPage(c, title, text))
+  })
+
+  app.setErrorHandler(async (error, request, reply) => {
+    const sent = toApiError(error)
+    if (sent.statusCode >= 500) request.log.error({ err: error }, 'portal request failed')
+    else request.log.info({ code: sent.code }, 'portal request refused')
+    if (sent.headers?.['retry-after']) reply.header('retry-after', sent.headers['retry-after'])
+    const [title, text] = PAGES[sent.statusCode] ?? (PAGES[sent.statusCode >= 500 ? 500 : 400] as [string, string])
+    const requestId = sent.statusCode >= 500 ? request.id : undefined
+    // Cookies may not have been parsed if the failure came first; a page without forms is still a page.
+    request.cookies ??= {}
+    return portal.send(request, reply, sent.statusCode, (c) => errorPage(c, title, text, requestId))
+  })
+}

@@ -1,0 +1,64 @@
+/**
+ * The portal's forms as TypeBox schemas, validated by the app's own validator like any API body
+ * (strict: no unknown fields, every value a single string), and the sentence shown next to a
+ * field when its value is refused.
+ */
+import type { FastifySchemaValidationError } from 'fastify'
+import Type, { type TSchema } from 'typebox'
+import { KeyNameSchema, PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, PasswordSchema } from '../accounts.ts'
+import { EmailSchema } from '../schemas/accounts.ts'
+import { CSRF_FIELD } from './csrf.ts'
+
+const form = <P extends Record<string, TSchema>>(fields: P) =>
+  Type.Object({ [CSRF_FIELD]: Type.String({ maxLength: 200 }), ...fields }, { additionalProperties: false })
+
+export const SignUpForm = form({
+  email: EmailSchema,
+  password: PasswordSchema,
+  confirm: Type.String({ maxLength: PASSWORD_MAX_LENGTH }),
+})
+
+// Signing in checks only sizes: the password rules are for new passwords.
+export const SignInForm = form({
+  email: Type.String({ minLength: 1, maxLength: 254 }),
+  password: Type.String({ minLength: 1, maxLength: PASSWORD_MAX_LENGTH }),
+})
+
+/** Key lifetimes offered by the form, in the CLI's `--expires-in` syntax; `never` is no expiry. */
+export const EXPIRY_CHOICES = [
+  ['never', 'Never'],
+  ['7d', '7 days'],
+  ['30d', '30 days'],
+  ['90d', '90 days'],
+  ['365d', '1 year'],
+] as const
+
+export const NewKeyForm = form({
+  name: KeyNameSchema,
+  expires: Type.Enum(EXPIRY_CHOICES.map(([value]) => value)),
+})
+
+export const CsrfOnlyForm = form({})
+
+export const KeyParams = Type.Object({ keyId: Type.String({ pattern: '^key_[0-9A-Za-z]{1,64}$' }) })
+
+export const FIELD_MESSAGES: Record<string, string> = {
+  email: 'Enter an email address such as alice@example.com.',
+  password: `Choose a password of ${PASSWORD_MIN_LENGTH} to ${PASSWORD_MAX_LENGTH} characters (a few unrelated words work well).`,
+  confirm: 'Type the same password again.',
+  name: 'Give the key a name of 1 to 100 characters, e.g. laptop or ci.',
+  expires: 'Choose one of the offered expiry times.',
+}
+
+export interface FieldError {
+  field: string
+  message: string
+}
+
+/** The first refused field of a form and what to tell the person about it. */
+export function fieldError(errors: FastifySchemaValidationError[] | undefined): FieldError {
+  const error = errors?.[0]
+  const missing = (error?.params as { missingProperty?: string } | undefined)?.missingProperty
+  const field = missing ?? error?.instancePath.split('/')[1] ?? ''
+  return { field, message: FIELD_MESSAGES[field] ?? 'The form was not filled in as expected; please try again.' }
+}

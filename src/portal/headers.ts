@@ -1,0 +1,29 @@
+/**
+ * Security headers of the portal and the reference page (@fastify/helmet, registered only in their
+ * scopes: the JSON API sends none of this). Scripts and styles come only from this origin, never
+ * inline; no page may be framed; forms post only here.
+ */
+import type { FastifyHelmetOptions } from '@fastify/helmet'
+
+const common = {
+  defaultSrc: ["'none'"],
+  scriptSrc: ["'self'"],
+  styleSrc: ["'self'"],
+  formAction: ["'self'"],
+  frameAncestors: ["'none'"],
+  baseUri: ["'none'"],
+}
+
+function options(directives: Record<string, string[]>): FastifyHelmetOptions {
+  return {
+    contentSecurityPolicy: { useDefaults: false, directives },
+    xFrameOptions: { action: 'deny' },
+    // Key pages must not leak their URL (or anything else) to other sites.
+    referrerPolicy: { policy: 'no-referrer' },
+  }
+}
+
+export const PORTAL_HEADERS = options({ ...common, imgSrc: ["'self'"] })
+
+/** Swagger UI draws its icons from data: URIs and calls the API ("Try it out") on this origin. */
+export const DOCS_HEADERS = options({ ...common, imgSrc: ["'self'", 'data:'], connectSrc: ["'self'"] })

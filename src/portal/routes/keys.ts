@@ -1,0 +1,82 @@
+/** The signed-in account's API keys: list, create (the secret shown once), revoke. */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyRequest } from 'fastify'
+import Type from 'typebox'
+import { issueApiKey, parseDuration } from '../../accounts.ts'
+import type { Config } from '../../config.ts'
+import type { Session } from '../../store/types.ts'
+import type { Portal } from '../context.ts'
+import { CsrfOnlyForm, fieldError, KeyParams, NewKeyForm } from '../forms.ts'
+import { html } from '../html.ts'
+import { errorPage } from '../views/error.ts'
+import { keysPage, newKeyPage, revokePage } from '../views/keys.ts'
+import type { PageContext } from '../views/layout.ts'
+
+const KeysQuery = Type.Object({ revoked: Type.Optional(KeyParams.properties.keyId) })
+
+const keyNotFound = (c: PageContext) =>
+  errorPage(c, 'Key not found', 'You have no key with this id. It may belong to another account.')
+
+const keys: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = async (app, { portal, config }) => {
+  app.addHook('preHandler', portal.signedIn)
+  // Set by the signedIn hook above, for every route of this module.
+  const accountId = (request: FastifyRequest) => (request.portalSession as Session).accountId
+
+  app.get(
+    '/keys',
+    { schema: { hide: true, querystring: KeysQuery }, attachValidation: true },
+    async (request, reply) => {
+      const list = await app.store.listApiKeys(accountId(request))
+      const revoked = request.validationError ? undefined : list.find((k) => k.id === request.query.revoked)
+      const notice = revoked && {
+        kind: 'success' as const,
+        text: html`Key <strong>${revoked.name}</strong> (<code>${revoked.prefix}…</code>) is revoked: requests with it are refused.`,
+      }
+      return portal.send(request, reply, 200, (c) => keysPage(c, list, { notice }))
+    },
+  )
+
+  app.post(
+    '/keys',
+    { schema: { hide: true, body: NewKeyForm }, attachValidation: true, preValidation: portal.checkCsrf },
+    async (request, reply) => {
+      if (request.validationError) {
+        const list = await app.store.listApiKeys(accountId(request))
+        const body = request.body as Record<string, unknown>
+        const name = typeof body?.name === 'string' ? body.name : undefined
+        const expires = typeof body?.expires === 'string' ? body.expires : undefined
+        const error = fieldError(request.validationError.validation)
+        return portal.send(request, reply, 400, (c) => keysPage(c, list, { name, expires, error }))
+      }
+      const { name, expires } = request.body
+      const lifetimeMs = expires === 'never' ? undefined : parseDuration(expires)
+      const { key, secret } = await issueApiKey(app.store, config.deployment, {
+        accountId: accountId(request),
+        name,
+        lifetimeMs,
+      })
+      return portal.send(request, reply, 201, (c) => newKeyPage(c, key, secret))
+    },
+  )
+
+  app.get('/keys/:keyId/revoke', { schema: { hide: true, params: KeyParams } }, async (request, reply) => {
+    const key = (await app.store.listApiKeys(accountId(request))).find((k) => k.id === request.params.keyId)
+    if (!key) return portal.send(request, reply, 404, keyNotFound)
+    if (key.revokedAt) return reply.redirect('/portal/keys', 303)
+    return portal.send(request, reply, 200, (c) => revokePage(c, key))
+  })
+
+  app.post(
+    '/keys/:keyId/revoke',
+    { schema: { hide: true, params: KeyParams, body: CsrfOnlyForm }, preValidation: portal.checkCsrf },
+    async (request, reply) => {
+      // Scoped to the signed-in account: another account's key id is "not found", and stays valid.
+      const key = await app.store.revokeApiKey(request.params.keyId, accountId(request))
+      if (!key) return portal.send(request, reply, 404, keyNotFound)
+      app.forgetApiKey(key.id)
+      return reply.redirect(`/portal/keys?revoked=${key.id}`, 303)
+    },
+  )
+}
+
+export default keys

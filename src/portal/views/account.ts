@@ -1,0 +1,47 @@
+import { PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH } from '../../accounts.ts'
+import type { FieldError } from '../forms.ts'
+import { type Html, html } from '../html.ts'
+import { csrfInput, field, layout, type Notice, type PageContext } from './layout.ts'
+
+const errorFor = (error: FieldError | undefined, name: string) => (error?.field === name ? error.message : undefined)
+
+export function signUpPage(context: PageContext, form: { email?: string; error?: FieldError } = {}): Html {
+  const { error } = form
+  const general = error && !['email', 'password', 'confirm'].includes(error.field) ? error.message : undefined
+  return layout(
+    context,
+    'Create an account',
+    html`<p>An account holds your API keys. Already have one? <a href="/portal/sign-in">Sign in</a>.</p>
+    <form method="post" action="/portal/sign-up" novalidate>
+      ${csrfInput(context)}
+      ${field({ name: 'email', label: 'Email', type: 'email', value: form.email, autocomplete: 'email', maxlength: 254, error: errorFor(error, 'email') })}
+      ${field({
+        name: 'password',
+        label: 'Password',
+        type: 'password',
+        autocomplete: 'new-password',
+        hint: `${PASSWORD_MIN_LENGTH} to ${PASSWORD_MAX_LENGTH} characters. A few unrelated words make a strong password.`,
+        maxlength: PASSWORD_MAX_LENGTH,
+        error: errorFor(error, 'password'),
+      })}
+      ${field({ name: 'confirm', label: 'Password again', type: 'password', autocomplete: 'new-password', maxlength: PASSWORD_MAX_LENGTH, error: errorFor(error, 'confirm') })}
+      <button type="submit">Create account</button>
+    </form>`,
+    general ? { kind: 'error', text: general } : undefined,
+  )
+}
+
+export function signInPage(context: PageContext, form: { email?: string; notice?: Notice } = {}): Html {
+  return layout(
+    context,
+    'Sign in',
+    html`<p>New here? <a href="/portal/sign-up">Create an account</a>.</p>
+    <form method="post" action="/portal/sign-in" novalidate>
+      ${csrfInput(context)}
+      ${field({ name: 'email', label: 'Email', type: 'email', value: form.email, autocomplete: 'username', maxlength: 254 })}
+      ${field({ name: 'password', label: 'Password', type: 'password', autocomplete: 'current-password', maxlength: PASSWORD_MAX_LENGTH })}
+      <button type="submit">Sign in</button>
+    </form>`,
+    form.notice,
+  )
+}

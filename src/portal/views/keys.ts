@@ -1,0 +1,106 @@
+import { keyState } from '../../accounts.ts'
+import type { ApiKey } from '../../store/types.ts'
+import { EXPIRY_CHOICES, type FieldError } from '../forms.ts'
+import { type Html, html } from '../html.ts'
+import { csrfInput, field, layout, type Notice, type PageContext } from './layout.ts'
+
+/** A timestamp as people read it, in UTC, with the exact value for machines. */
+export function time(iso: string | null, none = '—'): Html {
+  if (!iso) return html`${none}`
+  return html`<time datetime="${iso}">${iso.slice(0, 16).replace('T', ' ')} UTC</time>`
+}
+
+const STATE_LABELS = { active: 'Active', revoked: 'Revoked', expired: 'Expired' }
+
+function keyRow(key: ApiKey): Html {
+  const state = keyState(key)
+  return html`<tr>
+    <th scope="row">${key.name}</th>
+    <td><code>${key.prefix}…</code></td>
+    <td>${time(key.createdAt)}</td>
+    <td>${time(key.lastUsedAt, 'Never')}</td>
+    <td>${time(key.expiresAt, 'Never')}</td>
+    <td>${state === 'revoked' ? html`Revoked ${time(key.revokedAt)}` : STATE_LABELS[state]}</td>
+    <td>${
+      state === 'revoked'
+        ? ''
+        : html`<a href="/portal/keys/${key.id}/revoke">Revoke<span class="visually-hidden"> ${key.name}</span></a>`
+    }</td>
+  </tr>`
+}
+
+export function keysPage(
+  context: PageContext,
+  keys: ApiKey[],
+  form: { name?: string; expires?: string; error?: FieldError; notice?: Notice } = {},
+): Html {
+  const nameError = form.error?.field === 'name' ? form.error.message : undefined
+  const expiresError = form.error?.field === 'expires' ? form.error.message : undefined
+  const general = form.error && !nameError && !expiresError ? form.error.message : undefined
+  const notice: Notice | undefined = general ? { kind: 'error', text: general } : form.notice
+  const selected = form.expires ?? '90d'
+  return layout(
+    context,
+    'API keys',
+    html`<section aria-labelledby="create-heading">
+      <h2 id="create-heading">Create a key</h2>
+      <p>Send a key as <code>Authorization: Bearer &lt;API_KEY&gt;</code>. Use one key per program or machine, so that you can revoke one without the others.</p>
+      <form method="post" action="/portal/keys" novalidate>
+        ${csrfInput(context)}
+        ${field({ name: 'name', label: 'Name', value: form.name, hint: 'What uses it, e.g. laptop or ci.', maxlength: 100, error: nameError })}
+        <div class="field${expiresError ? ' invalid' : ''}">
+          <label for="expires">Expires after</label>
+          ${expiresError && html`<p class="field-error" id="expires-error">${expiresError}</p>`}
+          <select id="expires" name="expires"${expiresError ? html` aria-invalid="true" aria-describedby="expires-error"` : ''}>
+            ${EXPIRY_CHOICES.map(([value, label]) => html`<option value="${value}"${value === selected ? html` selected` : ''}>${label}</option>`)}
+          </select>
+        </div>
+        <button type="submit">Create key</button>
+      </form>
+    </section>
+    <section aria-labelledby="keys-heading">
+      <h2 id="keys-heading">Your keys</h2>
+      ${
+        keys.length === 0
+          ? html`<p>You have no keys yet.</p>`
+          : html`<div class="table-wrap"><table>
+        <caption>Newest first. Only the first characters of each key are kept; the secret is never shown again.</caption>
+        <thead><tr><th scope="col">Name</th><th scope="col">Prefix</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col">Expires</th><th scope="col">State</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
+        <tbody>${keys.map(keyRow)}</tbody>
+      </table></div>`
+      }
+    </section>`,
+    notice,
+  )
+}
+
+export function newKeyPage(context: PageContext, key: ApiKey, secret: string): Html {
+  return layout(
+    context,
+    'Your new API key',
+    html`<div class="notice success" role="status">Key <strong>${key.name}</strong> created${key.expiresAt ? html`; it expires ${time(key.expiresAt)}` : ''}.</div>
+    <p><strong>Copy it now: it is shown only this once.</strong> We keep only a hash of it, so it cannot be shown again; if you lose it, create another and revoke this one.</p>
+    <div class="field">
+      <label for="secret">API key</label>
+      <input id="secret" class="secret" type="text" value="${secret}" readonly spellcheck="false" autocomplete="off">
+      <button type="button" class="secondary" data-copy="secret" data-status="copy-status" hidden>Copy to clipboard</button>
+      <p id="copy-status" class="hint" role="status"></p>
+    </div>
+    <p>In a terminal: <code>export API_KEY=${secret}</code></p>
+    <p><a href="/portal/keys">Back to your keys</a></p>`,
+  )
+}
+
+export function revokePage(context: PageContext, key: ApiKey): Html {
+  return layout(
+    context,
+    'Revoke a key',
+    html`<p>Revoke <strong>${key.name}</strong> (<code>${key.prefix}…</code>, created ${time(key.createdAt)})?</p>
+    <p>Every request with this key is refused from now on. This cannot be undone.</p>
+    <form method="post" action="/portal/keys/${key.id}/revoke" class="actions">
+      ${csrfInput(context)}
+      <button type="submit" class="danger">Revoke key</button>
+      <a href="/portal/keys">Cancel</a>
+    </form>`,
+  )
+}

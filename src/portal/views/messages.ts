@@ -1,0 +1,21 @@
+import type { Message } from '../../schemas/messages.ts'
+import { type Html, html } from '../html.ts'
+import { time } from './keys.ts'
+import { layout, type PageContext } from './layout.ts'
+
+export function messagesPage(context: PageContext, messages: Message[], limit: number): Html {
+  return layout(
+    context,
+    'Messages',
+    messages.length === 0
+      ? html`<p>No messages yet. Send one with <code>POST /v1/messages</code> and one of your keys (see the <a href="/docs">API reference</a>).</p>`
+      : html`<div class="table-wrap"><table>
+      <caption>The ${limit} most recent messages your keys sent, newest first.</caption>
+      <thead><tr><th scope="col">Sent</th><th scope="col">Status</th><th scope="col">Message</th><th scope="col">Id</th></tr></thead>
+      <tbody>${messages.map(
+        (m) =>
+          html`<tr><td>${time(m.createdAt)}</td><td>${m.status}</td><td class="message-text">${m.message}</td><td><code>${m.id}</code></td></tr>`,
+      )}</tbody>
+    </table></div>`,
+  )
+}

@@ -1,0 +1,71 @@
+/**
+ * Headless Chromium for the browser tests: Debian's package (/usr/bin/chromium) driven by
+ * playwright-core, with a fresh profile per test. When Chromium is missing the tests are skipped
+ * locally with a message saying how to install it; under CI (CI=true) they fail instead, since
+ * .ci/run installs it.
+ */
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { TestContext } from 'node:test'
+import { type BrowserContext, chromium, type Page } from 'playwright-core'
+import { DATABASE } from '../helper.ts'
+import { ROOT } from '../processes.ts'
+
+export const CHROMIUM = '/usr/bin/chromium'
+
+/** `skip` for node:test: a reason when the browser tests cannot run here, false when they can. */
+export const skipUnlessChromium: string | false =
+  existsSync(CHROMIUM) || process.env.CI
+    ? false
+    : `Chromium is not installed at ${CHROMIUM}: install it with "apt-get update && apt-get install -y chromium" to run the browser tests`
+
+const FLAGS = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+]
+
+export interface Browser {
+  context: BrowserContext
+  page: Page
+  /** Console errors and page errors seen so far (CSP violations show up here). */
+  problems: string[]
+  /** Saves a full-page screenshot as test-output/browser/<database>/<name>.png. */
+  screenshot(name: string): Promise<void>
+}
+
+export async function launch(t: TestContext, options: { javaScriptEnabled?: boolean } = {}): Promise<Browser> {
+  const profile = mkdtempSync(join(tmpdir(), 'animal-store-chromium-'))
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: FLAGS,
+    javaScriptEnabled: options.javaScriptEnabled ?? true,
+    viewport: { width: 1280, height: 900 },
+  })
+  t.after(async () => {
+    await context.close()
+    rmSync(profile, { recursive: true, force: true })
+  })
+  const page = context.pages()[0] ?? (await context.newPage())
+  const problems: string[] = []
+  page.on('console', (message) => {
+    if (message.type() === 'error') problems.push(`console: ${message.text()}`)
+  })
+  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`))
+  const folder = join(ROOT, 'test-output', 'browser', DATABASE)
+  mkdirSync(folder, { recursive: true })
+  return {
+    context,
+    page,
+    problems,
+    screenshot: async (name) => {
+      await page.screenshot({ path: join(folder, `${name}.png`), fullPage: true })
+    },
+  }
+}

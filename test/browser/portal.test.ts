@@ -1,0 +1,227 @@
+/**
+ * The client developer's path in a real browser (headless Chromium) against a real server process,
+ * following the README's portal walkthrough: sign up, create a key and see it once, use it with the
+ * typed client, see the message in the portal, revoke it and see the API refuse it, then read and
+ * try the API reference. Screenshots of every page go to test-output/browser/<database>/.
+ */
+import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { describe, it } from 'node:test'
+import { AnimalStoreError, allPets, createAnimalStoreClient, unwrap } from 'animal-store/client'
+import type { Page } from 'playwright-core'
+import { testDatabaseUrl } from '../helper.ts'
+import { startServer } from '../processes.ts'
+import { launch, skipUnlessChromium } from './chromium.ts'
+
+const EMAIL = 'browser@example.com'
+const PASSWORD = 'correct horse battery staple'
+
+async function serve(t: Parameters<typeof launch>[0]) {
+  return startServer(t, { DATABASE_URL: await testDatabaseUrl(t), API_KEY_CACHE_SECONDS: '5' })
+}
+
+/** Runs axe-core (WCAG 2.x A and AA rules) on the page; returns the violations, one line each. */
+async function accessibilityViolations(page: Page): Promise<string[]> {
+  const axe = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8')
+  // Evaluated through the DevTools protocol, which the page's CSP does not govern.
+  await page.evaluate(axe)
+  // A string, run in the page (the tests are type-checked without the DOM's types).
+  return page.evaluate(`axe
+    .run({ runOnly: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice'] })
+    .then(({ violations }) => violations.map((v) => v.id + ': ' + v.nodes.map((n) => n.target.join(' ')).join(', ')))`)
+}
+
+describe('Browser: the portal walkthrough of the README', { skip: skipUnlessChromium }, () => {
+  it('sign up, create a key, see it once, use it, revoke it, and the API refuses it', {
+    timeout: 120_000,
+  }, async (t) => {
+    const server = await serve(t)
+    const browser = await launch(t)
+    const { page } = browser
+    await browser.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: server.url })
+    const checkPage = async (name: string) => {
+      await browser.screenshot(name)
+      assert.deepEqual(await accessibilityViolations(page), [], `${name}: accessibility`)
+    }
+
+    // 1. Open /portal: signed out, it shows the sign-in page.
+    await page.goto(`${server.url}/portal`)
+    assert.equal(new URL(page.url()).pathname, '/portal/sign-in')
+    await checkPage('01-sign-in')
+
+    // 2. Choose "Create an account", fill in email and password twice.
+    await page.getByRole('link', { name: 'Create an account' }).first().click()
+    await page.getByRole('heading', { name: 'Create an account' }).waitFor()
+    await checkPage('02-sign-up')
+    await page.getByLabel('Email').fill(EMAIL)
+    await page.getByLabel('Password', { exact: true }).fill(PASSWORD)
+    await page.getByLabel('Password again').fill(PASSWORD)
+    await page.getByRole('button', { name: 'Create account' }).click()
+
+    // 3. The keys page: no keys yet. Name a key, choose an expiry, "Create key".
+    await page.getByRole('heading', { name: 'API keys' }).waitFor()
+    assert.match((await page.locator('main').textContent()) ?? '', /You have no keys yet/)
+    await checkPage('03-keys-empty')
+    await page.getByLabel('Name').fill('laptop')
+    await page.getByLabel('Expires after').selectOption({ label: '90 days' })
+    await page.getByRole('button', { name: 'Create key' }).click()
+
+    // 4. The key, shown once, with a copy button.
+    await page.getByRole('heading', { name: 'Your new API key' }).waitFor()
+    const secret = await page.getByLabel('API key').inputValue()
+    assert.match(secret, /^as_test_[0-9A-Za-z]{38}$/)
+    await page.getByRole('button', { name: 'Copy to clipboard' }).click()
+    await page.getByText('Copied to the clipboard.').waitFor()
+    assert.equal(await page.evaluate('navigator.clipboard.readText()'), secret)
+    await checkPage('04-new-key')
+
+    // 5. Back on the list: the key is there by prefix, never in full.
+    await page.getByRole('link', { name: 'Back to your keys' }).click()
+    await page.getByRole('heading', { name: 'API keys' }).waitFor()
+    const listed = await page.content()
+    assert.ok(!listed.includes(secret), 'the secret is shown again')
+    assert.ok(listed.includes(`${secret.slice(0, 12)}…`))
+    await checkPage('05-keys')
+
+    // 6. The typed client, with that key, against the same server.
+    const client = createAnimalStoreClient({ baseUrl: `${server.url}/v1`, apiKey: secret })
+    const rex = unwrap(await client.POST('/pets', { body: { name: 'Rex', categoryId: 1 } }))
+    assert.deepEqual(rex, { id: 1, name: 'Rex', categoryId: 1, status: 'available' })
+    unwrap(await client.POST('/messages', { body: { message: 'Hello from the browser test' } }))
+    const all = []
+    for await (const pet of allPets(client, { limit: 1 })) all.push(pet)
+    assert.deepEqual(all, [rex])
+
+    // 7. The message is on the Messages page.
+    await page.getByRole('link', { name: 'Messages' }).click()
+    await page.getByRole('heading', { name: 'Messages' }).waitFor()
+    assert.match((await page.locator('table').textContent()) ?? '', /Hello from the browser test/)
+    await checkPage('06-messages')
+
+    // 8. Revoke: the link in the key's row, then confirm.
+    await page.getByRole('link', { name: 'API keys' }).click()
+    await page.getByRole('link', { name: 'Revoke laptop' }).click()
+    await page.getByRole('heading', { name: 'Revoke a key' }).waitFor()
+    await checkPage('07-revoke')
+    await page.getByRole('button', { name: 'Revoke key' }).click()
+    await page.getByText('is revoked: requests with it are refused.').waitFor()
+    assert.match((await page.locator('tbody').textContent()) ?? '', /Revoked/)
+    await checkPage('08-revoked')
+
+    // 9. The API refuses the key at once.
+    const refused = await client.GET('/pets')
+    assert.equal(refused.response.status, 401)
+    assert.throws(
+      () => unwrap(refused),
+      (e) => e instanceof AnimalStoreError && e.code === 'revoked_api_key',
+    )
+
+    // 10. Sign out.
+    await page.getByRole('button', { name: 'Sign out' }).click()
+    await page.getByText('You are signed out.').waitFor()
+    await checkPage('09-signed-out')
+    assert.deepEqual(browser.problems, [], 'console errors (CSP violations included)')
+  })
+
+  it('works without JavaScript: sign up, create a key and see it (the copy button stays hidden)', {
+    timeout: 60_000,
+  }, async (t) => {
+    const server = await serve(t)
+    const browser = await launch(t, { javaScriptEnabled: false })
+    const { page } = browser
+    await page.goto(`${server.url}/portal/sign-up`)
+    await page.getByLabel('Email').fill(EMAIL)
+    await page.getByLabel('Password', { exact: true }).fill(PASSWORD)
+    await page.getByLabel('Password again').fill('a different password')
+    await page.getByRole('button', { name: 'Create account' }).click()
+    // Refused with the reason next to the field, and focus on it.
+    await page.getByText('The two passwords differ').waitFor()
+    await browser.screenshot('10-no-js-sign-up-refused')
+    await page.getByLabel('Password', { exact: true }).fill(PASSWORD)
+    await page.getByLabel('Password again').fill(PASSWORD)
+    await page.getByRole('button', { name: 'Create account' }).click()
+    await page.getByLabel('Name').fill('no-js')
+    await page.getByRole('button', { name: 'Create key' }).click()
+    assert.match(await page.getByLabel('API key').inputValue(), /^as_test_/)
+    assert.equal(await page.getByRole('button', { name: 'Copy to clipboard' }).count(), 0)
+    await browser.screenshot('11-no-js-new-key')
+  })
+
+  it('keyboard users meet the form fields in reading order after the skip link', { timeout: 60_000 }, async (t) => {
+    const server = await serve(t)
+    const { page } = await launch(t)
+    await page.goto(`${server.url}/portal/sign-up`)
+    const order: string[] = []
+    for (let i = 0; i < 9; i++) {
+      await page.keyboard.press('Tab')
+      // The focused element's text, or its name for a form field.
+      order.push(await page.evaluate('document.activeElement.name || document.activeElement.textContent.trim()'))
+    }
+    assert.deepEqual(order, [
+      'Skip to content',
+      'Animal Store',
+      'Sign in',
+      'Create an account',
+      'API reference',
+      'Sign in',
+      'email',
+      'password',
+      'confirm',
+    ])
+  })
+})
+
+describe('Browser: the API reference at /docs', { skip: skipUnlessChromium }, () => {
+  it('renders every operation from /v1/openapi.json, and "Try it out" calls this server with a key', {
+    timeout: 120_000,
+  }, async (t) => {
+    const server = await serve(t)
+    const browser = await launch(t)
+    const { page } = browser
+    // A key made in the portal, as the header of the reference tells.
+    await page.goto(`${server.url}/portal/sign-up`)
+    await page.getByLabel('Email').fill(EMAIL)
+    await page.getByLabel('Password', { exact: true }).fill(PASSWORD)
+    await page.getByLabel('Password again').fill(PASSWORD)
+    await page.getByRole('button', { name: 'Create account' }).click()
+    await page.getByLabel('Name').fill('docs')
+    await page.getByRole('button', { name: 'Create key' }).click()
+    const secret = await page.getByLabel('API key').inputValue()
+    await page.getByRole('link', { name: 'API reference' }).first().click()
+
+    await page.locator('.opblock').first().waitFor()
+    for (const [id, method, path] of [
+      ['pets-listPets', 'GET', '/pets'],
+      ['pets-createPet', 'POST', '/pets'],
+      ['pets-getPet', 'GET', '/pets/{petId}'],
+      ['messages-sendMessage', 'POST', '/messages'],
+    ]) {
+      const operation = page.locator(`#operations-${id}`)
+      assert.equal(await operation.locator('.opblock-summary-method').textContent(), method, id)
+      const shown = (
+        await operation.locator('.opblock-summary-path, .opblock-summary-path__deprecated').textContent()
+      )?.replace(/\u200b/g, '')
+      assert.equal(shown, path, id)
+    }
+    assert.match(await page.locator('.servers select').inputValue(), new RegExp(`^${server.url}/v1$`))
+    await browser.screenshot('20-reference')
+
+    // Authorize with the key, open listPets, Execute.
+    await page
+      .getByRole('button', { name: /Authorize/ })
+      .first()
+      .click()
+    await page.getByLabel('auth-bearer-value').fill(secret)
+    await page.getByRole('button', { name: 'Apply credentials' }).click()
+    await page.locator('.auth-btn-wrapper').getByRole('button', { name: 'Close' }).click()
+    const listPets = page.locator('#operations-pets-listPets')
+    await listPets.locator('.opblock-summary').click()
+    await listPets.getByRole('button', { name: 'Execute' }).click()
+    const status = listPets.locator('.live-responses-table tbody .response-col_status').first()
+    await status.waitFor()
+    assert.equal((await status.textContent())?.trim(), '200')
+    await browser.screenshot('21-reference-try-it')
+    assert.deepEqual(browser.problems, [], 'console errors (CSP violations included)')
+  })
+})

@@ -1,0 +1,250 @@
+/**
+ * Portal accounts: sign-up (password rules, taken emails), sign-in (generic refusal, limits),
+ * sessions (cookie, expiry, sign-out). Through app.inject on this run's database.
+ */
+import assert from 'node:assert/strict'
+import { hash } from 'node:crypto'
+import { describe, it } from 'node:test'
+import { PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH } from '../../src/accounts.ts'
+import { SIGN_IN_PER_ADDRESS, SIGN_IN_PER_EMAIL } from '../../src/portal/limits.ts'
+import { SESSION_LIFETIME_MS } from '../../src/portal/session.ts'
+import { build } from '../helper.ts'
+import { csrfOf, FormBrowser, heading, newEmail, PASSWORD } from './browser.ts'
+
+describe('Portal sign-up', () => {
+  it('creates the account with a scrypt password hash, signs it in and lands on the keys page', async (t) => {
+    const { app } = await build(t)
+    const browser = new FormBrowser(app)
+    const email = newEmail()
+    const response = await browser.signUp(email)
+    assert.equal(response.headers.location, '/portal/keys')
+    const login = await app.store.findAccountLogin(email)
+    assert.match(login?.passwordHash ?? '', /^scrypt\$N=32768,r=8,p=3\$[\w-]{22}\$[\w-]{43}$/)
+    assert.ok(!login?.passwordHash?.includes(PASSWORD))
+    const keys = await browser.get('/portal/keys')
+    assert.equal(keys.statusCode, 200)
+    assert.equal(heading(keys.body), 'API keys')
+    assert.match(keys.body, new RegExp(`Signed in as <strong>${email}</strong>`))
+  })
+
+  it('refuses an email that is taken, whatever its case, and keeps the first account', async (t) => {
+    const { app } = await build(t)
+    const email = newEmail()
+    await new FormBrowser(app).signUp(email)
+    const second = new FormBrowser(app)
+    const response = await second.submit('/portal/sign-up', '/portal/sign-up', {
+      email: email.toUpperCase(),
+      password: `${PASSWORD} 2`,
+      confirm: `${PASSWORD} 2`,
+    })
+    assert.equal(response.statusCode, 400)
+    assert.match(response.body, /An account with this email already exists/)
+    assert.equal(second.cookies.has('as_session'), false)
+    assert.equal((await second.signIn(email, PASSWORD)).statusCode, 303, 'the first password still works')
+  })
+
+  const refused: [string, Record<string, string>, RegExp][] = [
+    [
+      `a password shorter than ${PASSWORD_MIN_LENGTH} characters`,
+      { password: 'x'.repeat(PASSWORD_MIN_LENGTH - 1) },
+      /Choose a password of 15 to 256 characters/,
+    ],
+    [
+      `a password longer than ${PASSWORD_MAX_LENGTH} characters`,
+      { password: 'x'.repeat(PASSWORD_MAX_LENGTH + 1) },
+      /Choose a password/,
+    ],
+    ['a password of only spaces', { password: ' '.repeat(20) }, /Choose a password/],
+    ['a confirmation that differs', { confirm: `${PASSWORD}!` }, /The two passwords differ/],
+    ['a malformed email', { email: 'not-an-email' }, /Enter an email address such as alice@example\.com/],
+    ['a missing email', { email: '' }, /Enter an email address/],
+  ]
+  for (const [what, change, message] of refused) {
+    it(`refuses ${what} with 400, says why next to the field, and creates nothing`, async (t) => {
+      const { app } = await build(t)
+      const browser = new FormBrowser(app)
+      const email = newEmail()
+      const fields = { email, password: PASSWORD, confirm: change.password ?? PASSWORD, ...change }
+      const response = await browser.submit('/portal/sign-up', '/portal/sign-up', fields)
+      assert.equal(response.statusCode, 400)
+      assert.match(response.headers['content-type'] as string, /^text\/html/)
+      assert.match(response.body, message)
+      assert.match(response.body, /aria-invalid="true"/)
+      assert.equal(await app.store.findAccountByEmail(email), null)
+    })
+  }
+
+  it(`accepts a password of exactly ${PASSWORD_MIN_LENGTH} characters, spaces and any script included`, async (t) => {
+    const { app } = await build(t)
+    const password = 'ça va très bien'
+    assert.equal(password.length, PASSWORD_MIN_LENGTH)
+    const email = newEmail()
+    await new FormBrowser(app).signUp(email, password)
+    assert.equal((await new FormBrowser(app).signIn(email, password)).statusCode, 303)
+  })
+})
+
+describe('Portal sign-in', () => {
+  it('signs in with the right password: a new HttpOnly, SameSite=Lax session cookie for /portal, 8 hours', async (t) => {
+    const { app } = await build(t)
+    const email = newEmail()
+    await new FormBrowser(app).signUp(email)
+    const browser = new FormBrowser(app)
+    const response = await browser.signIn(email)
+    assert.equal(response.statusCode, 303)
+    assert.equal(response.headers.location, '/portal/keys')
+    const cookie = response.cookies.find((c) => c.name === 'as_session')
+    assert.ok(cookie)
+    assert.equal(cookie.httpOnly, true)
+    assert.equal(cookie.sameSite, 'Lax')
+    assert.equal(cookie.path, '/portal')
+    assert.equal(cookie.maxAge, SESSION_LIFETIME_MS / 1000)
+    // Only the hash of the token is stored.
+    const stored = await app.store.findSession(hash('sha256', cookie.value, 'base64url'))
+    assert.equal(stored?.email, email)
+    assert.equal(await app.store.findSession(cookie.value), null)
+  })
+
+  it('refuses a wrong password and an unknown email with the same words, and starts no session', async (t) => {
+    const { app } = await build(t)
+    const email = newEmail()
+    await new FormBrowser(app).signUp(email)
+    for (const [address, password] of [
+      [email, `${PASSWORD}x`],
+      [newEmail(), PASSWORD],
+    ] as const) {
+      const browser = new FormBrowser(app)
+      const response = await browser.signIn(address, password)
+      assert.equal(response.statusCode, 400)
+      assert.match(response.body, /The email or the password is wrong\./)
+      assert.equal(browser.cookies.has('as_session'), false)
+      assert.match(response.body, new RegExp(`value="${address}"`), 'the email is kept in the form')
+    }
+  })
+
+  it('refuses an account made by the CLI (it has no password): nobody can sign in to it', async (t) => {
+    const test = await build(t)
+    const { accountId } = await test.newKey({ email: 'operator-made@example.com' })
+    assert.ok(accountId)
+    const response = await new FormBrowser(test.app).signIn('operator-made@example.com', '')
+    assert.equal(response.statusCode, 400)
+    const guessed = await new FormBrowser(test.app).signIn('operator-made@example.com', PASSWORD)
+    assert.equal(guessed.statusCode, 400)
+    assert.match(guessed.body, /The email or the password is wrong/)
+  })
+
+  it(`limits attempts per email: after ${SIGN_IN_PER_EMAIL} in 15 minutes, 429 with Retry-After, even with the right password`, async (t) => {
+    const { app } = await build(t)
+    const email = newEmail()
+    await new FormBrowser(app).signUp(email)
+    const browser = new FormBrowser(app)
+    const page = await browser.get('/portal/sign-in')
+    const _csrf = csrfOf(page.body, '/portal/sign-in')
+    for (let i = 0; i < SIGN_IN_PER_EMAIL; i++) {
+      const wrong = await browser.post('/portal/sign-in', { _csrf, email, password: `wrong password ${i}!!` })
+      assert.equal(wrong.statusCode, 400)
+    }
+    const limited = await browser.post('/portal/sign-in', { _csrf, email, password: PASSWORD })
+    assert.equal(limited.statusCode, 429)
+    assert.match(limited.headers['content-type'] as string, /^text\/html/)
+    const retryAfter = Number(limited.headers['retry-after'])
+    assert.ok(retryAfter > 14 * 60 && retryAfter <= 15 * 60, `Retry-After: ${retryAfter}`)
+    assert.match(limited.body, /Too many sign-in attempts\. Try again in 15 minutes\./)
+    assert.equal(browser.cookies.has('as_session'), false)
+    // Another account from the same address is not locked out by this one.
+    const other = newEmail()
+    await new FormBrowser(app).signUp(other)
+    assert.equal((await new FormBrowser(app).signIn(other)).statusCode, 303)
+  })
+
+  it(`limits attempts per client address: ${SIGN_IN_PER_ADDRESS} in 15 minutes, whatever the emails`, async (t) => {
+    const { app } = await build(t)
+    const browser = new FormBrowser(app)
+    const page = await browser.get('/portal/sign-in')
+    const _csrf = csrfOf(page.body, '/portal/sign-in')
+    for (let i = 0; i < SIGN_IN_PER_ADDRESS; i++) {
+      const response = await browser.post('/portal/sign-in', { _csrf, email: `nobody${i}@example.com`, password: 'x' })
+      assert.equal(response.statusCode, 400, `attempt ${i + 1}`)
+    }
+    const limited = await browser.post('/portal/sign-in', { _csrf, email: 'nobody@example.com', password: 'x' })
+    assert.equal(limited.statusCode, 429)
+    assert.ok(Number(limited.headers['retry-after']) > 0)
+  })
+})
+
+describe('Portal sessions', () => {
+  it('signing out ends the session in the database: the old cookie no longer opens any page', async (t) => {
+    const { app } = await build(t)
+    const browser = new FormBrowser(app)
+    await browser.signUp(newEmail())
+    const token = browser.cookies.get('as_session') as string
+    const keys = await browser.get('/portal/keys')
+    const response = await browser.post('/portal/sign-out', { _csrf: csrfOf(keys.body, '/portal/sign-out') })
+    assert.equal(response.statusCode, 303)
+    assert.equal(response.headers.location, '/portal/sign-in?notice=signed-out')
+    const cleared = response.cookies.find((c) => c.name === 'as_session')
+    assert.ok(cleared && (cleared.value === '' || cleared.maxAge === 0 || (cleared.expires as Date) < new Date()))
+    assert.equal(await app.store.findSession(hash('sha256', token, 'base64url')), null)
+    const signedOut = await browser.get('/portal/sign-in?notice=signed-out')
+    assert.match(signedOut.body, /You are signed out\./)
+    // Replaying the old cookie by hand gets the sign-in page, not the account.
+    const replay = await app.inject({ url: '/portal/keys', headers: { cookie: `as_session=${token}` } })
+    assert.equal(replay.statusCode, 303)
+    assert.match(replay.headers.location as string, /^\/portal\/sign-in/)
+  })
+
+  it('an expired session is refused: the page redirects to sign-in, says so, and clears the cookie', async (t) => {
+    const test = await build(t)
+    const { accountId } = await test.newKey()
+    const token = 'expired-session-token-for-this-test-000000000'
+    await test.app.store.createSession({
+      hash: hash('sha256', token, 'base64url'),
+      accountId,
+      expiresAt: new Date(Date.now() - 1000).toISOString(),
+    })
+    const response = await test.app.inject({ url: '/portal/keys', headers: { cookie: `as_session=${token}` } })
+    assert.equal(response.statusCode, 303)
+    assert.equal(response.headers.location, '/portal/sign-in?notice=expired')
+    assert.ok(
+      response.cookies.some(
+        (c) => c.name === 'as_session' && (c.value === '' || c.maxAge === 0 || (c.expires as Date) < new Date()),
+      ),
+    )
+    const page = await test.app.inject({ url: '/portal/sign-in?notice=expired' })
+    assert.match(page.body, /Your session has ended/)
+  })
+
+  it('a session that is still valid opens the pages; signed out, every account page redirects to sign-in', async (t) => {
+    const { app } = await build(t)
+    for (const url of ['/portal/keys', '/portal/messages', '/portal/keys/key_abc/revoke']) {
+      const response = await app.inject({ url })
+      assert.equal(response.statusCode, 303, url)
+      assert.equal(response.headers.location, '/portal/sign-in', url)
+    }
+    const browser = new FormBrowser(app)
+    await browser.signUp(newEmail())
+    for (const url of ['/portal/keys', '/portal/messages']) assert.equal((await browser.get(url)).statusCode, 200, url)
+    assert.equal((await browser.get('/portal')).headers.location, '/portal/keys')
+    assert.equal((await browser.get('/portal/sign-in')).headers.location, '/portal/keys')
+  })
+
+  it('signing in replaces the session the browser had: the previous token stops working', async (t) => {
+    const { app } = await build(t)
+    const email = newEmail()
+    const browser = new FormBrowser(app)
+    await browser.signUp(email)
+    const first = browser.cookies.get('as_session') as string
+    // A sign-in form left open in another tab, sent while the browser still holds the first session.
+    const keys = await browser.get('/portal/keys')
+    const response = await browser.post('/portal/sign-in', {
+      _csrf: csrfOf(keys.body, '/portal/sign-out'),
+      email,
+      password: PASSWORD,
+    })
+    assert.equal(response.statusCode, 303)
+    const second = browser.cookies.get('as_session') as string
+    assert.notEqual(second, first)
+    assert.equal(await app.store.findSession(hash('sha256', first, 'base64url')), null)
+    assert.equal((await app.store.findSession(hash('sha256', second, 'base64url')))?.email, email)
+  })
+})

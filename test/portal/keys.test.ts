@@ -1,0 +1,160 @@
+/**
+ * Portal keys and messages: create (the secret shown once), list (never the secret), revoke
+ * (refused by the API at once, and only for the owner), and the account's recent messages.
+ */
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { hashApiKey } from '../../src/api-keys.ts'
+import { bearer, build, errorBody } from '../helper.ts'
+import { csrfOf, FormBrowser, heading, newEmail } from './browser.ts'
+
+const DAY_MS = 86_400_000
+
+async function signedIn(t: Parameters<typeof build>[0]) {
+  const test = await build(t)
+  const browser = new FormBrowser(test.app)
+  const email = newEmail()
+  await browser.signUp(email)
+  const account = await test.app.store.findAccountByEmail(email)
+  assert.ok(account)
+  return { ...test, browser, email, accountId: account.id }
+}
+
+describe('Portal: create a key', () => {
+  it('shows the new key once, stores only its hash, and the API accepts it', async (t) => {
+    const { app, browser, accountId } = await signedIn(t)
+    const secret = await browser.createKey('laptop')
+    assert.match(secret, /^as_test_[0-9A-Za-z]{38}$/)
+    assert.match(browser.last?.body ?? '', /Copy it now: it is shown only this once\./)
+    assert.equal(browser.last?.headers['cache-control'], 'no-store')
+    const [key] = await app.store.listApiKeys(accountId)
+    assert.equal(key?.name, 'laptop')
+    assert.equal(key?.expiresAt, null)
+    assert.equal((await app.store.findApiKeyByHash(hashApiKey(secret)))?.id, key?.id)
+
+    const list = await browser.get('/portal/keys')
+    assert.ok(!list.body.includes(secret), 'the list shows the secret')
+    assert.ok(!list.body.includes(secret.slice(0, 20)), 'the list shows more than the prefix')
+    assert.match(list.body, new RegExp(`<code>${secret.slice(0, 12)}…</code>`))
+
+    const api = await app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    assert.equal(api.statusCode, 200)
+  })
+
+  it('sets the chosen expiry (30 days) and lists name, prefix, created, last used, expires and state', async (t) => {
+    const { app, browser, accountId } = await signedIn(t)
+    const before = Date.now()
+    const secret = await browser.createKey('ci runner', '30d')
+    const [key] = await app.store.listApiKeys(accountId)
+    assert.ok(key?.expiresAt)
+    const lifetime = Date.parse(key.expiresAt) - before
+    assert.ok(lifetime >= 30 * DAY_MS && lifetime < 30 * DAY_MS + 60_000, `expires in ${lifetime} ms`)
+    await app.store.touchApiKeys([{ id: key.id, at: '2030-01-02T03:04:00.000Z' }])
+    const list = await browser.get('/portal/keys')
+    const row = /<tbody>([\s\S]*?)<\/tbody>/.exec(list.body)?.[1] ?? ''
+    assert.match(row, /<th scope="row">ci runner<\/th>/)
+    assert.match(row, new RegExp(`${secret.slice(0, 12)}…`))
+    assert.match(row, new RegExp(`<time datetime="${key.createdAt}">`))
+    assert.match(row, /<time datetime="2030-01-02T03:04:00.000Z">2030-01-02 03:04 UTC<\/time>/)
+    assert.match(row, new RegExp(`<time datetime="${key.expiresAt}">`))
+    assert.match(row, /<td>Active<\/td>/)
+  })
+
+  const refused: [string, Record<string, string>, RegExp][] = [
+    ['an empty name', { name: '', expires: 'never' }, /Give the key a name of 1 to 100 characters/],
+    ['a blank name', { name: '   ', expires: 'never' }, /Give the key a name/],
+    ['a name of 101 characters', { name: 'x'.repeat(101), expires: 'never' }, /Give the key a name/],
+    ['an expiry that is not offered', { name: 'laptop', expires: '2d' }, /Choose one of the offered expiry times/],
+    ['an unknown field', { name: 'laptop', expires: 'never', scope: 'admin' }, /not filled in as expected/],
+  ]
+  for (const [what, fields, message] of refused) {
+    it(`refuses ${what} with 400 and a message on the page, and creates no key`, async (t) => {
+      const { app, browser, accountId } = await signedIn(t)
+      const response = await browser.submit('/portal/keys', '/portal/keys', fields)
+      assert.equal(response.statusCode, 400)
+      assert.match(response.body, message)
+      assert.deepEqual(await app.store.listApiKeys(accountId), [])
+    })
+  }
+
+  it('escapes what people typed: a key name with markup is shown as text', async (t) => {
+    const { browser } = await signedIn(t)
+    await browser.createKey('<img src=x onerror=alert(1)>')
+    const list = await browser.get('/portal/keys')
+    assert.ok(!list.body.includes('<img src=x'), 'markup in a name reached the page')
+    assert.match(list.body, /&lt;img src=x onerror=alert\(1\)&gt;/)
+  })
+})
+
+describe('Portal: revoke a key', () => {
+  it('asks first, then revokes: the API refuses the key at once (401 revoked_api_key) and the list says Revoked', async (t) => {
+    const { app, browser, accountId } = await signedIn(t)
+    const secret = await browser.createKey('laptop')
+    // Cached by the API as a verified key, as it would be after any use.
+    assert.equal((await app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
+    const [key] = await app.store.listApiKeys(accountId)
+    assert.ok(key)
+    const confirm = await browser.get(`/portal/keys/${key.id}/revoke`)
+    assert.equal(confirm.statusCode, 200)
+    assert.equal(heading(confirm.body), 'Revoke a key')
+    const action = `/portal/keys/${key.id}/revoke`
+    const response = await browser.post(action, { _csrf: csrfOf(confirm.body, action) })
+    assert.equal(response.statusCode, 303)
+    assert.equal(response.headers.location, `/portal/keys?revoked=${key.id}`)
+
+    const refused = await app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    assert.equal(refused.statusCode, 401)
+    assert.equal(errorBody(refused).code, 'revoked_api_key')
+    const list = await browser.get(response.headers.location)
+    assert.match(
+      list.body,
+      new RegExp(`Key <strong>laptop</strong> \\(<code>${secret.slice(0, 12)}…</code>\\) is revoked`),
+    )
+    assert.match(list.body, /<td>Revoked <time/)
+    assert.ok(!list.body.includes(`href="/portal/keys/${key.id}/revoke"`), 'a revoked key still offers Revoke')
+  })
+
+  it("cannot revoke another account's key: 404, nothing changes, and the key keeps working", async (t) => {
+    const test = await build(t)
+    const victim = await test.newKey({ email: 'victim@example.com' })
+    const attacker = new FormBrowser(test.app)
+    await attacker.signUp(newEmail())
+    const own = await attacker.get('/portal/keys')
+    const _csrf = csrfOf(own.body, '/portal/sign-out')
+    const confirm = await attacker.get(`/portal/keys/${victim.keyId}/revoke`)
+    assert.equal(confirm.statusCode, 404)
+    assert.match(confirm.body, /Key not found/)
+    const response = await attacker.post(`/portal/keys/${victim.keyId}/revoke`, { _csrf })
+    assert.equal(response.statusCode, 404)
+    assert.match(response.headers['content-type'] as string, /^text\/html/)
+    const [key] = await test.app.store.listApiKeys(victim.accountId)
+    assert.equal(key?.revokedAt, null)
+    assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(victim.secret) })).statusCode, 200)
+  })
+})
+
+describe('Portal: messages', () => {
+  it("lists the account's recent messages, newest first, escaped, and never another account's", async (t) => {
+    const { app, browser } = await signedIn(t)
+    const empty = await browser.get('/portal/messages')
+    assert.match(empty.body, /No messages yet/)
+    const secret = await browser.createKey('laptop')
+    const send = (key: string, message: string) =>
+      app.inject({ method: 'POST', url: '/v1/messages', headers: bearer(key), payload: { message } })
+    assert.equal((await send(secret, 'first hello')).statusCode, 202)
+    assert.equal((await send(secret, '<script>alert(1)</script>')).statusCode, 202)
+    const stranger = new FormBrowser(app)
+    await stranger.signUp(newEmail())
+    const strangerKey = await stranger.createKey('theirs')
+    assert.equal((await send(strangerKey, 'not yours')).statusCode, 202)
+
+    const page = await browser.get('/portal/messages')
+    assert.equal(page.statusCode, 200)
+    assert.ok(!page.body.includes('<script>alert(1)</script>'))
+    assert.ok(!page.body.includes('not yours'))
+    const escaped = page.body.indexOf('&lt;script&gt;alert(1)&lt;/script&gt;')
+    const first = page.body.indexOf('first hello')
+    assert.ok(escaped > 0 && first > escaped, 'newest first')
+    assert.match(page.body, /<td>queued<\/td>/)
+  })
+})
