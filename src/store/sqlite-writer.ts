@@ -33,6 +33,8 @@ const MESSAGE_COLUMNS = 'id, body AS message, status, created_at AS createdAt'
 function prepareWrites(db: DatabaseSync) {
   const s = (sql: string): StatementSync => db.prepare(sql)
   return {
+    begin: s('BEGIN IMMEDIATE'),
+    commit: s('COMMIT'),
     savepoint: s('SAVEPOINT write'),
     release: s('RELEASE write'),
     rollbackTo: s('ROLLBACK TO write'),
@@ -149,12 +151,19 @@ function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): vo
     const batch = queue
     queue = []
     const results: WriteResult[] = []
+    // A write alone in its batch needs no savepoint: if it fails, the whole transaction is its own.
+    const alone = batch.length === 1
     try {
-      db.exec('BEGIN IMMEDIATE')
+      sql.begin.run()
       for (const [id, op, args] of batch) {
+        const run = ops[op] as (...a: unknown[]) => unknown
+        if (alone) {
+          results.push([id, true, run(...args)])
+          continue
+        }
         sql.savepoint.run()
         try {
-          results.push([id, true, (ops[op] as (...a: unknown[]) => unknown)(...args)])
+          results.push([id, true, run(...args)])
           sql.release.run()
         } catch (error) {
           sql.rollbackTo.run()
@@ -162,7 +171,7 @@ function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): vo
           results.push([id, false, describe(error)])
         }
       }
-      db.exec('COMMIT')
+      sql.commit.run()
     } catch (error) {
       if (db.isTransaction) db.exec('ROLLBACK')
       port.postMessage(batch.map(([id]): WriteResult => [id, false, describe(error)]))

@@ -145,6 +145,31 @@ describe('Errors: every error is application/json {code, message, status} (point
     assert.match(String(replaced.headers['x-request-id']), /^[0-9a-f-]{36}$/)
   })
 
+  it('an HTTP/1.0 request without Host still gets absolute links built from the address it reached', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const body = '{"name":"Rex","categoryId":1}'
+    const response = await new Promise<string>((resolve, reject) => {
+      // Written, not ended: HTTP/1.0 means the server closes the connection once it has answered.
+      const socket = connect(port, '127.0.0.1', () =>
+        socket.write(
+          `POST /v1/pets HTTP/1.0\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\n` +
+            `Content-Length: ${body.length}\r\n\r\n${body}`,
+        ),
+      )
+      let data = ''
+      socket.on('data', (chunk) => {
+        data += chunk
+      })
+      socket.on('close', () => resolve(data))
+      socket.on('error', reject)
+    })
+    assert.match(response, /^HTTP\/1.1 201 /)
+    assert.match(response, new RegExp(`location: http://127\\.0\\.0\\.1:${port}/v1/pets/1\r\n`, 'i'))
+  })
+
   it('malformed HTTP and oversized headers get a JSON Error too (400, 431)', async (t) => {
     const { app } = await build(t)
     await app.listen({ port: 0, host: '127.0.0.1' })
