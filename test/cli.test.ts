@@ -4,62 +4,29 @@
  * same file to check that what the CLI wrote is what the server reads.
  */
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, before, describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { EnvSchema } from '../src/config.ts'
-import { bearer, build, errorBody } from './helper.ts'
+import { bearer, build, errorBody, type TestApp } from './helper.ts'
+import { cli, type Exit } from './processes.ts'
 
-const ROOT = join(import.meta.dirname, '..')
 const STAGING_KEY = /^as_test_[0-9A-Za-z]{38}$/
 const LIVE_KEY = /^as_live_[0-9A-Za-z]{38}$/
 /** How many leading characters of a key are stored and shown (`as_test_AbCd`); the rest is the secret part. */
 const SHOWN = 12
 const DAY_MS = 86_400_000
 
-interface Run {
-  code: number | null
-  stdout: string
-  stderr: string
-}
-
-/** The child's environment: ours without any of the service's variables, plus `overrides`. */
-function childEnv(overrides: Record<string, string>): NodeJS.ProcessEnv {
-  const env = { ...process.env }
-  for (const name of Object.keys(EnvSchema.properties)) delete env[name]
-  delete env.NODE_TEST_CONTEXT
-  return { ...env, ...overrides }
-}
-
 /** Runs `animal-store <args>` on `databaseUrl` and collects its exit code and output. */
-function cli(databaseUrl: string, args: string[], env: Record<string, string> = {}): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['bin/animal-store.ts', ...args], {
-      cwd: ROOT,
-      env: childEnv({ DATABASE_URL: databaseUrl, ...env }),
-      stdio: ['ignore', 'pipe', 'pipe'],
-      timeout: 20_000,
-    })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
-      stdout += chunk
-    })
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
-      stderr += chunk
-    })
-    child.on('error', reject)
-    child.on('close', (code) => resolve({ code, stdout, stderr }))
-  })
+function cliOn(databaseUrl: string, args: string[], env: Record<string, string> = {}): Promise<Exit> {
+  return cli(args, { DATABASE_URL: databaseUrl, ...env })
 }
 
 /** A run that must succeed: exit 0, nothing on stderr. */
-async function ok(databaseUrl: string, args: string[], env: Record<string, string> = {}): Promise<Run> {
-  const run = await cli(databaseUrl, args, env)
+async function ok(databaseUrl: string, args: string[], env: Record<string, string> = {}): Promise<Exit> {
+  const run = await cliOn(databaseUrl, args, env)
   assert.equal(run.code, 0, `animal-store ${args.join(' ')} failed: ${run.stderr}`)
   assert.equal(run.stderr, '', `animal-store ${args.join(' ')} wrote to stderr`)
   return run
@@ -67,7 +34,7 @@ async function ok(databaseUrl: string, args: string[], env: Record<string, strin
 
 /** A run that must fail: non-zero exit, exactly one line on stderr, nothing on stdout. */
 async function fails(databaseUrl: string, args: string[], env: Record<string, string> = {}): Promise<string> {
-  const run = await cli(databaseUrl, args, env)
+  const run = await cliOn(databaseUrl, args, env)
   const what = `animal-store ${args.join(' ')}`
   assert.notEqual(run.code, 0, `${what} exited 0`)
   assert.equal(run.stdout, '', `${what} wrote to stdout`)
@@ -120,6 +87,18 @@ async function withAccount(t: TestContext, email = 'alice@example.com') {
   const db = newDatabase(t)
   await ok(db.url, ['accounts', 'create', email])
   return { ...db, email }
+}
+
+/** GET /v1/pets on a built app with `secret` as the key. */
+function listPets(test: TestApp, secret: string) {
+  return test.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+}
+
+/** The app refuses `secret`: GET /v1/pets answers 401 with the error `code`. */
+async function assertRefused(test: TestApp, secret: string, code: string) {
+  const refused = await listPets(test, secret)
+  assert.equal(refused.statusCode, 401)
+  assert.equal(errorBody(refused).code, code)
 }
 
 describe('CLI: accounts create', () => {
@@ -242,7 +221,7 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
   before(async () => {
     dir = tempDir()
     url = `sqlite:${join(dir, 'db.sqlite')}`
-    const run = await cli(url, ['accounts', 'create', 'alice@example.com'])
+    const run = await cliOn(url, ['accounts', 'create', 'alice@example.com'])
     assert.equal(run.code, 0, run.stderr)
   })
   after(() => rmSync(dir, { recursive: true, force: true }))
@@ -307,48 +286,38 @@ describe('CLI keys against the app (end to end, same SQLite file)', () => {
     const secret = await createKey(url, email)
 
     const first = await build(t, { DATABASE_URL: url })
-    const accepted = await first.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    const accepted = await listPets(first, secret)
     assert.equal(accepted.statusCode, 200, accepted.body)
     assert.deepEqual(accepted.json(), [])
 
     await ok(url, ['keys', 'revoke', (await listedKey(url, email, secret)).ID as string])
 
-    const fresh = await build(t, { DATABASE_URL: url })
-    const refused = await fresh.app.inject({ url: '/v1/pets', headers: bearer(secret) })
-    assert.equal(refused.statusCode, 401)
-    assert.equal(errorBody(refused).code, 'revoked_api_key')
+    await assertRefused(await build(t, { DATABASE_URL: url }), secret, 'revoked_api_key')
   })
 
   it('a running app with API_KEY_CACHE_SECONDS=0 refuses a key as soon as the CLI revokes it', async (t) => {
     const { url, email } = await withAccount(t)
     const secret = await createKey(url, email)
     const running = await build(t, { DATABASE_URL: url, API_KEY_CACHE_SECONDS: '0' })
-    assert.equal((await running.app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
+    assert.equal((await listPets(running, secret)).statusCode, 200)
     await ok(url, ['keys', 'revoke', (await listedKey(url, email, secret)).ID as string])
-    const refused = await running.app.inject({ url: '/v1/pets', headers: bearer(secret) })
-    assert.equal(refused.statusCode, 401)
-    assert.equal(errorBody(refused).code, 'revoked_api_key')
+    await assertRefused(running, secret, 'revoked_api_key')
   })
 
   it('a production key works on a production app and is refused (401 invalid_api_key) by a staging app', async (t) => {
     const { url, email } = await withAccount(t)
     const secret = await createKey(url, email, [], { DEPLOYMENT: 'production' })
     const production = await build(t, { DATABASE_URL: url, DEPLOYMENT: 'production' })
-    assert.equal((await production.app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
+    assert.equal((await listPets(production, secret)).statusCode, 200)
     const staging = await build(t, { DATABASE_URL: url })
-    const refused = await staging.app.inject({ url: '/v1/pets', headers: bearer(secret) })
-    assert.equal(refused.statusCode, 401)
-    assert.equal(errorBody(refused).code, 'invalid_api_key')
+    await assertRefused(staging, secret, 'invalid_api_key')
   })
 
   it('a key created with --expires-in 1s is refused with 401 expired_api_key once it lapses, and listed as expired', async (t) => {
     const { url, email } = await withAccount(t)
     const secret = await createKey(url, email, ['--expires-in', '1s'])
     await sleep(1100)
-    const app = await build(t, { DATABASE_URL: url })
-    const refused = await app.app.inject({ url: '/v1/pets', headers: bearer(secret) })
-    assert.equal(refused.statusCode, 401)
-    assert.equal(errorBody(refused).code, 'expired_api_key')
+    await assertRefused(await build(t, { DATABASE_URL: url }), secret, 'expired_api_key')
     assert.equal((await listedKey(url, email, secret)).STATE, 'expired')
   })
 
@@ -358,7 +327,7 @@ describe('CLI keys against the app (end to end, same SQLite file)', () => {
     // Use the keys through a running app, so the -wal file has recent writes (e.g. last use) too.
     const app = await build(t, { DATABASE_URL: url })
     for (const secret of secrets) {
-      assert.equal((await app.app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
+      assert.equal((await listPets(app, secret)).statusCode, 200)
     }
     const files = readdirSync(dir).filter((name) => name.startsWith('db.sqlite'))
     assert.ok(files.includes('db.sqlite'), `no database file in ${files.join(', ')}`)

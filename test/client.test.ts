@@ -3,42 +3,22 @@
  * current, shown in the README by a quickstart that runs verbatim, and able to walk every page.
  */
 import assert from 'node:assert/strict'
-import { execFile } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
-import { promisify } from 'node:util'
 import { AnimalStoreError, allPets, createAnimalStoreClient, nextLink, unwrap } from 'animal-store/client'
 import { CLIENT_TYPES_FILE, generateClientTypes } from '../scripts/generate-client.ts'
 import { bearer, build, testDatabaseUrl } from './helper.ts'
-import { cliKey, ROOT, startServer } from './processes.ts'
+import { cliKey, ROOT, runNode, startServer } from './processes.ts'
+import { assertShows, codeBlocks, readmeSection } from './readme.ts'
 
 /** The README's typed client section: the code it shows and the output it promises. */
 function readmeQuickstart(): { code: string; output: string[] } {
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
-  const section = readme.split('<!-- client-quickstart:start -->')[1]?.split('<!-- client-quickstart:end -->')[0]
-  assert.ok(section, 'README has no client quickstart section')
-  const code = /```ts\n([\s\S]*?)```/.exec(section)?.[1]
-  const output = /```text\n([\s\S]*?)```/.exec(section)?.[1]
+  const blocks = codeBlocks(readmeSection('client-quickstart'))
+  const code = blocks.find((block) => block.lang === 'ts')?.body
+  const output = blocks.find((block) => block.lang === 'text')?.body
   assert.ok(code && output, 'the client quickstart section lacks its code or its output')
   return { code, output: output.trimEnd().split('\n') }
-}
-
-/** Each expected line appears in order; `…` matches anything. */
-function assertShows(actual: string, expected: string[]) {
-  const lines = actual.split('\n')
-  let from = 0
-  for (const line of expected) {
-    const pattern = new RegExp(
-      `^${line
-        .split('…')
-        .map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))
-        .join('.*?')}$`,
-    )
-    const at = lines.findIndex((l, i) => i >= from && pattern.test(l))
-    assert.ok(at >= 0, `the quickstart should print\n  ${line}\nbut printed:\n${actual}`)
-    from = at + 1
-  }
 }
 
 describe('Typed client: generated from the served OpenAPI document', () => {
@@ -59,11 +39,9 @@ describe('Typed client: the README quickstart', () => {
     const databaseUrl = await testDatabaseUrl(t)
     const server = await startServer(t, { DATABASE_URL: databaseUrl })
     const apiKey = await cliKey({ DATABASE_URL: databaseUrl })
-    const { stdout } = await promisify(execFile)(process.execPath, ['examples/quickstart.ts'], {
-      cwd: ROOT,
-      env: { ...process.env, API_KEY: apiKey, ANIMAL_STORE_URL: `${server.url}/v1` },
-    })
-    assertShows(stdout, readmeQuickstart().output)
+    const run = await runNode(['examples/quickstart.ts'], { API_KEY: apiKey, ANIMAL_STORE_URL: `${server.url}/v1` })
+    assert.equal(run.code, 0, run.stderr)
+    assertShows(run.stdout, readmeQuickstart().output, 'the quickstart')
   })
 })
 

@@ -1,11 +1,14 @@
 /**
- * Real processes for end-to-end tests: the server (src/server.ts) and the CLI (bin/animal-store.ts),
- * started with Node 24 (process.execPath) and stopped when the test ends.
+ * Real processes for end-to-end tests: the server (src/server.ts), the CLI (bin/animal-store.ts)
+ * and any other script, started with Node 24 (process.execPath) and stopped when the test ends.
+ * Children get our environment without the service's own variables, so a developer's shell
+ * cannot change what a test sees.
  */
-import { type ChildProcess, execFile, spawn } from 'node:child_process'
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process'
 import { createServer } from 'node:net'
 import type { TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { EnvSchema } from '../src/config.ts'
 
 export const ROOT = new URL('..', import.meta.url).pathname
 
@@ -17,64 +20,47 @@ export async function freePort(): Promise<number> {
   return port
 }
 
-export interface ServerProcess {
-  url: string
-  child: ChildProcess
-  /** Everything written to stdout and stderr so far. */
-  output: () => string
-  /** Sends the signal and resolves with the exit code. */
-  stop: (signal?: NodeJS.Signals) => Promise<number | null>
+/** A child's environment: ours without any of the service's variables, plus `overrides`. */
+export function childEnv(overrides: Record<string, string>): NodeJS.ProcessEnv {
+  const env = { ...process.env }
+  for (const name of Object.keys(EnvSchema.properties)) delete env[name]
+  delete env.NODE_TEST_CONTEXT
+  return { ...env, ...overrides }
 }
 
-/** Starts src/server.ts on a free port and waits until /healthz answers. */
-export async function startServer(t: TestContext, env: Record<string, string>): Promise<ServerProcess> {
-  const port = await freePort()
-  const child = spawn(process.execPath, ['src/server.ts'], {
-    cwd: ROOT,
-    env: { ...process.env, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'warn', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
-  let output = ''
-  child.stdout?.on('data', (chunk) => {
-    output += chunk
-  })
-  child.stderr?.on('data', (chunk) => {
-    output += chunk
-  })
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
-  t.after(() => {
-    if (child.exitCode === null) child.kill('SIGKILL')
-  })
-  const url = `http://127.0.0.1:${port}`
-  for (let i = 0; ; i++) {
-    if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode}:\n${output}`)
-    const response = await fetch(`${url}/healthz`).catch(() => null)
-    if (response?.ok) break
-    if (i > 200) throw new Error(`server did not start:\n${output}`)
-    await sleep(50)
-  }
-  return {
-    url,
-    child,
-    output: () => output,
-    stop: (signal = 'SIGTERM') => {
-      child.kill(signal)
-      return exited
-    },
-  }
+export interface Exit {
+  code: number | null
+  /** Set when the process was killed (by us, or by the timeout of runNode). */
+  signal: NodeJS.Signals | null
+  stdout: string
+  stderr: string
 }
 
-/** Runs the CLI; resolves with its exit code and output (never rejects on a non-zero exit). */
-export function cli(args: string[], env: Record<string, string>) {
-  return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-    execFile(
-      process.execPath,
-      ['bin/animal-store.ts', ...args],
-      { cwd: ROOT, env: { ...process.env, ...env } },
-      (error, stdout, stderr) =>
-        resolve({ code: error ? ((error as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    )
+/** Spawns `node <args>` in ROOT and collects its output; `exited` resolves once it has all been read. */
+function spawnNode(args: string[], env: Record<string, string>, timeout?: number) {
+  const child = spawn(process.execPath, args, { cwd: ROOT, env: childEnv(env), timeout })
+  const output = { stdout: '', stderr: '', both: '' }
+  for (const stream of ['stdout', 'stderr'] as const) {
+    child[stream].setEncoding('utf8').on('data', (chunk: string) => {
+      output[stream] += chunk
+      output.both += chunk
+    })
+  }
+  const exited = new Promise<Exit>((resolve, reject) => {
+    child.on('error', reject)
+    child.on('close', (code, signal) => resolve({ code, signal, stdout: output.stdout, stderr: output.stderr }))
   })
+  return { child, output, exited }
+}
+
+/** Runs `node <args>` to completion, killed after `timeout` ms; never rejects on a non-zero exit. */
+export function runNode(args: string[], env: Record<string, string>, timeout = 20_000): Promise<Exit> {
+  return spawnNode(args, env, timeout).exited
+}
+
+/** Runs the CLI (`animal-store <args>`); resolves with its exit code and output. */
+export function cli(args: string[], env: Record<string, string>): Promise<Exit> {
+  return runNode(['bin/animal-store.ts', ...args], env)
 }
 
 /** Creates an account (if needed) and a key with the CLI; returns the key. */
@@ -83,4 +69,121 @@ export async function cliKey(env: Record<string, string>, email = 'user@example.
   const created = await cli(['keys', 'create', email], env)
   if (created.code !== 0) throw new Error(created.stderr)
   return created.stdout.trimEnd().split('\n').at(-1) as string
+}
+
+export type LogLine = Record<string, unknown>
+
+export interface ServerProcess {
+  url: string
+  port: number
+  child: ChildProcessWithoutNullStreams
+  /** Everything written to stdout and stderr so far, interleaved. */
+  output: () => string
+  stdout: () => string
+  stderr: () => string
+  /** stdout's lines, each parsed as JSON (throws if one is not JSON). */
+  logs: () => LogLine[]
+  /** Resolves with the first complete log line matching `test`; rejects after `ms` or when the process exits. */
+  waitForLog: (test: (line: LogLine) => boolean, ms?: number) => Promise<LogLine>
+  /** Resolves when the process has exited and its output is all read. */
+  exited: Promise<Exit>
+  /** Sends the signal and resolves with the exit code (once the output is all read). */
+  stop: (signal?: NodeJS.Signals) => Promise<number | null>
+}
+
+export interface StartOptions {
+  /** Resolve once GET <ready> answers 2xx (default /healthz); false: at once, the caller waits its own way. */
+  ready?: string | false
+}
+
+/** Starts src/server.ts on a free port (LOG_LEVEL=warn unless `env` says otherwise) and waits until it is ready. */
+export async function startServer(
+  t: TestContext,
+  env: Record<string, string>,
+  { ready = '/healthz' }: StartOptions = {},
+): Promise<ServerProcess> {
+  const port = await freePort()
+  const { child, output, exited } = spawnNode(['src/server.ts'], {
+    HOST: '127.0.0.1',
+    PORT: String(port),
+    LOG_LEVEL: 'warn',
+    ...env,
+  })
+  const running = () => child.exitCode === null && child.signalCode === null
+  t.after(() => {
+    if (running()) child.kill('SIGKILL')
+  })
+  const waiters = new Set<() => void>()
+  const wake = () => {
+    for (const waiter of waiters) waiter()
+  }
+  child.stdout.on('data', wake)
+  exited.then(wake, wake)
+
+  const waitForLog = (test: (line: LogLine) => boolean, ms = 5000) =>
+    new Promise<LogLine>((resolve, reject) => {
+      const check = () => {
+        // Only complete lines: the last element after split is the unfinished one.
+        for (const line of output.stdout.split('\n').slice(0, -1).filter(Boolean)) {
+          let parsed: LogLine
+          try {
+            parsed = JSON.parse(line)
+          } catch {
+            continue
+          }
+          if (test(parsed)) {
+            done()
+            return resolve(parsed)
+          }
+        }
+        if (!running()) {
+          done()
+          reject(new Error(`server exited (${child.exitCode ?? child.signalCode}); stderr: ${output.stderr}`))
+        }
+      }
+      const timer = setTimeout(() => {
+        done()
+        reject(new Error(`no such log line within ${ms} ms; stdout: ${output.stdout}; stderr: ${output.stderr}`))
+      }, ms)
+      const done = () => {
+        clearTimeout(timer)
+        waiters.delete(check)
+      }
+      waiters.add(check)
+      check()
+    })
+
+  const url = `http://127.0.0.1:${port}`
+  for (let i = 0; ready; i++) {
+    if (!running()) throw new Error(`server exited with ${child.exitCode ?? child.signalCode}:\n${output.both}`)
+    const response = await fetch(`${url}${ready}`).catch(() => null)
+    if (response?.ok) break
+    if (i > 200) throw new Error(`server did not start:\n${output.both}`)
+    await sleep(50)
+  }
+  return {
+    url,
+    port,
+    child,
+    output: () => output.both,
+    stdout: () => output.stdout,
+    stderr: () => output.stderr,
+    logs: () =>
+      output.stdout
+        .split('\n')
+        .filter((line) => line !== '')
+        .map((line) => {
+          try {
+            return JSON.parse(line) as LogLine
+          } catch {
+            throw new Error(`log line is not JSON: ${line}`)
+          }
+        }),
+    waitForLog,
+    exited,
+    stop: async (signal = 'SIGTERM') => {
+      child.kill(signal)
+      return (await exited).code
+    },
+  }
 }

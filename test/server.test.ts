@@ -4,28 +4,18 @@
  * Keys are made with the real CLI (bin/animal-store.ts), as an operator would.
  */
 import assert from 'node:assert/strict'
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import net from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { EnvSchema } from '../src/config.ts'
+import { cliKey, type Exit, freePort, runNode, type ServerProcess, startServer } from './processes.ts'
 
-const ROOT = join(import.meta.dirname, '..')
 /** How many leading characters of a key are public (`as_test_AbCd`); the rest is the secret part. */
 const SHOWN = 12
 /** The server's default keep-alive timeout (KEEP_ALIVE_TIMEOUT_SECONDS). */
 const KEEP_ALIVE_MS = 5000
-
-/** The child's environment: ours without any of the service's variables, plus `overrides`. */
-function childEnv(overrides: Record<string, string>): NodeJS.ProcessEnv {
-  const env = { ...process.env }
-  for (const name of Object.keys(EnvSchema.properties)) delete env[name]
-  delete env.NODE_TEST_CONTEXT
-  return { ...env, ...overrides }
-}
 
 /** A fresh SQLite file for one test, removed afterwards. */
 function newDatabase(t: TestContext): string {
@@ -34,157 +24,33 @@ function newDatabase(t: TestContext): string {
   return `sqlite:${join(dir, 'db.sqlite')}`
 }
 
-interface Exit {
-  code: number | null
-  signal: NodeJS.Signals | null
-  stdout: string
-  stderr: string
-}
-
-/** Runs a node script to completion. */
-function runNode(args: string[], env: Record<string, string>, timeout = 15_000): Promise<Exit> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, args, { cwd: ROOT, env: childEnv(env), timeout })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
-      stdout += chunk
-    })
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
-      stderr += chunk
-    })
-    child.on('error', reject)
-    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }))
-  })
-}
-
 /** An account and a staging key made through the CLI; returns the key. */
-async function cliKey(databaseUrl: string): Promise<string> {
-  const account = await runNode(['bin/animal-store.ts', 'accounts', 'create', 'ops@example.com'], {
-    DATABASE_URL: databaseUrl,
-  })
-  assert.equal(account.code, 0, account.stderr)
-  const key = await runNode(['bin/animal-store.ts', 'keys', 'create', 'ops@example.com'], {
-    DATABASE_URL: databaseUrl,
-  })
-  assert.equal(key.code, 0, key.stderr)
-  const secret = key.stdout.trimEnd().split('\n').at(-1) as string
+async function opsKey(databaseUrl: string): Promise<string> {
+  const secret = await cliKey({ DATABASE_URL: databaseUrl }, 'ops@example.com')
   assert.match(secret, /^as_test_[0-9A-Za-z]{38}$/)
   return secret
 }
 
-/** A port nobody listens on right now. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer()
-    server.on('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo
-      server.close(() => resolve(port))
-    })
-  })
+/**
+ * Starts `src/server.ts` at LOG_LEVEL=info and waits for its "Server listening" log line rather
+ * than probing it, so that the logs hold only the test's own requests.
+ */
+async function startLogging(t: TestContext, env: Record<string, string>): Promise<ServerProcess> {
+  const server = await startServer(t, { LOG_LEVEL: 'info', ...env }, { ready: false })
+  await server.waitForLog((line) => String(line.msg).startsWith('Server listening'), 10_000)
+  return server
 }
 
-interface Server {
-  child: ChildProcessWithoutNullStreams
-  port: number
-  base: string
-  /** Everything written so far. */
-  stdout(): string
-  stderr(): string
-  /** stdout's lines, each parsed as JSON (fails the test if one is not JSON). */
-  logs(): Record<string, unknown>[]
-  /** Resolves with the first log line matching `test`, within `ms`. */
-  waitForLog(test: (line: Record<string, unknown>) => boolean, ms?: number): Promise<Record<string, unknown>>
-  /** Resolves when the process has exited (and its output is all read). */
-  exited: Promise<Exit>
-}
-
-/** Starts `src/server.ts` on a free port and waits for its "Server listening" log line. */
-async function startServer(t: TestContext, env: Record<string, string>): Promise<Server> {
-  const port = await freePort()
-  const child = spawn(process.execPath, ['src/server.ts'], {
-    cwd: ROOT,
-    env: childEnv({ PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', ...env }),
-  })
-  t.after(() => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
-  })
-  let stdout = ''
-  let stderr = ''
-  const waiters = new Set<() => void>()
-  child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
-    stdout += chunk
-    for (const waiter of waiters) waiter()
-  })
-  child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
-    stderr += chunk
-  })
-  const exited = new Promise<Exit>((resolve) => {
-    child.on('close', (code, signal) => {
-      for (const waiter of waiters) waiter()
-      resolve({ code, signal, stdout, stderr })
-    })
-  })
-  const logs = () =>
-    stdout
-      .split('\n')
-      .filter((line) => line !== '')
-      .map((line) => {
-        try {
-          return JSON.parse(line) as Record<string, unknown>
-        } catch {
-          throw new Error(`log line is not JSON: ${line}`)
-        }
-      })
-  const waitForLog = (test: (line: Record<string, unknown>) => boolean, ms = 5000) =>
-    new Promise<Record<string, unknown>>((resolve, reject) => {
-      const check = () => {
-        // Only complete lines: the last element after split is the unfinished one.
-        const lines = stdout.split('\n').slice(0, -1).filter(Boolean)
-        for (const line of lines) {
-          let parsed: Record<string, unknown>
-          try {
-            parsed = JSON.parse(line)
-          } catch {
-            continue
-          }
-          if (test(parsed)) {
-            done()
-            return resolve(parsed)
-          }
-        }
-        if (child.exitCode !== null || child.signalCode !== null) {
-          done()
-          reject(new Error(`server exited (${child.exitCode ?? child.signalCode}); stderr: ${stderr}`))
-        }
-      }
-      const timer = setTimeout(() => {
-        done()
-        reject(new Error(`no such log line within ${ms} ms; stdout: ${stdout}; stderr: ${stderr}`))
-      }, ms)
-      const done = () => {
-        clearTimeout(timer)
-        waiters.delete(check)
-      }
-      waiters.add(check)
-      check()
-    })
-  await waitForLog((line) => String(line.msg).startsWith('Server listening'), 10_000)
-  return {
-    child,
-    port,
-    base: `http://127.0.0.1:${port}`,
-    stdout: () => stdout,
-    stderr: () => stderr,
-    logs,
-    waitForLog,
-    exited,
-  }
+/** A server on a fresh database, and a key for it made through the CLI. */
+async function serverWithKey(t: TestContext) {
+  const databaseUrl = newDatabase(t)
+  const secret = await opsKey(databaseUrl)
+  const server = await startLogging(t, { DATABASE_URL: databaseUrl })
+  return { databaseUrl, secret, server }
 }
 
 /** Resolves with the exit, or with null if the process is still running after `ms`. */
-async function exitWithin(server: Server, ms: number): Promise<Exit | null> {
+async function exitWithin(server: ServerProcess, ms: number): Promise<Exit | null> {
   const timeout = sleep(ms, null)
   return Promise.race([server.exited, timeout])
 }
@@ -305,8 +171,8 @@ function postPet(secret: string, body: string, sendBody = body): string {
 
 /** Starts the server again on the same database and lists the pets. */
 async function petsAfterRestart(t: TestContext, databaseUrl: string, secret: string) {
-  const server = await startServer(t, { DATABASE_URL: databaseUrl })
-  const response = await fetch(`${server.base}/v1/pets?limit=100`, { headers: { authorization: `Bearer ${secret}` } })
+  const server = await startLogging(t, { DATABASE_URL: databaseUrl })
+  const response = await fetch(`${server.url}/v1/pets?limit=100`, { headers: { authorization: `Bearer ${secret}` } })
   assert.equal(response.status, 200)
   const pets = (await response.json()) as { id: number; name: string }[]
   server.child.kill('SIGTERM')
@@ -314,16 +180,31 @@ async function petsAfterRestart(t: TestContext, databaseUrl: string, secret: str
   return pets
 }
 
+/**
+ * A server with a key, and a POST /v1/pets of `pet` whose body has only partly arrived when the
+ * server gets SIGTERM; returns once the server has logged that it is shutting down.
+ */
+async function sigtermWhileBodyArrives(t: TestContext, pet: { name: string; categoryId: number }) {
+  const { databaseUrl, secret, server } = await serverWithKey(t)
+  const client = await RawClient.connect(server.port)
+  const body = JSON.stringify(pet)
+  await client.write(postPet(secret, body, body.slice(0, 10)))
+  await sleep(200) // the server has read the headers: the request is in flight
+  server.child.kill('SIGTERM')
+  await server.waitForLog((l) => l.msg === 'shutting down' || l.signal === 'SIGTERM')
+  return { databaseUrl, secret, server, client, rest: body.slice(10) }
+}
+
 describe('server: request ids and JSON logs', () => {
   it('logs JSON lines, one per request with a requestId, and returns that id in X-Request-Id', async (t) => {
-    const server = await startServer(t, { DATABASE_URL: newDatabase(t) })
-    const response = await fetch(`${server.base}/healthz`)
+    const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
+    const response = await fetch(`${server.url}/healthz`)
     assert.equal(response.status, 200)
     const id = response.headers.get('x-request-id')
     assert.ok(id && id.length >= 8, `X-Request-Id is ${id}`)
     const line = await server.waitForLog((l) => l.requestId === id)
     assert.equal((line.req as { url?: string } | undefined)?.url, '/healthz')
-    const second = await fetch(`${server.base}/healthz`)
+    const second = await fetch(`${server.url}/healthz`)
     assert.notEqual(second.headers.get('x-request-id'), id, 'two requests got the same id')
     await server.waitForLog((l) => l.requestId === second.headers.get('x-request-id'))
     for (const log of server.logs()) {
@@ -335,16 +216,16 @@ describe('server: request ids and JSON logs', () => {
   })
 
   it('echoes a client-supplied X-Request-Id (abc-123) and logs under it', async (t) => {
-    const server = await startServer(t, { DATABASE_URL: newDatabase(t) })
-    const response = await fetch(`${server.base}/healthz`, { headers: { 'x-request-id': 'abc-123' } })
+    const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
+    const response = await fetch(`${server.url}/healthz`, { headers: { 'x-request-id': 'abc-123' } })
     assert.equal(response.headers.get('x-request-id'), 'abc-123')
     await server.waitForLog((l) => l.requestId === 'abc-123')
   })
 
   it('replaces an unusable client X-Request-Id (too long or odd characters) with its own', async (t) => {
-    const server = await startServer(t, { DATABASE_URL: newDatabase(t) })
+    const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
     for (const given of ['x'.repeat(200), 'abc 123', 'a"b', '<script>']) {
-      const response = await fetch(`${server.base}/healthz`, { headers: { 'x-request-id': given } })
+      const response = await fetch(`${server.url}/healthz`, { headers: { 'x-request-id': given } })
       const id = response.headers.get('x-request-id')
       assert.ok(id && id !== given, `kept ${JSON.stringify(given)}`)
       await server.waitForLog((l) => l.requestId === id)
@@ -352,8 +233,8 @@ describe('server: request ids and JSON logs', () => {
   })
 
   it('returns X-Request-Id on errors too (401 without a key)', async (t) => {
-    const server = await startServer(t, { DATABASE_URL: newDatabase(t) })
-    const response = await fetch(`${server.base}/v1/pets`, { headers: { 'x-request-id': 'err-1' } })
+    const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
+    const response = await fetch(`${server.url}/v1/pets`, { headers: { 'x-request-id': 'err-1' } })
     assert.equal(response.status, 401)
     assert.equal(response.headers.get('x-request-id'), 'err-1')
     await server.waitForLog((l) => l.requestId === 'err-1' && l.status === 401)
@@ -362,9 +243,7 @@ describe('server: request ids and JSON logs', () => {
 
 describe('server: logs never hold API keys', () => {
   it('never logs the Authorization header value or the key, even when the key is sent in the query', async (t) => {
-    const databaseUrl = newDatabase(t)
-    const secret = await cliKey(databaseUrl)
-    const server = await startServer(t, { DATABASE_URL: databaseUrl })
+    const { secret, server } = await serverWithKey(t)
     const auth = { authorization: `Bearer ${secret}` }
     const requests: [string, RequestInit][] = [
       ['/v1/pets', { headers: auth }],
@@ -385,7 +264,7 @@ describe('server: logs never hold API keys', () => {
       ['/v1/pets', { headers: { authorization: `Bearer ${secret.replace('as_test_', 'as_live_')}` } }],
     ]
     for (const [path, init] of requests) {
-      const response = await fetch(`${server.base}${path}`, init)
+      const response = await fetch(`${server.url}${path}`, init)
       await response.arrayBuffer()
       await server.waitForLog((l) => l.requestId === response.headers.get('x-request-id') && 'status' in l)
     }
@@ -404,9 +283,7 @@ describe('server: logs never hold API keys', () => {
   })
 
   it('never logs the key when it is sent in the path or as a JSON field name by mistake', async (t) => {
-    const databaseUrl = newDatabase(t)
-    const secret = await cliKey(databaseUrl)
-    const server = await startServer(t, { DATABASE_URL: databaseUrl })
+    const { secret, server } = await serverWithKey(t)
     const auth = { authorization: `Bearer ${secret}` }
     const requests: [string, RequestInit][] = [
       [`/v1/${secret}`, { headers: auth }], // 404: no such route
@@ -427,7 +304,7 @@ describe('server: logs never hold API keys', () => {
       ], // 400: bad JSON
     ]
     for (const [path, init] of requests) {
-      const response = await fetch(`${server.base}${path}`, init)
+      const response = await fetch(`${server.url}${path}`, init)
       await response.arrayBuffer()
       assert.ok(response.status >= 400 && response.status < 500, `${path}: ${response.status}`)
       await server.waitForLog((l) => l.requestId === response.headers.get('x-request-id') && 'status' in l)
@@ -441,11 +318,11 @@ describe('server: logs never hold API keys', () => {
 
 describe('server: probes', () => {
   it('GET /healthz → 200 and GET /readyz → 200, without a key', async (t) => {
-    const server = await startServer(t, { DATABASE_URL: newDatabase(t) })
-    const health = await fetch(`${server.base}/healthz`)
+    const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
+    const health = await fetch(`${server.url}/healthz`)
     assert.equal(health.status, 200)
     assert.deepEqual(await health.json(), { status: 'ok' })
-    const ready = await fetch(`${server.base}/readyz`)
+    const ready = await fetch(`${server.url}/readyz`)
     assert.equal(ready.status, 200)
     assert.deepEqual(await ready.json(), { status: 'ready' })
   })
@@ -453,7 +330,7 @@ describe('server: probes', () => {
 
 describe('server: graceful shutdown', () => {
   it('SIGTERM with an idle keep-alive connection open: closes it and exits 0 promptly', async (t) => {
-    const server = await startServer(t, { DATABASE_URL: newDatabase(t) })
+    const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
     const client = await RawClient.connect(server.port)
     await client.write('GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: keep-alive\r\n\r\n')
     const response = await client.response()
@@ -470,8 +347,8 @@ describe('server: graceful shutdown', () => {
   })
 
   it('SIGINT also exits 0', async (t) => {
-    const server = await startServer(t, { DATABASE_URL: newDatabase(t) })
-    assert.equal((await fetch(`${server.base}/healthz`)).status, 200)
+    const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
+    assert.equal((await fetch(`${server.url}/healthz`)).status, 200)
     server.child.kill('SIGINT')
     const exit = await exitWithin(server, 3000)
     assert.ok(exit, 'still running 3 s after SIGINT')
@@ -480,9 +357,7 @@ describe('server: graceful shutdown', () => {
   })
 
   it('a POST /v1/pets written just before SIGTERM still gets its 201, and the pet is stored', async (t) => {
-    const databaseUrl = newDatabase(t)
-    const secret = await cliKey(databaseUrl)
-    const server = await startServer(t, { DATABASE_URL: databaseUrl })
+    const { databaseUrl, secret, server } = await serverWithKey(t)
     const client = await RawClient.connect(server.port)
     await client.write(postPet(secret, JSON.stringify({ name: 'Last-Orders', categoryId: 7 })))
     server.child.kill('SIGTERM')
@@ -499,17 +374,12 @@ describe('server: graceful shutdown', () => {
   })
 
   it('a request whose body is still arriving at SIGTERM completes with 201, while new connections are refused', async (t) => {
-    const databaseUrl = newDatabase(t)
-    const secret = await cliKey(databaseUrl)
-    const server = await startServer(t, { DATABASE_URL: databaseUrl })
-    const client = await RawClient.connect(server.port)
-    const body = JSON.stringify({ name: 'Slowpoke', categoryId: 3 })
-    await client.write(postPet(secret, body, body.slice(0, 10)))
-    await sleep(200) // the server has read the headers: the request is in flight
-    server.child.kill('SIGTERM')
-    await server.waitForLog((l) => l.msg === 'shutting down' || l.signal === 'SIGTERM')
+    const { databaseUrl, secret, server, client, rest } = await sigtermWhileBodyArrives(t, {
+      name: 'Slowpoke',
+      categoryId: 3,
+    })
     assert.ok(await refusesConnections(server.port, 1000), 'still accepting new connections 1 s after SIGTERM')
-    await client.write(body.slice(10))
+    await client.write(rest)
     const response = await client.response()
     assert.equal(response.status, 201, response.body)
     const pet = JSON.parse(response.body)
@@ -522,16 +392,8 @@ describe('server: graceful shutdown', () => {
   })
 
   it('answers a request that was in flight at SIGTERM with Connection: close and exits without waiting for the keep-alive timeout', async (t) => {
-    const databaseUrl = newDatabase(t)
-    const secret = await cliKey(databaseUrl)
-    const server = await startServer(t, { DATABASE_URL: databaseUrl })
-    const client = await RawClient.connect(server.port)
-    const body = JSON.stringify({ name: 'Straggler', categoryId: 2 })
-    await client.write(postPet(secret, body, body.slice(0, 10)))
-    await sleep(200)
-    server.child.kill('SIGTERM')
-    await server.waitForLog((l) => l.msg === 'shutting down' || l.signal === 'SIGTERM')
-    await client.write(body.slice(10))
+    const { server, client, rest } = await sigtermWhileBodyArrives(t, { name: 'Straggler', categoryId: 2 })
+    await client.write(rest)
     const response = await client.response()
     assert.equal(response.status, 201, response.body)
     const answered = Date.now()
@@ -576,11 +438,11 @@ describe('server: bad configuration', () => {
     await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve))
     t.after(() => blocker.close())
     const { port } = blocker.address() as net.AddressInfo
-    const exit = await runNode(['src/server.ts'], {
-      PORT: String(port),
-      HOST: '127.0.0.1',
-      DATABASE_URL: newDatabase(t),
-    })
+    const exit = await runNode(
+      ['src/server.ts'],
+      { PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: newDatabase(t) },
+      15_000,
+    )
     assert.notEqual(exit.code, 0)
     assert.equal(exit.signal, null, 'killed by the timeout: the process did not exit by itself')
     assert.match(`${exit.stdout}${exit.stderr}`, /EADDRINUSE/)

@@ -28,11 +28,14 @@ export const packageFile = (path: string) => createRequire(import.meta.url).reso
 /** A file next to this module, in assets/. */
 export const ownFile = (name: string) => new URL(`assets/${name}`, import.meta.url).pathname
 
-/** Serves `files` (public name → path on disk) at GET <prefix>/assets/<name>. */
-export function serveAssets(app: FastifyInstance, files: Record<string, string>): void {
+/**
+ * Serves `files` at GET <prefix>/assets/<name>: public name → path on disk, or several paths
+ * served as one file, joined in order (so that rules both sites use are written once).
+ */
+export function serveAssets(app: FastifyInstance, files: Record<string, string | string[]>): void {
   const assets = new Map<string, Asset>()
-  for (const [name, path] of Object.entries(files)) {
-    const body = readFileSync(path)
+  for (const [name, paths] of Object.entries(files)) {
+    const body = Buffer.concat([paths].flat().map((path) => readFileSync(path)))
     assets.set(name, { body, type: TYPES[extname(name)] as string, etag: `"${hash('sha256', body, 'base64url')}"` })
   }
   app.get(

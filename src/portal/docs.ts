@@ -8,29 +8,21 @@ import type { FastifyInstance, FastifyReply } from 'fastify'
 import { ownFile, packageFile, serveAssets } from './assets.ts'
 import { DOCS_HEADERS } from './headers.ts'
 import { type Html, html } from './html.ts'
+import { htmlPage } from './views/layout.ts'
 
 function page(title: string, body: Html): string {
-  return html`<!doctype html>
-<html lang="en">
-<head>
-  <meta charset="utf-8">
-  <meta name="viewport" content="width=device-width, initial-scale=1">
-  <link rel="icon" href="/portal/assets/favicon.svg" type="image/svg+xml">
-  <title>${title} · Animal Store</title>
-  <link rel="stylesheet" href="/docs/assets/swagger-ui.css">
+  return htmlPage(
+    title,
+    html`<link rel="stylesheet" href="/docs/assets/swagger-ui.css">
   <link rel="stylesheet" href="/docs/assets/docs.css">
   <script src="/docs/assets/swagger-ui-bundle.js" defer></script>
-  <script src="/docs/assets/docs.js" defer></script>
-</head>
-<body>
-  <header class="docs-header">
+  <script src="/docs/assets/docs.js" defer></script>`,
+    html`<header class="docs-header">
     <nav aria-label="Portal"><a href="/portal">Animal Store developer portal</a> · <a href="/portal/keys">API keys</a> · <a href="/v1/openapi.json">OpenAPI document</a></nav>
     <p>To try an operation: create a key in the portal, choose <strong>Authorize</strong> and paste it, open an operation, then choose <strong>Execute</strong>. Requests go to this server.</p>
   </header>
-  <main id="main">${body}</main>
-</body>
-</html>
-`.text
+  <main id="main">${body}</main>`,
+  ).text
 }
 
 const send = (reply: FastifyReply, status: number, body: string) =>
@@ -41,7 +33,7 @@ export default async function docs(app: FastifyInstance): Promise<void> {
   serveAssets(app, {
     'swagger-ui.css': packageFile('swagger-ui-dist/swagger-ui.css'),
     'swagger-ui-bundle.js': packageFile('swagger-ui-dist/swagger-ui-bundle.js'),
-    'docs.css': ownFile('docs.css'),
+    'docs.css': [ownFile('docs.css'), ownFile('shared.css')],
     'docs.js': ownFile('docs.js'),
   })
 

@@ -34,7 +34,7 @@ async function pages(app: FastifyInstance, { config }: { config: Config }): Prom
   htmlErrors(app, portal)
 
   serveAssets(app, {
-    'portal.css': ownFile('portal.css'),
+    'portal.css': [ownFile('portal.css'), ownFile('shared.css')],
     'portal.js': ownFile('portal.js'),
     'favicon.svg': ownFile('favicon.svg'),
   })

@@ -1,21 +1,19 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { requestFingerprint } from '../../src/plugins/idempotency.ts'
-import { bearer, build, errorBody } from '../helper.ts'
+import { bearer, build, errorBody, type TestApp } from '../helper.ts'
 
 const json = { 'content-type': 'application/json' }
+
+const postPet = (test: TestApp, headers: Record<string, string>, payload: string | object) =>
+  test.app.inject({ method: 'POST', url: '/v1/pets', headers, payload })
 
 describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-httpapi-idempotency-key-header)', () => {
   it('a retry with the same key and body replays the first response and creates nothing', async (t) => {
     const test = await build(t)
     const { secret } = await test.newKey()
     const send = (key: string) =>
-      test.app.inject({
-        method: 'POST',
-        url: '/v1/pets',
-        headers: { ...bearer(secret), 'idempotency-key': key },
-        payload: { name: 'Rex', categoryId: 1 },
-      })
+      postPet(test, { ...bearer(secret), 'idempotency-key': key }, { name: 'Rex', categoryId: 1 })
     const first = await send('order-1')
     assert.equal(first.statusCode, 201)
     assert.equal(first.headers['idempotent-replayed'], undefined)
@@ -34,18 +32,8 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
     const test = await build(t)
     const { secret } = await test.newKey()
     const headers = { ...bearer(secret), ...json, 'idempotency-key': 'k' }
-    const first = await test.app.inject({
-      method: 'POST',
-      url: '/v1/pets',
-      headers,
-      payload: '{"name":"Rex","categoryId":1}',
-    })
-    const retry = await test.app.inject({
-      method: 'POST',
-      url: '/v1/pets',
-      headers,
-      payload: '{"categoryId":1,"name":"Rex"}',
-    })
+    const first = await postPet(test, headers, '{"name":"Rex","categoryId":1}')
+    const retry = await postPet(test, headers, '{"categoryId":1,"name":"Rex"}')
     assert.equal(retry.headers['idempotent-replayed'], 'true')
     assert.equal(retry.body, first.body)
   })
@@ -54,13 +42,8 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
     const test = await build(t)
     const { secret } = await test.newKey()
     const headers = { ...bearer(secret), 'idempotency-key': 'k' }
-    await test.app.inject({ method: 'POST', url: '/v1/pets', headers, payload: { name: 'Rex', categoryId: 1 } })
-    const other = await test.app.inject({
-      method: 'POST',
-      url: '/v1/pets',
-      headers,
-      payload: { name: 'Tom', categoryId: 1 },
-    })
+    await postPet(test, headers, { name: 'Rex', categoryId: 1 })
+    const other = await postPet(test, headers, { name: 'Tom', categoryId: 1 })
     assert.equal(other.statusCode, 422)
     assert.equal(errorBody(other).code, 'idempotency_key_reused')
     assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).json().length, 1)
@@ -72,8 +55,8 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
     const headers = { ...bearer(secret), 'idempotency-key': 'busy' }
     // Two identical requests at once: one does the work, the other finds the key taken.
     const [a, b] = await Promise.all([
-      test.app.inject({ method: 'POST', url: '/v1/pets', headers, payload: { name: 'Rex', categoryId: 1 } }),
-      test.app.inject({ method: 'POST', url: '/v1/pets', headers, payload: { name: 'Rex', categoryId: 1 } }),
+      postPet(test, headers, { name: 'Rex', categoryId: 1 }),
+      postPet(test, headers, { name: 'Rex', categoryId: 1 }),
     ])
     const statuses = [a.statusCode, b.statusCode].sort()
     assert.ok(
@@ -106,12 +89,7 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
     const one = await test.newKey()
     const two = await test.newKey()
     const send = (secret: string) =>
-      test.app.inject({
-        method: 'POST',
-        url: '/v1/pets',
-        headers: { ...bearer(secret), 'idempotency-key': 'same' },
-        payload: { name: 'Rex', categoryId: 1 },
-      })
+      postPet(test, { ...bearer(secret), 'idempotency-key': 'same' }, { name: 'Rex', categoryId: 1 })
     const a = await send(one.secret)
     const b = await send(two.secret)
     assert.equal(b.headers['idempotent-replayed'], undefined)
@@ -140,14 +118,9 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
     const test = await build(t)
     const { secret } = await test.newKey()
     const headers = { ...bearer(secret), 'idempotency-key': 'fix-me' }
-    const bad = await test.app.inject({ method: 'POST', url: '/v1/pets', headers, payload: { name: 'Rex' } })
+    const bad = await postPet(test, headers, { name: 'Rex' })
     assert.equal(bad.statusCode, 400)
-    const good = await test.app.inject({
-      method: 'POST',
-      url: '/v1/pets',
-      headers,
-      payload: { name: 'Rex', categoryId: 1 },
-    })
+    const good = await postPet(test, headers, { name: 'Rex', categoryId: 1 })
     assert.equal(good.statusCode, 201)
     assert.equal(good.headers['idempotent-replayed'], undefined)
   })
@@ -156,12 +129,11 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
     const test = await build(t)
     const { secret } = await test.newKey()
     for (const key of ['has space', 'x'.repeat(256), 'tab\there', 'ünïcode']) {
-      const response = await test.app.inject({
-        method: 'POST',
-        url: '/v1/pets',
-        headers: { ...bearer(secret), 'idempotency-key': key },
-        payload: { name: 'Rex', categoryId: 1 },
-      })
+      const response = await postPet(
+        test,
+        { ...bearer(secret), 'idempotency-key': key },
+        { name: 'Rex', categoryId: 1 },
+      )
       assert.equal(response.statusCode, 400, key)
       assert.match(errorBody(response).message, /header\.idempotency-key/)
     }

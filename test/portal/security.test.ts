@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
+import type { FastifyInstance } from 'fastify'
 import { bearer, build, errorBody } from '../helper.ts'
 import { csrfOf, FormBrowser, newEmail, PASSWORD } from './browser.ts'
 
@@ -22,6 +23,21 @@ function assertSecurityHeaders(headers: Record<string, unknown>, url: string) {
   assert.equal(headers['x-frame-options'], 'DENY', url)
   assert.equal(headers['referrer-policy'], 'no-referrer', url)
   assert.equal(headers['access-control-allow-origin'], undefined, `${url}: no CORS`)
+}
+
+/** Posts the sign-up form of `page` (its CSRF token, a new email) with `headers` and nothing else: no browser. */
+function postSignUp(app: FastifyInstance, page: string, headers: Record<string, string>) {
+  return app.inject({
+    method: 'POST',
+    url: '/portal/sign-up',
+    headers: { ...headers, 'content-type': 'application/x-www-form-urlencoded' },
+    payload: new URLSearchParams({
+      _csrf: csrfOf(page, '/portal/sign-up'),
+      email: newEmail(),
+      password: PASSWORD,
+      confirm: PASSWORD,
+    }).toString(),
+  })
 }
 
 describe('Portal security headers', () => {
@@ -92,17 +108,7 @@ describe('Portal cookies', () => {
       const csrf = page.cookies.find((c) => c.name === 'as_csrf')
       assert.ok(csrf)
       assert.equal(csrf.secure, true)
-      const response = await app.inject({
-        method: 'POST',
-        url: '/portal/sign-up',
-        headers: { ...headers, cookie: `as_csrf=${csrf.value}`, 'content-type': 'application/x-www-form-urlencoded' },
-        payload: new URLSearchParams({
-          _csrf: csrfOf(page.body, '/portal/sign-up'),
-          email: newEmail(),
-          password: PASSWORD,
-          confirm: PASSWORD,
-        }).toString(),
-      })
+      const response = await postSignUp(app, page.body, { ...headers, cookie: `as_csrf=${csrf.value}` })
       assert.equal(response.statusCode, 303)
       const session = response.cookies.find((c) => c.name === 'as_session')
       assert.deepEqual(
@@ -169,17 +175,7 @@ describe('Portal CSRF protection', () => {
   it('refuses a form sent without the CSRF cookie (e.g. cookies blocked), even with a token from a page', async (t) => {
     const { app } = await build(t)
     const page = await app.inject({ url: '/portal/sign-up' })
-    const response = await app.inject({
-      method: 'POST',
-      url: '/portal/sign-up',
-      headers: { 'content-type': 'application/x-www-form-urlencoded' },
-      payload: new URLSearchParams({
-        _csrf: csrfOf(page.body, '/portal/sign-up'),
-        email: newEmail(),
-        password: PASSWORD,
-        confirm: PASSWORD,
-      }).toString(),
-    })
+    const response = await postSignUp(app, page.body, {})
     assert.equal(response.statusCode, 403)
   })
 })

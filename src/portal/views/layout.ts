@@ -36,18 +36,11 @@ export function layout(context: PageContext, title: string, body: Html, notice?:
     : html`<li><a href="/portal/sign-in">Sign in</a></li>
         <li><a href="/portal/sign-up">Create an account</a></li>
         <li><a href="/docs">API reference</a></li>`
-  return html`<!doctype html>
-<html lang="en">
-<head>
-  <meta charset="utf-8">
-  <meta name="viewport" content="width=device-width, initial-scale=1">
-  <link rel="icon" href="/portal/assets/favicon.svg" type="image/svg+xml">
-  <title>${title} · Animal Store</title>
-  <link rel="stylesheet" href="/portal/assets/portal.css">
-  <script src="/portal/assets/portal.js" defer></script>
-</head>
-<body>
-  <a class="skip-link" href="#main">Skip to content</a>
+  return htmlPage(
+    title,
+    html`<link rel="stylesheet" href="/portal/assets/portal.css">
+  <script src="/portal/assets/portal.js" defer></script>`,
+    html`<a class="skip-link" href="#main">Skip to content</a>
   <header>
     <nav aria-label="Portal">
       <a class="brand" href="/portal">Animal Store</a>
@@ -61,7 +54,26 @@ export function layout(context: PageContext, title: string, body: Html, notice?:
   </main>
   <footer>
     <p>Animal Store developer portal · <a href="/docs">API reference</a> · <a href="/v1/openapi.json">OpenAPI document</a></p>
-  </footer>
+  </footer>`,
+  )
+}
+
+/**
+ * The document around every HTML page we serve, the portal's and /docs: language, charset,
+ * viewport, icon and title; `head` adds the page's stylesheets and scripts.
+ */
+export function htmlPage(title: string, head: Html, body: Html): Html {
+  return html`<!doctype html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <meta name="viewport" content="width=device-width, initial-scale=1">
+  <link rel="icon" href="/portal/assets/favicon.svg" type="image/svg+xml">
+  <title>${title} · Animal Store</title>
+  ${head}
+</head>
+<body>
+  ${body}
 </body>
 </html>
 `
