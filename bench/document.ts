@@ -1,6 +1,8 @@
-/** docs/performance.md: the machine, the method and the table of one run, all generated. */
+/** docs/performance.md: the machine, the method and the tables of one run, all generated. */
+
 import type { Machine, Measurement } from './report.ts'
 import { changedSettings, type Settings } from './settings.ts'
+import { POOL_SIZE, TARGETS } from './targets.ts'
 import type { Workload } from './workloads.ts'
 import { wrkVersion } from './wrk.ts'
 
@@ -17,6 +19,13 @@ export interface DocumentInput {
   contention: number | null
   /** MB of each target's RSS that maps files (the node executable), at the end of the rounds. */
   fileBacked: Record<string, number>
+  /** Where the CPU went (bench/limits.ts), and one sentence per PostgreSQL row on what limits it. */
+  cpu: string
+  limits: string[]
+  /** Why the PostgreSQL targets were skipped, when they were. */
+  skipped: string
+  /** PostgreSQL's version, when a PostgreSQL target ran. */
+  postgresVersion: string | null
 }
 
 /** Lowest and highest rate of a target per workload, to show how far one round can be from another. */
@@ -31,9 +40,65 @@ function spread(measurements: Measurement[], workloads: Workload[], target: stri
     .join(', ')
 }
 
+/** The PostgreSQL part of the results: where the CPU went and what limits each PostgreSQL target. */
+function postgresResults(input: DocumentInput, postgres: string[]): string {
+  if (postgres.length === 0) {
+    return input.skipped ? `**PostgreSQL:** not measured in this run. ${input.skipped}\n\n` : ''
+  }
+  return `### Where the CPU went, and where the PostgreSQL limit is
+
+Medians over the rounds, from /proc: CPU time of the service's processes, of the PostgreSQL
+backends serving that target (found by their \`application_name\`), and of wrk, as a share of one
+core over the run and per request; how busy each core was (whoever used it: the machine is shared);
+and, sampled every 100 ms from \`pg_stat_activity\`, how many of the target's connections were
+executing a statement, of those open.
+
+${input.cpu}
+
+${input.limits.join('\n\n')}
+
+`
+}
+
+/** How the PostgreSQL targets are set up and pinned, for "How it is measured". */
+function postgresMethod(input: DocumentInput, postgres: string[]): string {
+  if (postgres.length === 0) return ''
+  const { settings, labels } = input
+  const two = postgres.filter((t) => t !== 'postgres-1').map((t) => labels[t])
+  return `
+- **PostgreSQL** (${input.postgresVersion ?? "the machine's server"}, \`BENCH_POSTGRES_URL\`, default
+  \`postgres://postgres@127.0.0.1:5432/test\`): each PostgreSQL target gets a schema of its own
+  (\`search_path\` in its \`DATABASE_URL\`), seeded through the store with the same pets as SQLite
+  and dropped at the end, also on Ctrl-C. Pool: \`DATABASE_POOL_SIZE=${POOL_SIZE}\` per instance. Pages
+  are never cached on PostgreSQL (\`petsVersion()\` is null: other instances write), so list20,
+  list100 and mix ask PostgreSQL on every read; single pets are cached by id on every target, so
+  **get** is served mostly from memory after the warm-up.
+- **Instances and pinning:** wrk is pinned to CPU ${settings.clientCpu} throughout.${
+    postgres.includes('postgres-1')
+      ? `
+  \`${labels['postgres-1']}\` is one process pinned to CPU ${settings.serverCpu}, like the SQLite rows; PostgreSQL's
+  backends also need CPU, so the backends serving it (only those: found by \`application_name\`, pinned
+  with \`taskset -p\` as they connect) run on CPU ${settings.postgresCpu}, beside wrk, and the service keeps its core to
+  itself, as the SQLite service does. The rest of PostgreSQL (WAL writer, checkpointer) is the
+  machine's and is left alone.`
+      : ''
+  }${
+    two.length
+      ? ` \`${two.join('`, `')}\` is \`WORKERS=2\`: node:cluster forks two workers that share one port.
+  There is no load balancer on this machine and wrk loads one address, so sharing the port is how
+  two instances on one database get the load (the primary only hands out connections, and counts
+  in the RSS). Two workers on one core would measure nothing, so the workers run on CPUs
+  ${settings.clusterCpu} and PostgreSQL's backends are not pinned: workers, PostgreSQL and wrk share both cores,
+  which is what two instances on a two-core box with its database means. Its ratio is therefore to
+  a ceiling of one process on one core, not a share of it.`
+      : ''
+  }`
+}
+
 export function documentation(input: DocumentInput): string {
   const { settings, started, host, markdown, verdict, labels, workloads, measurements, contention } = input
   const primary = settings.targets[0] as string
+  const postgres = settings.targets.filter((t) => TARGETS[t]?.database === 'postgres')
   const wait = contention === null ? '' : `; some task waited for a CPU ${contention.toFixed(0)}% of the run's time`
   const fileBacked = Object.entries(input.fileBacked)
     .map(([name, mb]) => `${mb.toFixed(0)} MB for ${labels[name]}`)
@@ -61,22 +126,24 @@ ${markdown}
 **Targets** (${labels[primary]}, POST with \`synchronous=FULL\`): ${verdict}
 
 Lowest–highest rate over the rounds (req/s), ${labels[primary]}: ${spread(measurements, workloads, primary)};
-ceiling: ${spread(measurements, workloads, 'ceiling')}.
+${postgres.map((t) => `${labels[t]}: ${spread(measurements, workloads, t)};\n`).join('')}ceiling: ${spread(measurements, workloads, 'ceiling')}.
 
+${postgresResults(input, postgres)}
 ## How it is measured
 
-- **Data:** ${settings.pets.toLocaleString('en')} pets in a fresh SQLite database per service target, seeded through the
+- **Data:** ${settings.pets.toLocaleString('en')} pets in a fresh database per service target, seeded through the
   store with common pet names, 70% available, 15% pending, 15% sold; one account and API key made
   with the CLI (\`animal-store keys create\`). POST workloads add rows as they run.
 - **Workloads**, each with a valid key: ${workloads.map((w) => `**${w.name}** ${w.description}`).join('; ')}.
 - **Load:** \`wrk -t1 -c${settings.connections} -d${settings.seconds}s --latency\` (Debian's wrk; Lua scripts in bench/lua) pinned
-  to CPU ${settings.clientCpu} with taskset; every server pinned to CPU ${settings.serverCpu}.${nice} Before any measuring, one
-  request per workload must answer 2xx.
+  to CPU ${settings.clientCpu} with taskset; every single-process server pinned to CPU ${settings.serverCpu}.${nice} Before any measuring, one
+  request per workload must answer 2xx.${postgresMethod(input, postgres)}
 - **Rounds:** ${settings.warmupSeconds} s warm-up per workload and target, then ${settings.rounds} rounds, each running every workload on
   every target in turn (A B A B…), so a slow moment of the machine hits both sides.
 - **Figures:** req/s, p50 and p99 are medians over the rounds; the ratio is the median of each
   round's service/ceiling ratio; non-2xx and socket errors are totals over the rounds; RSS is the
-  highest VmRSS of the server process, sampled every 250 ms during the runs. Of the RSS, about
+  highest VmRSS of the server process (summed over a cluster's primary and workers), sampled every
+  250 ms during the runs. Of the RSS, about
   ${fileBacked} maps files (mostly the node executable, shared between Node processes).
 - **Logging:** the \`${labels[primary]}\` rows run the service as in production, one JSON log line
   per request at \`LOG_LEVEL=info\`, with stdout sent to /dev/null (a pipe or a file would add the cost
@@ -89,8 +156,10 @@ ceiling: ${spread(measurements, workloads, 'ceiling')}.
 \`npm run bench\` needs \`taskset\` (util-linux) and \`wrk\` (installed with apt-get when run as root)
 and two cores; it takes about ${Math.ceil(estimateSeconds(settings, workloads.length) / 60)} minutes with these settings. Settings, as environment
 variables: \`BENCH_SECONDS\` (5), \`BENCH_ROUNDS\` (3), \`BENCH_WARMUP_SECONDS\` (2), \`BENCH_CONNECTIONS\`
-(16), \`BENCH_PETS\` (10000), \`BENCH_TARGETS\` (sqlite,sqlite-warn,ceiling), \`BENCH_WORKLOADS\`
-(list20,list100,get,post,mix), \`BENCH_SERVER_CPU\` (0), \`BENCH_CLIENT_CPU\` (1), \`BENCH_NICE\` (unset;
+(16), \`BENCH_PETS\` (10000), \`BENCH_TARGETS\` (sqlite,sqlite-warn,postgres-1,postgres-2,ceiling; the
+PostgreSQL ones are skipped with a note when PostgreSQL does not answer, and fail the run when named
+here), \`BENCH_POSTGRES_URL\`, \`BENCH_WORKLOADS\` (list20,list100,get,post,mix), \`BENCH_SERVER_CPU\`
+(0), \`BENCH_CLUSTER_CPU\` (0,1), \`BENCH_CLIENT_CPU\` (1), \`BENCH_POSTGRES_CPU\` (the client's), \`BENCH_NICE\` (unset;
 e.g. -10 as root keeps other processes off the bench's cores, and slows them meanwhile),
 \`BENCH_DOC\` (docs/performance.md; empty to write nothing).
 
@@ -102,5 +171,6 @@ logging, HTTP) and the top functions.
 
 function estimateSeconds(settings: Settings, workloads: number): number {
   const perTarget = workloads * (settings.warmupSeconds + settings.rounds * settings.seconds)
-  return settings.targets.length * (perTarget + 5)
+  // Seeding and starting: a few seconds per target, a few more for a PostgreSQL schema.
+  return settings.targets.length * (perTarget + 8)
 }

@@ -7,6 +7,7 @@ import type { Fixtures } from './ceiling.ts'
 import { cpuPressureMicros } from './report.ts'
 import type { Settings } from './settings.ts'
 import type { RunningTarget } from './targets.ts'
+import { type Usage, UsageMeter } from './usage.ts'
 import type { Workload } from './workloads.ts'
 import { runWrk, type WrkResult } from './wrk.ts'
 
@@ -57,14 +58,19 @@ function statusMb(pids: number[], field: string): number {
   return kb / 1024
 }
 
-/** One wrk run, sampling the target's memory meanwhile; the RSS is the highest sample. */
+/**
+ * One wrk run, sampling the target's memory (the RSS is the highest sample) and where the CPU
+ * went (bench/usage.ts) meanwhile.
+ */
 export async function measure(
   settings: Settings,
   target: RunningTarget,
   workload: Workload,
   seconds: number,
   pets: number,
-) {
+): Promise<{ result: WrkResult; rssMb: number; contention: number | null; usage: Usage }> {
+  const meter = new UsageMeter(() => target.pids, target.backends ?? null)
+  await meter.start()
   const pressure = cpuPressureMicros()
   const startedAt = performance.now()
   let peak = rssMb(target.pids)
@@ -72,6 +78,7 @@ export async function measure(
     peak = Math.max(peak, rssMb(target.pids))
   }, 250)
   let result: WrkResult
+  let usage: Usage
   try {
     result = await runWrk({
       cpu: settings.clientCpu,
@@ -82,13 +89,27 @@ export async function measure(
       scriptArgs: workload.scriptArgs?.(target.key, pets),
       // Scripted workloads set the key themselves; the others get it as a plain header.
       headers: workload.script ? [] : [`Authorization: Bearer ${target.key}`],
+      onSpawn: (pid) => meter.setWrk(pid),
     })
   } finally {
     clearInterval(sampler)
+    usage = await meter.stop()
   }
   const after = cpuPressureMicros()
   // Percent of the run during which some task waited for a CPU: high means the numbers are suspect.
   const contention =
     pressure === null || after === null ? null : (after - pressure) / 10 / (performance.now() - startedAt)
-  return { result, rssMb: Math.max(peak, rssMb(target.pids)), contention }
+  return { result, rssMb: Math.max(peak, rssMb(target.pids)), contention, usage: perRequest(usage, result) }
+}
+
+/** CPU microseconds per request: comparable across targets whose rates differ. */
+export function perRequest(usage: Usage, result: WrkResult): Usage {
+  const micros = (percent: number) =>
+    result.requests ? ((percent / 100) * usage.wallSeconds * 1e6) / result.requests : 0
+  return {
+    ...usage,
+    serviceMicrosPerRequest: micros(usage.service),
+    databaseMicrosPerRequest: usage.database === null ? null : micros(usage.database),
+    wrkMicrosPerRequest: micros(usage.wrk),
+  }
 }

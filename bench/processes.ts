@@ -10,6 +10,8 @@ import { setTimeout as sleep } from 'node:timers/promises'
 
 const children = new Set<ChildProcess>()
 const dirs = new Set<string>()
+/** Asynchronous clean-ups (e.g. dropping a PostgreSQL schema), run once the children have stopped. */
+const tasks: (() => Promise<void>)[] = []
 let cleaning: Promise<void> | null = null
 
 export function tempDir(): string {
@@ -74,7 +76,21 @@ export async function stop(started: Started, graceMs = 5000): Promise<void> {
   }
 }
 
-/** Stops every child still running and removes the temporary folders. Safe to call more than once. */
+/** True once the clean-up has begun: work failing after that (a schema dropped under a seeding) is expected. */
+export function cleaningUp(): boolean {
+  return cleaning !== null
+}
+
+/** Registers an asynchronous clean-up for the end of the run; it must be safe to run twice. */
+export function atCleanup(task: () => Promise<void>): void {
+  tasks.push(task)
+}
+
+/**
+ * Stops every child still running, runs the registered clean-ups (after the children, whose
+ * connections would otherwise hold what they drop) and removes the temporary folders. Safe to call
+ * more than once.
+ */
 export function cleanup(): Promise<void> {
   cleaning ??= (async () => {
     await Promise.all(
@@ -84,6 +100,9 @@ export function cleanup(): Promise<void> {
         if (!(await Promise.race([exited.then(() => true), sleep(5000).then(() => false)]))) child.kill('SIGKILL')
       }),
     )
+    for (const task of tasks.splice(0)) {
+      await task().catch((error: unknown) => process.stderr.write(`bench: clean-up failed: ${error}\n`))
+    }
     for (const dir of dirs) rmSync(dir, { recursive: true, force: true })
     dirs.clear()
   })()

@@ -3,7 +3,7 @@
  * to /dev/null, as in the bench) with --cpu-prof, loads it with wrk, and prints self time by group
  * (routing, validation, auth, sqlite, serialization, logging, HTTP…) and the top functions.
  *
- *   npx node bench/profile.ts [workload] [seconds] [sqlite|ceiling]   e.g. npx node bench/profile.ts list20 15
+ *   npx node bench/profile.ts [workload] [seconds] [sqlite|postgres|ceiling]   e.g. npx node bench/profile.ts list20 15
  *   npx node bench/profile.ts <file.cpuprofile>        summarise a profile taken before
  *
  * The .cpuprofile is kept in the system temp folder, to open in Chrome DevTools or speedscope.
@@ -14,7 +14,7 @@ import { join } from 'node:path'
 import { measure, probe } from './measure.ts'
 import { cleanup, cleanupOnExit, tempDir } from './processes.ts'
 import { readSettings } from './settings.ts'
-import { type BenchContext, ceiling, type RunningTarget, sqliteService } from './targets.ts'
+import { type BenchContext, ceiling, postgresService, type RunningTarget, sqliteService } from './targets.ts'
 import { WORKLOADS } from './workloads.ts'
 import { ensureTools } from './wrk.ts'
 
@@ -109,7 +109,13 @@ async function main(): Promise<void> {
   cleanupOnExit()
   const dir = tempDir()
   const profiles = join(dir, 'profiles')
-  const context: BenchContext = { serverCpu: settings.serverCpu, pets: settings.pets, dir }
+  const context: BenchContext = {
+    serverCpu: settings.serverCpu,
+    clusterCpu: settings.clusterCpu,
+    postgresCpu: settings.postgresCpu,
+    pets: settings.pets,
+    dir,
+  }
   const profiled = { ...context, nodeArgs: ['--cpu-prof', '--cpu-prof-dir', profiles] }
   let target: RunningTarget
   if (process.argv[4] === 'ceiling') {
@@ -119,6 +125,8 @@ async function main(): Promise<void> {
     writeFileSync(profiled.fixturesFile, JSON.stringify(await probe(service, WORKLOADS)))
     await service.stop()
     target = await ceiling.start(profiled)
+  } else if (process.argv[4] === 'postgres') {
+    target = await postgresService('postgres-1', 1).start(profiled)
   } else {
     target = await sqliteService('sqlite', 'info').start(profiled)
   }
@@ -133,10 +141,7 @@ async function main(): Promise<void> {
   await target.stop()
   const written = readdirSync(profiles).find((f) => f.endsWith('.cpuprofile'))
   if (!written) throw new Error('the server wrote no profile')
-  const kept = join(
-    tmpdir(),
-    `animal-store-${workload.name}${process.argv[4] === 'ceiling' ? '-ceiling' : ''}.cpuprofile`,
-  )
+  const kept = join(tmpdir(), `animal-store-${workload.name}${process.argv[4] ? `-${process.argv[4]}` : ''}.cpuprofile`)
   copyFileSync(join(profiles, written), kept)
   console.log(`profile: ${kept}`)
   summarise(kept)

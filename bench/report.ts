@@ -5,6 +5,7 @@
  */
 import { readFileSync } from 'node:fs'
 import { availableParallelism, loadavg, release } from 'node:os'
+import type { Usage } from './usage.ts'
 import { P99_TARGET_MS, RSS_TARGET_MB, type Workload } from './workloads.ts'
 import type { WrkResult } from './wrk.ts'
 
@@ -15,6 +16,8 @@ export interface Measurement {
   result: WrkResult
   /** Highest resident memory seen during the run, MB, summed over the target's processes. */
   rssMb: number
+  /** Where the CPU went during the run. */
+  usage?: Usage
 }
 
 export interface Row {
@@ -28,6 +31,8 @@ export interface Row {
   non2xx: number
   socketErrors: number
   rssMb: number
+  /** Medians over the rounds of each figure of the runs' CPU usage. */
+  usage: Usage | null
 }
 
 export function median(values: number[]): number {
@@ -63,10 +68,36 @@ export function summarise(measurements: Measurement[], workloads: Workload[], ta
         non2xx: runs.reduce((sum, r) => sum + r.result.non2xx, 0),
         socketErrors: runs.reduce((sum, r) => sum + r.result.socketErrors, 0),
         rssMb: Math.max(...runs.map((r) => r.rssMb)),
+        usage: medianUsage(runs.flatMap((r) => (r.usage ? [r.usage] : []))),
       })
     }
   }
   return rows
+}
+
+/** Each figure's median over the runs (a core's busy share with that core's). */
+export function medianUsage(usages: Usage[]): Usage | null {
+  if (usages.length === 0) return null
+  const of = (pick: (u: Usage) => number | null | undefined) => {
+    const values = usages.flatMap((u) => {
+      const value = pick(u)
+      return value === null || value === undefined ? [] : [value]
+    })
+    return values.length ? median(values) : null
+  }
+  const cores = (usages[0] as Usage).cores.map((_, i) => of((u) => u.cores[i]) ?? 0)
+  return {
+    wallSeconds: of((u) => u.wallSeconds) ?? 0,
+    service: of((u) => u.service) ?? 0,
+    database: of((u) => u.database),
+    wrk: of((u) => u.wrk) ?? 0,
+    cores,
+    activeBackends: of((u) => u.activeBackends),
+    backends: of((u) => u.backends),
+    serviceMicrosPerRequest: of((u) => u.serviceMicrosPerRequest) ?? 0,
+    databaseMicrosPerRequest: of((u) => u.databaseMicrosPerRequest),
+    wrkMicrosPerRequest: of((u) => u.wrkMicrosPerRequest) ?? 0,
+  }
 }
 
 const fixed = (n: number, digits: number) => n.toFixed(digits)
@@ -97,8 +128,13 @@ export function table(rows: Row[], labels: Record<string, string>): string {
     String(r.socketErrors),
     fixed(r.rssMb, 0),
   ])
+  return markdownTable(header, lines, 2)
+}
+
+/** A markdown table whose columns from `firstNumeric` on are right-aligned. */
+export function markdownTable(header: string[], lines: string[][], firstNumeric: number): string {
   const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => (l[i] as string).length)))
-  const numeric = (i: number) => i >= 2
+  const numeric = (i: number) => i >= firstNumeric
   const format = (cells: string[]) =>
     `| ${cells.map((c, i) => (numeric(i) ? c.padStart(widths[i] as number) : c.padEnd(widths[i] as number))).join(' | ')} |`
   const rule = `| ${widths.map((w, i) => (numeric(i) ? `${'-'.repeat(w - 1)}:` : '-'.repeat(w))).join(' | ')} |`

@@ -1,16 +1,21 @@
 /**
- * `npm run bench`: the service against the ceiling of Node on one core, on a fresh seeded database.
+ * `npm run bench`: the service against the ceiling of Node on one core, on fresh seeded databases
+ * (SQLite, and PostgreSQL with one and two instances when it answers).
  * Servers on one core, wrk on the other (taskset); rounds interleaved (A B A B…) so drift on a
- * shared machine hits both sides alike; medians reported; docs/performance.md written.
+ * shared machine hits both sides alike; medians reported; docs/performance.md written (keeping
+ * the growth section of `npm run bench:growth`).
  * Settings: bench/settings.ts (BENCH_SECONDS, BENCH_ROUNDS, BENCH_TARGETS, …).
  */
 import { writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { documentation } from './document.ts'
+import { cpuTable, limitSentence, type TargetShape } from './limits.ts'
 import { fileBackedMb, measure, probe } from './measure.ts'
-import { cleanup, cleanupOnExit, tempDir } from './processes.ts'
+import { adminQuery, POSTGRES_URL, postgresProblem } from './postgres.ts'
+import { cleaningUp, cleanup, cleanupOnExit, tempDir } from './processes.ts'
 import { cpuPressureMicros, failuresLine, type Measurement, machine, summarise, table, targetsLine } from './report.ts'
-import { readSettings } from './settings.ts'
+import { readOrEmpty, section, withSection } from './sections.ts'
+import { readSettings, type Settings } from './settings.ts'
 import { type BenchContext, type RunningTarget, TARGETS } from './targets.ts'
 import { WORKLOADS } from './workloads.ts'
 import { ensureTools } from './wrk.ts'
@@ -21,17 +26,44 @@ function log(line: string): void {
   process.stderr.write(`${line}\n`)
 }
 
+/**
+ * Keeps the PostgreSQL targets only when PostgreSQL answers. Chosen with BENCH_TARGETS, a silent
+ * PostgreSQL is an error; by default they are skipped with a note (returned for the report too).
+ */
+async function choosePostgres(settings: Settings): Promise<string> {
+  const wanted = settings.targets.filter((t) => TARGETS[t]?.database === 'postgres')
+  if (wanted.length === 0) return ''
+  const problem = await postgresProblem()
+  if (problem === null) return ''
+  const where = new URL(POSTGRES_URL).host
+  if (settings.targetsChosen) throw new Error(`PostgreSQL at ${where} does not answer (${problem})`)
+  settings.targets = settings.targets.filter((t) => !wanted.includes(t))
+  const note = `PostgreSQL at ${where} did not answer (${problem}), so ${wanted.join(' and ')} were skipped; set BENCH_POSTGRES_URL to measure them.`
+  log(`bench: note: ${note}`)
+  return note
+}
+
 async function main(): Promise<void> {
   const settings = readSettings()
   ensureTools()
   cleanupOnExit()
+  const skipped = await choosePostgres(settings)
+  const postgresVersion = settings.targets.some((t) => TARGETS[t]?.database === 'postgres')
+    ? `PostgreSQL ${(await adminQuery<{ server_version: string }>('SHOW server_version'))[0]?.server_version}`
+    : null
   const started = new Date()
   const host = machine()
   const pressureAtStart = cpuPressureMicros()
   const workloads = WORKLOADS.filter((w) => settings.workloads.includes(w.name))
-  const context: BenchContext = { serverCpu: settings.serverCpu, pets: settings.pets, dir: tempDir() }
+  const context: BenchContext = {
+    serverCpu: settings.serverCpu,
+    clusterCpu: settings.clusterCpu,
+    postgresCpu: settings.postgresCpu,
+    pets: settings.pets,
+    dir: tempDir(),
+  }
   log(
-    `bench: ${host.cpu}, ${host.cores} cores, Node ${host.node}; servers on CPU ${settings.serverCpu}, wrk on CPU ${settings.clientCpu}`,
+    `bench: ${host.cpu}, ${host.cores} cores, Node ${host.node}; servers on CPU ${settings.serverCpu} (several instances on ${settings.clusterCpu}), wrk on CPU ${settings.clientCpu}`,
   )
 
   const running = new Map<string, RunningTarget>()
@@ -60,17 +92,36 @@ async function main(): Promise<void> {
   for (let round = 1; round <= settings.rounds; round++) {
     for (const workload of workloads) {
       for (const [name, live] of running) {
-        const { result, rssMb, contention } = await measure(settings, live, workload, settings.seconds, settings.pets)
-        measurements.push({ target: name, workload: workload.name, round, result, rssMb })
+        const { result, rssMb, contention, usage } = await measure(
+          settings,
+          live,
+          workload,
+          settings.seconds,
+          settings.pets,
+        )
+        measurements.push({ target: name, workload: workload.name, round, result, rssMb, usage })
         log(
           `round ${round}/${settings.rounds} ${workload.name.padEnd(7)} ${name.padEnd(11)} ${result.requestsPerSecond.toFixed(0).padStart(6)} req/s` +
             `  p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(2)} ms  non-2xx ${result.non2xx}  RSS ${rssMb.toFixed(0)} MB` +
+            `  CPU service ${usage.service.toFixed(0)}%${usage.database === null ? '' : ` postgres ${usage.database.toFixed(0)}%`} wrk ${usage.wrk.toFixed(0)}%` +
             (contention === null ? '' : `  CPU wait ${contention.toFixed(0)}%`),
         )
       }
     }
   }
   const fileBacked = Object.fromEntries([...running].map(([name, live]) => [name, fileBackedMb(live.pids)]))
+  const shapes: Record<string, TargetShape> = Object.fromEntries(
+    [...running].map(([name, live]) => [
+      name,
+      {
+        label: TARGETS[name]?.label ?? name,
+        cpus: live.cpus,
+        poolSize: live.poolSize,
+        instances: live.instances ?? 1,
+        databaseCpus: live.databaseCpus,
+      },
+    ]),
+  )
   for (const [, live] of running) await live.stop()
   const pressureAtEnd = cpuPressureMicros()
   const contention =
@@ -84,23 +135,43 @@ async function main(): Promise<void> {
   const markdown = table(rows, labels)
   const failures = failuresLine(rows, labels)
   const verdict = `${failures ? `${failures} ` : ''}${targetsLine(rows, workloads, primary)}`
-  process.stdout.write(`\n${markdown}\n\n${labels[primary]}: ${verdict}\n`)
+  const cpu = cpuTable(rows, shapes)
+  // The limit of a PostgreSQL target under every workload that reaches PostgreSQL on each request.
+  const limits = rows
+    .filter((r) => TARGETS[r.target]?.database === 'postgres' && ['list20', 'post'].includes(r.workload))
+    .map((r) => {
+      const sqlite = rows.find((s) => s.target === 'sqlite' && s.workload === r.workload)
+      return limitSentence(
+        r,
+        shapes[r.target] as TargetShape,
+        sqlite && { label: labels.sqlite ?? 'sqlite', row: sqlite },
+      )
+    })
+    .filter(Boolean)
+  process.stdout.write(`\n${markdown}\n\n${labels[primary]}: ${verdict}\n\n${cpu}\n\n${limits.join('\n\n')}\n`)
   if (settings.doc) {
-    writeFileSync(
-      resolve(ROOT, settings.doc),
-      documentation({
-        settings,
-        started,
-        host,
-        markdown,
-        verdict,
-        labels,
-        workloads,
-        measurements,
-        contention,
-        fileBacked,
-      }),
-    )
+    const path = resolve(ROOT, settings.doc)
+    const doc = documentation({
+      settings,
+      started,
+      host,
+      markdown,
+      verdict,
+      labels,
+      workloads,
+      measurements,
+      contention,
+      fileBacked,
+      cpu,
+      limits,
+      skipped,
+      postgresVersion,
+    })
+    // The growth section belongs to `npm run bench:growth`: keep it as it is.
+    const growth =
+      section(readOrEmpty(path), 'growth') ??
+      '## Growth\n\nNot measured yet: run `npm run bench:growth` (bench/growth.ts).'
+    writeFileSync(path, withSection(doc, 'growth', growth))
     log(`bench: wrote ${settings.doc}`)
   }
 }
@@ -108,7 +179,7 @@ async function main(): Promise<void> {
 try {
   await main()
 } catch (error) {
-  log(`bench: ${error instanceof Error ? error.message : String(error)}`)
+  if (!cleaningUp()) log(`bench: ${error instanceof Error ? error.message : String(error)}`)
   process.exitCode = 1
 } finally {
   await cleanup()

@@ -13,7 +13,7 @@ import { serviceEnv } from './service-env.ts'
 const ROOT = join(import.meta.dirname, '..')
 
 // biome-ignore format: a list of names reads better in rows.
-const NAMES = [
+export const NAMES = [
   'Bella', 'Max', 'Luna', 'Charlie', 'Lucy', 'Cooper', 'Daisy', 'Milo', 'Bailey', 'Rocky', 'Sadie', 'Buddy',
   'Molly', 'Tucker', 'Lola', 'Bear', 'Stella', 'Duke', 'Zoe', 'Oliver', 'Chloe', 'Leo', 'Penny', 'Teddy',
   'Nala', 'Simba', 'Coco', 'Loki', 'Rosie', 'Jack', 'Ruby', 'Oscar', 'Willow', 'Finn', 'Pepper', 'Winston',
@@ -27,7 +27,7 @@ function status(r: number): NonNullable<NewPet['status']> {
 }
 
 /** A small seeded PRNG (mulberry32): every run seeds the same data. */
-function random(seed: number): () => number {
+export function random(seed: number): () => number {
   return () => {
     seed = (seed + 0x6d2b79f5) | 0
     let t = Math.imul(seed ^ (seed >>> 15), 1 | seed)

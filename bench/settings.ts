@@ -9,9 +9,15 @@ export interface Settings {
   connections: number
   pets: number
   targets: string[]
+  /** Whether BENCH_TARGETS chose the targets (then a PostgreSQL that does not answer is an error, not a skip). */
+  targetsChosen: boolean
   workloads: string[]
   serverCpu: string
   clientCpu: string
+  /** CPUs of a target with several instances (postgres-2). */
+  clusterCpu: string
+  /** CPUs of the PostgreSQL backends of a one-instance target (postgres-1): wrk's by default. */
+  postgresCpu: string
   /** BENCH_NICE, read where processes start (bench/processes.ts); 0 when unset. */
   nice: number
   /** Where the markdown report goes; empty: nowhere. */
@@ -42,8 +48,11 @@ function fail(message: string): never {
   process.exit(1)
 }
 
+/** Every target; the PostgreSQL ones are dropped, with a note, when PostgreSQL does not answer (bench/run.ts). */
+export const DEFAULT_TARGETS = ['sqlite', 'sqlite-warn', 'postgres-1', 'postgres-2', 'ceiling']
+
 export function readSettings(): Settings {
-  const targets = list('BENCH_TARGETS', ['sqlite', 'sqlite-warn', 'ceiling'], Object.keys(TARGETS))
+  const targets = list('BENCH_TARGETS', DEFAULT_TARGETS, Object.keys(TARGETS))
   // The ceiling answers with a service's responses, and the ratios need both.
   if (!targets.includes('ceiling') || targets.length < 2) fail('BENCH_TARGETS needs "ceiling" and a service target')
   return {
@@ -54,6 +63,7 @@ export function readSettings(): Settings {
     pets: integer('BENCH_PETS', 10_000, 100),
     // Services first: the ceiling is built from a service's answers.
     targets: [...targets.filter((t) => t !== 'ceiling'), 'ceiling'],
+    targetsChosen: Boolean(process.env.BENCH_TARGETS?.trim()),
     workloads: list(
       'BENCH_WORKLOADS',
       WORKLOADS.map((w) => w.name),
@@ -61,6 +71,8 @@ export function readSettings(): Settings {
     ),
     serverCpu: process.env.BENCH_SERVER_CPU?.trim() || '0',
     clientCpu: process.env.BENCH_CLIENT_CPU?.trim() || '1',
+    clusterCpu: process.env.BENCH_CLUSTER_CPU?.trim() || '0,1',
+    postgresCpu: process.env.BENCH_POSTGRES_CPU?.trim() || process.env.BENCH_CLIENT_CPU?.trim() || '1',
     nice: integer('BENCH_NICE', 0, -20, 19),
     doc: process.env.BENCH_DOC ?? 'docs/performance.md',
   }

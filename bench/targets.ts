@@ -1,24 +1,31 @@
 /**
  * What the load is aimed at. A target is started once per run, stays up through every round, and
- * is measured by the same wrk workloads. Today: the SQLite service (with its request log at info,
- * or at warn to see what logging costs) and the bare node:http ceiling. A PostgreSQL target with N
- * instances fits the same shape: seed through the store, start the service (N processes, or
- * WORKERS=N under one node:cluster primary), and return every pid whose memory counts (a cluster's
- * workers are the primary's children, /proc/<pid>/task/<pid>/children) and the one address to load.
- * Give it its own CPU list then: N instances on one core measure nothing.
+ * is measured by the same wrk workloads: the SQLite service (with its request log at info, or at
+ * warn to see what logging costs), the service on PostgreSQL with one instance and with two, and
+ * the bare node:http ceiling.
+ *
+ * Two instances are WORKERS=2 (node:cluster): there is no load balancer on this machine and wrk
+ * loads one address, so two processes sharing one port is how two instances get the load. They
+ * get both cores (BENCH_CLUSTER_CPU): two instances on one core would measure nothing.
  */
 import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { BackendWatcher, type BenchSchema, createSchema } from './postgres.ts'
 import { type Started, startPinned, stop } from './processes.ts'
 import { createKey, seedPets } from './seed.ts'
 import { serviceEnv } from './service-env.ts'
+import { withChildren } from './usage.ts'
 
 const ROOT = join(import.meta.dirname, '..')
 
 export interface BenchContext {
   /** taskset CPU list for servers. */
   serverCpu: string
+  /** taskset CPU list for a target of several instances. */
+  clusterCpu: string
+  /** taskset CPU list for the PostgreSQL backends of a one-instance target (beside wrk by default). */
+  postgresCpu: string
   /** Pets seeded in each fresh database. */
   pets: number
   /** Temporary folder of this run (databases, fixtures, profiles). */
@@ -33,8 +40,17 @@ export interface RunningTarget {
   baseUrl: string
   /** A valid API key for this target's database. */
   key: string
-  /** Processes whose memory is the target's RSS. */
-  pids: number[]
+  /** Processes whose memory is the target's RSS and whose CPU is the service's (read afresh: workers may restart). */
+  readonly pids: number[]
+  /** The CPUs the server processes may run on (taskset list). */
+  cpus: string
+  /** PostgreSQL targets: the backends serving this target, and the pool size of each instance. */
+  backends?: BackendWatcher
+  /** Where its PostgreSQL backends may run (a taskset list), or null when not pinned. */
+  databaseCpus?: string | null
+  poolSize?: number
+  /** Server processes that serve requests (WORKERS); 1 when absent. */
+  instances?: number
   stop(): Promise<void>
 }
 
@@ -43,7 +59,24 @@ export interface Target {
   /** How the report names it. */
   label: string
   kind: 'service' | 'ceiling'
+  database?: 'sqlite' | 'postgres'
   start(context: BenchContext): Promise<RunningTarget>
+}
+
+/** Connections per instance: the service's default DATABASE_POOL_SIZE, set so the report can say it. */
+export const POOL_SIZE = 10
+
+/** Settings every service target runs with. */
+function baseEnv(port: number, databaseUrl: string, logLevel: string): Record<string, string> {
+  return {
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    DATABASE_URL: databaseUrl,
+    DEPLOYMENT: 'staging',
+    LOG_LEVEL: logLevel,
+    // The limiter runs as in production, with a limit no bench reaches: a 429 measures nothing.
+    RATE_LIMIT: '1000000000',
+  }
 }
 
 /** The service on a fresh, seeded SQLite database. stdout (the request log) goes to /dev/null. */
@@ -52,23 +85,87 @@ export function sqliteService(name: string, logLevel: string): Target {
     name,
     label: `sqlite, LOG_LEVEL=${logLevel}`,
     kind: 'service',
+    database: 'sqlite',
     async start(context) {
       const databaseUrl = `sqlite:${join(context.dir, `${name}.db`)}`
       await seedPets(databaseUrl, context.pets)
-      const key = await createKey(databaseUrl)
-      const port = await freePort()
-      const env = serviceEnv({
-        PORT: String(port),
-        HOST: '127.0.0.1',
-        DATABASE_URL: databaseUrl,
-        DEPLOYMENT: 'staging',
-        LOG_LEVEL: logLevel,
-        // The limiter runs as in production, with a limit no bench reaches: a 429 measures nothing.
-        RATE_LIMIT: '1000000000',
-      })
-      const args = [...(context.nodeArgs ?? []), join(ROOT, 'src/server.ts')]
-      const server = startPinned(context.serverCpu, process.execPath, args, env)
-      return running(server, port, key)
+      return startSqliteService(context, databaseUrl, logLevel)
+    },
+  }
+}
+
+/** The service on an existing SQLite database, pinned to the servers' CPU, with a new API key. */
+export async function startSqliteService(
+  context: BenchContext,
+  databaseUrl: string,
+  logLevel = 'info',
+): Promise<RunningTarget> {
+  const key = await createKey(databaseUrl)
+  const port = await freePort()
+  const env = serviceEnv(baseEnv(port, databaseUrl, logLevel))
+  const args = [...(context.nodeArgs ?? []), join(ROOT, 'src/server.ts')]
+  const server = startPinned(context.serverCpu, process.execPath, args, env)
+  return running(server, port, key, context.serverCpu)
+}
+
+/**
+ * The service on PostgreSQL, in a schema of its own seeded like the SQLite targets (through the
+ * store), with one instance or WORKERS=`workers`.
+ */
+export function postgresService(name: string, workers: number): Target {
+  return {
+    name,
+    label: workers === 1 ? 'postgres, 1 instance' : `postgres, ${workers} instances (WORKERS=${workers})`,
+    kind: 'service',
+    database: 'postgres',
+    async start(context) {
+      const schema = await createSchema(name)
+      await seedPets(schema.databaseUrl, context.pets)
+      return startPostgresService(context, schema, workers)
+    },
+  }
+}
+
+/**
+ * The service on an existing PostgreSQL schema, with a new API key; stop() also drops the schema.
+ * PostgreSQL is the machine's server: with one instance, this target's backends are pinned beside
+ * wrk (so the service's core is its own, as on the SQLite rows, and the CPU table can say which
+ * side is the limit); with several, the workers, the backends and wrk share the cores, which is
+ * what several instances on a two-core box means.
+ */
+export async function startPostgresService(
+  context: BenchContext,
+  schema: BenchSchema,
+  workers = 1,
+): Promise<RunningTarget> {
+  const key = await createKey(schema.databaseUrl)
+  const port = await freePort()
+  const env = serviceEnv({
+    ...baseEnv(port, schema.databaseUrl, 'info'),
+    WORKERS: String(workers),
+    DATABASE_POOL_SIZE: String(POOL_SIZE),
+  })
+  const cpus = workers === 1 ? context.serverCpu : context.clusterCpu
+  const args = [...(context.nodeArgs ?? []), join(ROOT, 'src/server.ts')]
+  const server = startPinned(cpus, process.execPath, args, env)
+  const live = await running(server, port, key, cpus, workers)
+  const databaseCpus = workers === 1 ? context.postgresCpu : null
+  const backends = new BackendWatcher(schema.applicationName, databaseCpus)
+  return {
+    baseUrl: live.baseUrl,
+    key,
+    get pids() {
+      return live.pids
+    },
+    cpus,
+    backends,
+    databaseCpus,
+    poolSize: POOL_SIZE,
+    instances: workers,
+    async stop() {
+      await live.stop()
+      await backends.close()
+      await schema.drop()
     },
   }
 }
@@ -89,20 +186,37 @@ export const ceiling: Target = {
       env,
     )
     // The ceiling checks no key; wrk sends one anyway so both sides parse the same requests.
-    return running(server, port, 'as_test_unchecked')
+    return running(server, port, 'as_test_unchecked', context.serverCpu)
   },
 }
 
 export const TARGETS: Record<string, Target> = {
   sqlite: sqliteService('sqlite', 'info'),
   'sqlite-warn': sqliteService('sqlite-warn', 'warn'),
+  'postgres-1': postgresService('postgres-1', 1),
+  'postgres-2': postgresService('postgres-2', 2),
   ceiling,
 }
 
-async function running(server: Started, port: number, key: string): Promise<RunningTarget> {
+/** Waits until the server answers (and, with WORKERS, until every worker is forked). */
+async function running(server: Started, port: number, key: string, cpus: string, workers = 1): Promise<RunningTarget> {
   const baseUrl = `http://127.0.0.1:${port}`
   await waitReady(server, `${baseUrl}/healthz`)
-  return { baseUrl, key, pids: [server.pid], stop: () => stop(server) }
+  const deadline = Date.now() + 30_000
+  while (workers > 1 && withChildren(server.pid).length < workers + 1) {
+    if (Date.now() > deadline)
+      throw new Error(`only ${withChildren(server.pid).length - 1} of ${workers} workers started`)
+    await sleep(50)
+  }
+  return {
+    baseUrl,
+    key,
+    get pids() {
+      return workers > 1 ? withChildren(server.pid) : [server.pid]
+    },
+    cpus,
+    stop: () => stop(server),
+  }
 }
 
 /** Polls until the server answers, or fails with its stderr if it exits first. */

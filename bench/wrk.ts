@@ -52,6 +52,8 @@ export interface WrkOptions {
   script?: string
   scriptArgs?: string[]
   headers?: string[]
+  /** Called with wrk's pid once it runs (taskset and nice exec it, so the pid is wrk's own). */
+  onSpawn?: (pid: number) => void
 }
 
 /** Runs wrk (asynchronously, so the caller can sample the server's memory meanwhile). */
@@ -65,6 +67,7 @@ export async function runWrk(options: WrkOptions): Promise<WrkResult> {
   if (options.scriptArgs) args.push('--', ...options.scriptArgs)
   const [program, line] = pinned(options.cpu, 'wrk', args)
   const child = spawn(program, line, { stdio: ['ignore', 'pipe', 'pipe'] })
+  if (child.pid !== undefined) options.onSpawn?.(child.pid)
   let out = ''
   let err = ''
   child.stdout.on('data', (chunk: Buffer) => {

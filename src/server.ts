@@ -11,7 +11,6 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import Fastify from 'fastify'
 import pino from 'pino'
-import animalStore, { serverOptions } from './app.ts'
 import { type Config, ConfigError, loadConfig } from './config.ts'
 import { openStore } from './store/index.ts'
 
@@ -26,6 +25,8 @@ const LOG_BUFFER_BYTES = 4096
 const LOG_FLUSH_MS = 1000
 
 async function serve(config: Config): Promise<void> {
+  // Imported here, not at the top: a cluster primary never serves, and need not load the app.
+  const { default: animalStore, serverOptions } = await import('./app.ts')
   const logStream = pino.destination({ dest: 1, minLength: LOG_BUFFER_BYTES, periodicFlush: LOG_FLUSH_MS, sync: false })
   const app = Fastify(serverOptions(config, logStream))
   await app.register(animalStore, { config })

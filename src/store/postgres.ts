@@ -311,7 +311,11 @@ export class PostgresStore implements Store {
 
   /** Runs a named statement; reads get one retry on a fresh connection when the database went away. */
   #result(name: Statement, values: unknown[], kind: 'read' | 'write' = 'write') {
-    const config: QueryConfig = { name, text: SQL[name], values }
+    // Named statements are prepared once per connection, but after five runs PostgreSQL may switch
+    // to a generic plan; for the status filter that plan can scan the whole primary key (1.8 ms at
+    // 30k pets instead of 0.03 ms). That one is sent unnamed, so it is always planned for its values.
+    const config: QueryConfig =
+      name === 'listPetsByStatus' ? { text: SQL[name], values } : { name, text: SQL[name], values }
     return this.#track(async () => {
       for (let attempt = 1; ; attempt++) {
         try {

@@ -35,6 +35,9 @@ import {
  */
 const BUSY_TIMEOUT_MS = 5000
 
+/** Most of the database file that reads map into memory. */
+const MMAP_BYTES = 1024 * 1024 * 1024
+
 const PET_COLUMNS = 'id, name, category_id AS categoryId, status'
 const KEY_COLUMNS = `id, account_id AS accountId, name, prefix, created_at AS createdAt, expires_at AS expiresAt,
   revoked_at AS revokedAt, last_used_at AS lastUsedAt`
@@ -89,6 +92,10 @@ export class SqliteStore implements Store {
     this.#db.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`)
     this.#db.exec('PRAGMA journal_mode = WAL')
     this.#db.exec('PRAGMA foreign_keys = ON')
+    // Reads map the file instead of copying pages into SQLite's own 2 MiB cache: at a million pets
+    // (50 MB) that cache thrashes and index walks cost twice as much. Mapped pages are the OS's
+    // file cache, shared, not this process's own memory.
+    this.#db.exec(`PRAGMA mmap_size = ${MMAP_BYTES}`)
     this.#migrate()
     this.#sql = prepareReads(this.#db)
     const workerData: WriterData = { path, busyTimeoutMs: BUSY_TIMEOUT_MS }
