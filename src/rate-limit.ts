@@ -13,7 +13,8 @@ export interface Hit {
 }
 
 export interface Counter {
-  hit(key: string, windowMs: number): Promise<Hit>
+  /** Counts a hit; the memory counter answers at once, Redis with a promise. */
+  hit(key: string, windowMs: number): Hit | Promise<Hit>
   close(): Promise<void>
 }
 
@@ -23,7 +24,7 @@ const MEMORY_KEYS = 100_000
 export function memoryCounter(): Counter {
   const windows = new Map<string, { count: number; endsAt: number }>()
   return {
-    async hit(key, windowMs) {
+    hit(key, windowMs) {
       const now = Date.now()
       let window = windows.get(key)
       if (!window || window.endsAt <= now) {

@@ -27,7 +27,7 @@ const LOG_FLUSH_MS = 1000
 async function serve(config: Config): Promise<void> {
   // Imported here, not at the top: a cluster primary never serves, and need not load the app.
   const { default: animalStore, serverOptions } = await import('./app.ts')
-  const logStream = pino.destination({ dest: 1, minLength: LOG_BUFFER_BYTES, periodicFlush: LOG_FLUSH_MS, sync: false })
+  const logStream = pino.destination({ dest: 1, minLength: LOG_BUFFER_BYTES, periodicFlush: LOG_FLUSH_MS, sync: true })
   const app = Fastify(serverOptions(config, logStream))
   await app.register(animalStore, { config })
 

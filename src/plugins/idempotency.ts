@@ -84,12 +84,14 @@ export default fp(
 
     // A claimed request that did not succeed wrote nothing (the write completes the claim in its own
     // transaction), so its key is released for the client's retry.
-    app.addHook('onResponse', async (request, reply) => {
+    // Callback style: this runs after every request, and almost always has nothing to do.
+    app.addHook('onResponse', (request, reply, done) => {
       if (request.idempotency && reply.statusCode >= 400) {
-        await app.store
+        app.store
           .releaseIdempotencyKey(request.idempotency)
           .catch((err) => request.log.warn({ err }, 'could not release an idempotency key'))
       }
+      done()
     })
 
     const purge = setInterval(() => {

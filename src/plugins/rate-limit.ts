@@ -7,15 +7,15 @@
  * Counters live in memory, or in Redis when REDIS_URL is set so that every instance shares them.
  * `app.rateCounter` is also what auth uses to slow down addresses that keep sending bad keys.
  */
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
 import { ApiError } from '../errors.ts'
-import { type Counter, memoryCounter, redisCounter } from '../rate-limit.ts'
+import { type Counter, type Hit, memoryCounter, redisCounter } from '../rate-limit.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
-    rateLimit: (request: FastifyRequest, reply: FastifyReply) => Promise<void>
+    rateLimit: (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) => void
     rateCounter: Counter
   }
 }
@@ -39,17 +39,21 @@ export default fp<{ config: Config }>(
 
     const { rateLimit: limit, rateLimitWindowMs: windowMs } = config
     const policy = `"default";q=${limit};w=${windowMs / 1000}`
-    app.decorate('rateLimit', async (request: FastifyRequest, reply: FastifyReply) => {
-      if (limit === 0) return
-      const { count, resetMs } = await counter.hit(`key:${request.caller.keyId}`, windowMs)
+    /** Sets the headers of a counted hit, and refuses it past the limit. */
+    const apply = ({ count, resetMs }: Hit, reply: FastifyReply, done: HookHandlerDoneFunction) => {
       const reset = Math.ceil(resetMs / 1000)
       reply.header('ratelimit-policy', policy)
       reply.header('ratelimit', `"default";r=${Math.max(0, limit - count)};t=${reset}`)
-      if (count > limit) {
-        throw new ApiError('rate_limited', `This API key made more than ${limit} requests in ${windowMs / 1000} s.`, {
-          'retry-after': String(reset),
-        })
-      }
+      if (count <= limit) return done()
+      const message = `This API key made more than ${limit} requests in ${windowMs / 1000} s.`
+      done(new ApiError('rate_limited', message, { 'retry-after': String(reset) }))
+    }
+    // Callback style, so that the in-memory counter costs no promise on every request.
+    app.decorate('rateLimit', (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) => {
+      if (limit === 0) return done()
+      const hit = counter.hit(`key:${request.caller.keyId}`, windowMs)
+      if (hit instanceof Promise) hit.then((counted) => apply(counted, reply, done), done)
+      else apply(hit, reply, done)
     })
   },
   { name: 'rate-limit' },

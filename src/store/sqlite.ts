@@ -85,6 +85,8 @@ export class SqliteStore implements Store {
   #drained: (() => void) | null = null
   #petsVersion = 0
   #dataVersion = -1
+  /** Whether data_version was read in this turn of the event loop. */
+  #versionRead = false
 
   private constructor(path: string) {
     mkdirSync(dirname(path), { recursive: true })
@@ -165,11 +167,19 @@ export class SqliteStore implements Store {
 
   petsVersion(): number {
     // data_version changes whenever another connection commits: this process's writer thread or
-    // another process. (It does not tell what changed, so any commit moves the version.)
-    const { data_version } = this.#sql.dataVersion.get() as { data_version: number }
-    if (data_version !== this.#dataVersion) {
-      this.#dataVersion = data_version
-      this.#petsVersion++
+    // another process. (It does not tell what changed, so any commit moves the version.) It is read
+    // once per turn of the event loop, not per request: every request served in a turn arrived
+    // before the turn began, so a write acknowledged before a request was sent is always seen.
+    if (!this.#versionRead) {
+      this.#versionRead = true
+      setImmediate(() => {
+        this.#versionRead = false
+      })
+      const { data_version } = this.#sql.dataVersion.get() as { data_version: number }
+      if (data_version !== this.#dataVersion) {
+        this.#dataVersion = data_version
+        this.#petsVersion++
+      }
     }
     return this.#petsVersion
   }
