@@ -60,7 +60,10 @@ const SQL = {
   insertPet: `INSERT INTO pets (name, category_id, status) VALUES ($1, $2, $3) RETURNING ${PET_COLUMNS}`,
   getPet: `SELECT ${PET_COLUMNS} FROM pets WHERE id = $1`,
   listPets: `SELECT ${PET_COLUMNS} FROM pets WHERE id > $1 ORDER BY id LIMIT $2`,
-  listPetsByStatus: `SELECT ${PET_COLUMNS} FROM pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3`,
+  // ORDER BY status, id (the same order, since status is fixed) matches pets_status_id exactly, so that
+  // the generic plan of this prepared statement walks that index for any status, rare or common,
+  // instead of scanning the primary key and filtering (1.8 ms instead of 0.03 ms at 30k pets).
+  listPetsByStatus: `SELECT ${PET_COLUMNS} FROM pets WHERE status = $1 AND id > $2 ORDER BY status, id LIMIT $3`,
   insertAccount: `INSERT INTO accounts (email, password_hash, created_at) VALUES ($1, $2, now())
     ON CONFLICT (email) DO NOTHING RETURNING id, email, created_at AS "createdAt"`,
   getAccountByEmail: 'SELECT id, email, created_at AS "createdAt" FROM accounts WHERE email = $1',
@@ -311,11 +314,7 @@ export class PostgresStore implements Store {
 
   /** Runs a named statement; reads get one retry on a fresh connection when the database went away. */
   #result(name: Statement, values: unknown[], kind: 'read' | 'write' = 'write') {
-    // Named statements are prepared once per connection, but after five runs PostgreSQL may switch
-    // to a generic plan; for the status filter that plan can scan the whole primary key (1.8 ms at
-    // 30k pets instead of 0.03 ms). That one is sent unnamed, so it is always planned for its values.
-    const config: QueryConfig =
-      name === 'listPetsByStatus' ? { text: SQL[name], values } : { name, text: SQL[name], values }
+    const config: QueryConfig = { name, text: SQL[name], values }
     return this.#track(async () => {
       for (let attempt = 1; ; attempt++) {
         try {
