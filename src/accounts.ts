@@ -9,7 +9,7 @@ import Type from 'typebox'
 import Value from 'typebox/value'
 import { generateApiKey } from './api-keys.ts'
 import type { Deployment } from './config.ts'
-import { EMAIL_DESCRIPTION, EmailSchema } from './schemas/accounts.ts'
+import { CONTROL_CHARACTERS, EMAIL_DESCRIPTION, EmailSchema } from './schemas/accounts.ts'
 import type { Account, ApiKey, Store } from './store/types.ts'
 
 /** NIST SP 800-63B-4 §3.1.1.2: at least 15 characters for a password that is the only factor; no composition rules. */
@@ -24,11 +24,11 @@ export const PasswordSchema = Type.String({
   description: PASSWORD_DESCRIPTION,
 })
 
-export const KEY_NAME_DESCRIPTION = '1 to 100 characters, not only spaces'
+export const KEY_NAME_DESCRIPTION = '1 to 100 characters, not only spaces, no control characters'
 export const KeyNameSchema = Type.String({
   minLength: 1,
   maxLength: 100,
-  pattern: '\\S',
+  pattern: `^(?=[\\s\\S]*\\S)[^${CONTROL_CHARACTERS}]*$`,
   description: KEY_NAME_DESCRIPTION,
 })
 
@@ -41,11 +41,22 @@ export class AccountRuleError extends Error {
 
 const UNITS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86_400, w: 604_800 }
 
-/** A key lifetime such as `30d` (a number and s, m, h, d or w), in milliseconds. */
+/**
+ * The longest key lifetime, in days: far beyond the portal's longest choice (1 year), and well
+ * within what a Date can hold (without a cap, 999999w made an invalid expiry date).
+ */
+export const MAX_LIFETIME_DAYS = 36_500
+export const MAX_LIFETIME_DESCRIPTION = `100 years (${MAX_LIFETIME_DAYS}d)`
+
+/** A key lifetime such as `30d` (a number and s, m, h, d or w, at most 100 years), in milliseconds. */
 export function parseDuration(text: string): number {
-  const match = /^([1-9][0-9]{0,5})([smhdw])$/.exec(text)
+  const match = /^([1-9][0-9]*)([smhdw])$/.exec(text)
   if (!match) throw new AccountRuleError(`must be a number followed by s, m, h, d or w, e.g. 30d (got "${text}")`)
-  return Number(match[1]) * (UNITS[match[2] as string] as number) * 1000
+  const seconds = Number(match[1]) * (UNITS[match[2] as string] as number)
+  if (seconds > MAX_LIFETIME_DAYS * (UNITS.d as number)) {
+    throw new AccountRuleError(`must be at most ${MAX_LIFETIME_DESCRIPTION} (got "${text}")`)
+  }
+  return seconds * 1000
 }
 
 export function isEmail(text: string): boolean {

@@ -5,15 +5,17 @@
 import { randomUUID } from 'node:crypto'
 import type { Server } from 'node:http'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import type { FastifyHttpOptions, FastifyInstance } from 'fastify'
+import type { FastifyHttpOptions, FastifyInstance, FastifyRequest } from 'fastify'
 import pino, { type DestinationStream } from 'pino'
 import { redactApiKeys } from './api-keys.ts'
 import type { Config } from './config.ts'
+import { ApiError } from './errors.ts'
 import auth from './plugins/auth.ts'
-import errors, { clientErrorHandler, sendError } from './plugins/errors.ts'
+import errors, { clientErrorHandler, frameworkError, rawErrorResponses } from './plugins/errors.ts'
 import idempotency from './plugins/idempotency.ts'
 import openapi from './plugins/openapi.ts'
 import rateLimit from './plugins/rate-limit.ts'
+import requestBody from './plugins/request-body.ts'
 import store from './plugins/store.ts'
 import portal from './portal/index.ts'
 import { lazyChildLogger, RequestLog } from './request-log.ts'
@@ -22,12 +24,48 @@ import messages from './routes/messages.ts'
 import pets from './routes/pets.ts'
 import { schemaErrorFormatter, validatorCompiler } from './validation.ts'
 
+/** How much longer a socket may stay idle than a request may take, so that the 408 is sent first. */
+const CONNECTION_TIMEOUT_MARGIN_MS = 2000
+
 export interface AppOptions {
   config: Config
 }
 
-/** A client's X-Request-Id is kept when it is a sane token; otherwise we make one. */
+/** A client's X-Request-Id is kept when it is a sane token (and not an API key); otherwise we make one. */
 const REQUEST_ID = /^[\w.:-]{1,128}$/
+
+/**
+ * A Host (or, behind a trusted proxy, X-Forwarded-Host): a name or an IP literal, and a port. It is
+ * copied into Location and Link, so anything else could forge link values there.
+ */
+const HOST = /^(?:[\w.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$/
+
+/** Headers that must come once: which one counts would otherwise depend on the parser (RFC 9110 §5.3). */
+const SINGLE_HEADERS = ['host', 'authorization']
+
+/** Why a request cannot be taken whatever its route: a bad Host, a header given twice. */
+function framingError(request: FastifyRequest): ApiError | undefined {
+  const raw = request.raw
+  if (!request.headers.host && raw.httpVersionMajor === 1 && raw.httpVersionMinor === 1) {
+    return new ApiError('bad_request', 'The Host header is required (HTTP/1.1).')
+  }
+  const host = request.host
+  if (host && !HOST.test(host)) return new ApiError('bad_request', 'The Host header is malformed.')
+  const names = raw.rawHeaders
+  for (const name of SINGLE_HEADERS) {
+    let seen = 0
+    for (let i = 0; i < names.length; i += 2) {
+      const header = names[i] as string
+      if (header.length === name.length && header.toLowerCase() === name && ++seen > 1) {
+        return new ApiError(
+          'bad_request',
+          `The ${name === 'host' ? 'Host' : 'Authorization'} header must be sent once.`,
+        )
+      }
+    }
+  }
+  return undefined
+}
 
 /**
  * Fastify's server options for this app: used by src/server.ts and by the tests. `logStream` is
@@ -50,20 +88,24 @@ export function serverOptions(
     childLoggerFactory: lazyChildLogger,
     genReqId: (req) => {
       const given = req.headers['x-request-id']
-      return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID()
+      return typeof given === 'string' && REQUEST_ID.test(given) && redactApiKeys(given) === given
+        ? given
+        : randomUUID()
     },
     trustProxy: config.trustProxy,
     bodyLimit: config.bodyLimit,
-    connectionTimeout: config.requestTimeoutMs,
+    // Longer than the request timeout, so that a stalled body gets its 408 before the idle socket is closed.
+    connectionTimeout: config.requestTimeoutMs + CONNECTION_TIMEOUT_MARGIN_MS,
     keepAliveTimeout: config.keepAliveTimeoutMs,
     requestTimeout: config.requestTimeoutMs,
     // Node checks these timeouts every connectionsCheckingInterval (30 s by default): check every second.
-    http: { headersTimeout: config.headersTimeoutMs, connectionsCheckingInterval: 1000 },
+    // Node's own "no Host" reply has no body: the onRequest hook below sends the Error instead.
+    http: { headersTimeout: config.headersTimeoutMs, connectionsCheckingInterval: 1000, requireHostHeader: false },
     return503OnClosing: false,
     routerOptions: { maxParamLength: 500 },
     schemaErrorFormatter,
     clientErrorHandler,
-    frameworkErrors: sendError,
+    frameworkErrors: frameworkError,
   }
 }
 
@@ -72,14 +114,13 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
   app.setValidatorCompiler(validatorCompiler)
   // Connections past the cap are closed as soon as they are accepted.
   app.server.maxConnections = config.maxConnections
-  // Bodies are JSON only: anything else, text/plain included, is 415.
-  app.removeContentTypeParser('text/plain')
 
   // Callback-style hooks: they run on every request, and cost less than async ones.
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id)
-    done()
+    done(framingError(request))
   })
+  rawErrorResponses(app.server)
   // Once shutdown starts, answer in-flight requests with Connection: close, so their keep-alive
   // connections end with them instead of holding the process open until the keep-alive timeout.
   let closing = false
@@ -93,6 +134,7 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
   })
 
   await app.register(errors)
+  await app.register(requestBody, { config })
   await app.register(store, { config })
   await app.register(rateLimit, { config })
   await app.register(auth, { config })

@@ -2,6 +2,7 @@
  * The operator's command line: accounts and API keys, on the same DATABASE_URL as the server.
  * Run as `npx animal-store <command>`. Errors print one line to stderr and exit non-zero.
  */
+import { existsSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import Value from 'typebox/value'
 import {
@@ -13,10 +14,11 @@ import {
   KEY_NAME_DESCRIPTION,
   KeyNameSchema,
   keyState,
+  MAX_LIFETIME_DESCRIPTION,
   parseDuration,
 } from './accounts.ts'
 import { type Config, loadConfig } from './config.ts'
-import { EMAIL_DESCRIPTION } from './schemas/accounts.ts'
+import { CONTROL_CHARACTERS, EMAIL_DESCRIPTION } from './schemas/accounts.ts'
 import { openStore, type Store } from './store/index.ts'
 
 const USAGE = `Usage: animal-store <command>
@@ -24,7 +26,8 @@ const USAGE = `Usage: animal-store <command>
   accounts create <email>                         Create an account.
   keys create <email> [--name <name>] [--expires-in <duration>]
                                                   Generate an API key (printed once, alone on the last line).
-                                                  duration: a number and s, m, h, d or w, e.g. 30d.
+                                                  duration: a number and s, m, h, d or w, e.g. 30d;
+                                                  at most ${MAX_LIFETIME_DESCRIPTION}.
   keys list <email>                               List an account's keys (never the secret).
   keys revoke <key-id>                            Revoke a key.
   help                                            Show this help.
@@ -33,6 +36,16 @@ Uses DATABASE_URL and DEPLOYMENT like the server (see README).`
 
 /** Thrown for bad input: printed as one line, exit code 1. */
 export class CliError extends Error {}
+
+const CONTROL = new RegExp(`[${CONTROL_CHARACTERS}]`, 'gu')
+
+/**
+ * Text as the CLI prints it: control characters as JSON-style escapes (\u001b), so that what was
+ * typed or stored (older rows may hold them) can neither drive the terminal nor forge a line.
+ */
+export function printable(text: string): string {
+  return text.replace(CONTROL, (c) => `\\u${(c.codePointAt(0) as number).toString(16).padStart(4, '0')}`)
+}
 
 /** The key lifetime of `--expires-in`, in milliseconds (the rule is in accounts.ts). */
 function lifetime(text: string): number {
@@ -60,12 +73,20 @@ type Print = (line: string) => void
 
 /** Runs one command. Exported so the tests can drive it in-process as well as through the bin. */
 export async function run(argv: string[], config: Config, print: Print): Promise<void> {
-  const { positionals, values } = parseArgs({
+  const { positionals, values, tokens } = parseArgs({
     args: argv,
     allowPositionals: true,
     strict: true,
+    tokens: true,
     options: { name: { type: 'string' }, 'expires-in': { type: 'string' }, help: { type: 'boolean', short: 'h' } },
   })
+  // parseArgs keeps the last of a repeated option: refuse it rather than guess which was meant.
+  const given = new Set<string>()
+  for (const token of tokens) {
+    if (token.kind !== 'option') continue
+    if (given.has(token.name)) throw new CliError(`--${token.name} is given more than once.`)
+    given.add(token.name)
+  }
   const [group, action, arg, ...extra] = positionals
   if (values.help || group === undefined || group === 'help') return print(USAGE)
   if (extra.length > 0) throw new CliError(`Unexpected argument "${extra[0]}". Run "animal-store help".`)
@@ -80,6 +101,16 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   const lifetimeMs = values['expires-in'] === undefined ? undefined : lifetime(values['expires-in'])
   const name = values.name ?? DEFAULT_KEY_NAME
   if (!Value.Check(KeyNameSchema, name)) throw new CliError(`--name must be ${KEY_NAME_DESCRIPTION}`)
+  // Only "accounts create" may start a database: the others need an account or a key in it, and a
+  // mistyped DATABASE_URL must not leave an empty database (and its folders) behind.
+  if (command !== 'accounts create' && config.databaseUrl.startsWith('sqlite:')) {
+    const { sqlitePath } = await import('./store/sqlite.ts')
+    const path = sqlitePath(config.databaseUrl)
+    if (!existsSync(path)) {
+      throw new CliError(`No SQLite database at ${path}: check DATABASE_URL (only "accounts create" makes a new one).`)
+    }
+  }
+  const say: Print = (line) => print(printable(line))
 
   const store = await openStore({ databaseUrl: config.databaseUrl, poolSize: 2, timeoutMs: config.databaseTimeoutMs })
   try {
@@ -87,21 +118,21 @@ export async function run(argv: string[], config: Config, print: Print): Promise
       case 'accounts create': {
         const created = await createAccount(store, address as string)
         if (!created) throw new CliError(`An account for ${address} already exists.`)
-        return print(`Created account ${created.id} for ${created.email}.`)
+        return say(`Created account ${created.id} for ${created.email}.`)
       }
       case 'keys create': {
         const owner = await account(store, address as string)
         const { key, secret } = await issueApiKey(store, config.deployment, { accountId: owner.id, name, lifetimeMs })
-        print(
+        say(
           `Created ${config.deployment} key ${key.id} "${key.name}" for ${owner.email}, ${key.expiresAt ? `expires ${key.expiresAt}` : 'no expiry'}.`,
         )
-        print('Copy it now: it is shown only this once.')
-        return print(secret)
+        say('Copy it now: it is shown only this once.')
+        return say(secret)
       }
       case 'keys list': {
         const owner = await account(store, address as string)
         const keys = await store.listApiKeys(owner.id)
-        if (keys.length === 0) return print(`${owner.email} has no keys.`)
+        if (keys.length === 0) return say(`${owner.email} has no keys.`)
         const rows = keys.map((k) => [
           k.id,
           k.name,
@@ -111,13 +142,13 @@ export async function run(argv: string[], config: Config, print: Print): Promise
           k.expiresAt ?? '-',
           k.lastUsedAt ?? '-',
         ])
-        return printTable(['ID', 'NAME', 'PREFIX', 'STATE', 'CREATED', 'EXPIRES', 'LAST USED'], rows, print)
+        return printTable(['ID', 'NAME', 'PREFIX', 'STATE', 'CREATED', 'EXPIRES', 'LAST USED'], rows, say)
       }
       case 'keys revoke': {
         if (arg === undefined) throw new CliError('A key id (key_…) is required. See "animal-store keys list <email>".')
         const key = await store.revokeApiKey(arg)
         if (!key) throw new CliError(`No key with id "${arg}".`)
-        return print(`Revoked key ${key.id} (${key.prefix}…) at ${key.revokedAt}.`)
+        return say(`Revoked key ${key.id} (${key.prefix}…) at ${key.revokedAt}.`)
       }
     }
   } finally {
@@ -125,7 +156,9 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   }
 }
 
-function printTable(header: string[], rows: string[][], print: Print): void {
+function printTable(header: string[], cells: string[][], print: Print): void {
+  // Escaped before measuring, so that the columns line up as printed.
+  const rows = cells.map((row) => row.map(printable))
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] as string).length)))
   for (const row of [header, ...rows])
     print(
@@ -142,11 +175,13 @@ export async function main(argv: string[]): Promise<number> {
     await run(argv, loadConfig(), (line) => process.stdout.write(`${line}\n`))
     return 0
   } catch (error) {
-    const known = error instanceof CliError || (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')
+    const parseError = (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')
+    const known = error instanceof CliError || parseError || (error as Error).name === 'ConfigError'
     const message = error instanceof Error ? error.message : String(error)
-    process.stderr.write(
-      `animal-store: ${known || (error as Error).name === 'ConfigError' ? message : `failed: ${message}`}\n`,
-    )
+    // parseArgs spreads its advice over several lines: keep it, on one. Anything else that is not
+    // one line (typed or stored text, an unexpected error) has its line breaks escaped.
+    const line = printable(parseError ? message.split('\n').join(' ') : message)
+    process.stderr.write(`animal-store: ${known ? line : `failed: ${line}`}\n`)
     return 1
   }
 }

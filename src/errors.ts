@@ -21,6 +21,7 @@ export const ERRORS = {
   idempotency_conflict: [409, 'A request with this Idempotency-Key is still being processed; retry later.'],
   payload_too_large: [413, 'The request body is too large.'],
   unsupported_media_type: [415, 'Send the body as application/json.'],
+  expectation_failed: [417, 'Only "Expect: 100-continue" is supported.'],
   idempotency_key_reused: [422, 'This Idempotency-Key was already used for a different request.'],
   rate_limited: [429, 'Too many requests; retry after the time in Retry-After.'],
   headers_too_large: [431, 'The request headers are too large.'],

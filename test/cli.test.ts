@@ -5,11 +5,13 @@
  */
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, before, describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { generateApiKey } from '../src/api-keys.ts'
+import { openStore } from '../src/store/index.ts'
 import { bearer, build, errorBody, type TestApp } from './helper.ts'
 import { cli, type Exit } from './processes.ts'
 
@@ -18,6 +20,15 @@ const LIVE_KEY = /^as_live_[0-9A-Za-z]{38}$/
 /** How many leading characters of a key are stored and shown (`as_test_AbCd`); the rest is the secret part. */
 const SHOWN = 12
 const DAY_MS = 86_400_000
+/** The C0 and C1 control characters and DELs in `text` but its line ends: none may reach the terminal raw. */
+function rawControls(text: string): string[] {
+  return [...text.replaceAll('\n', '')].filter((c) => {
+    const code = c.codePointAt(0) as number
+    return code <= 0x1f || (code >= 0x7f && code <= 0x9f)
+  })
+}
+/** A key name that, printed raw, retitles the terminal, turns it red and forges a row of `keys list`. */
+const EVIL_NAME = 'evil\u001b]0;pwned\u0007\u001b[31mRED\nfake row'
 
 /** Runs `animal-store <args>` on `databaseUrl` and collects its exit code and output. */
 function cliOn(databaseUrl: string, args: string[], env: Record<string, string> = {}): Promise<Exit> {
@@ -167,6 +178,25 @@ describe('CLI: keys create', () => {
     const secret = await createKey(url, email, ['--name', 'ci-runner'])
     assert.equal((await listedKey(url, email, secret)).NAME, 'ci-runner')
   })
+
+  it('--expires-in takes any well-formed duration up to 100 years: 99999999s (about 3 years) and 36500d', async (t) => {
+    const { url, email } = await withAccount(t)
+    for (const [duration, seconds] of [
+      ['99999999s', 99_999_999],
+      ['36500d', 36_500 * 86_400],
+    ] as const) {
+      const before = Date.now()
+      const secret = await createKey(url, email, ['--expires-in', duration])
+      const expires = Date.parse((await listedKey(url, email, secret)).EXPIRES as string)
+      assert.ok(Math.abs(expires - before - seconds * 1000) < 60_000, `${duration}: expires ${new Date(expires)}`)
+    }
+  })
+
+  it('refuses a key name with control characters, saying so, and stores no key', async (t) => {
+    const { url, email } = await withAccount(t)
+    assert.match(await fails(url, ['keys', 'create', email, '--name', EVIL_NAME]), /control characters/)
+    assert.match((await ok(url, ['keys', 'list', email])).stdout, /has no keys/)
+  })
 })
 
 describe('CLI: keys list', () => {
@@ -198,6 +228,40 @@ describe('CLI: keys list', () => {
       [`${mine.slice(0, SHOWN)}…`],
     )
     assert.notEqual(bobs.slice(0, SHOWN), mine.slice(0, SHOWN))
+  })
+
+  it('escapes control characters a stored name already holds (older rows): no raw ESC or BEL, no forged row', async (t) => {
+    const { url, email } = await withAccount(t)
+    // Written past today's rules, as a row from before them could be.
+    const store = await openStore({ databaseUrl: url, poolSize: 1, timeoutMs: 5000 })
+    try {
+      const account = await store.findAccountByEmail(email)
+      assert.ok(account)
+      const { prefix, hash } = generateApiKey('staging')
+      await store.createApiKey({ accountId: account.id, name: EVIL_NAME, prefix, hash, expiresAt: null })
+    } finally {
+      await store.close()
+    }
+    const { stdout } = await ok(url, ['keys', 'list', email])
+    assert.deepEqual(rawControls(stdout), [], `raw control characters in ${JSON.stringify(stdout)}`)
+    const rows = parseTable(stdout)
+    assert.equal(rows.length, 1, `forged rows in ${JSON.stringify(stdout)}`)
+    assert.equal(rows[0]?.NAME, 'evil\\u001b]0;pwned\\u0007\\u001b[31mRED\\u000afake row')
+  })
+
+  it('refuses a missing SQLite file in one line naming it, and creates neither the file nor its folder', async (t) => {
+    const dir = tempDir()
+    t.after(() => rmSync(dir, { recursive: true, force: true }))
+    const path = join(dir, 'nonexistent', 'dir', 'db.sqlite')
+    for (const args of [
+      ['keys', 'list', 'x@y.com'],
+      ['keys', 'create', 'x@y.com'],
+      ['keys', 'revoke', 'key_doesNotExist0000'],
+    ]) {
+      const message = await fails(`sqlite:${path}`, args)
+      assert.ok(message.includes(path), `${args.join(' ')}: ${message}`)
+      assert.ok(!existsSync(join(dir, 'nonexistent')), `${args.join(' ')} created ${join(dir, 'nonexistent')}`)
+    }
   })
 })
 
@@ -242,6 +306,31 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
     ['a duration without a unit (30)', ['keys', 'create', 'alice@example.com', '--expires-in', '30'], /expires-in/],
     ['a zero duration (0d)', ['keys', 'create', 'alice@example.com', '--expires-in', '0d'], /expires-in/],
     ['a negative duration (-1d)', ['keys', 'create', 'alice@example.com', '--expires-in=-1d'], /expires-in/],
+    [
+      'a negative duration as a separate argument (-5d)',
+      ['keys', 'create', 'alice@example.com', '--expires-in', '-5d'],
+      /expires-in/,
+    ],
+    [
+      'a duration over 100 years (1000000w), naming the limit',
+      ['keys', 'create', 'alice@example.com', '--expires-in', '1000000w'],
+      /--expires-in must be at most 100 years \(36500d\).*1000000w/,
+    ],
+    [
+      'a duration just over 100 years (36501d), naming the limit',
+      ['keys', 'create', 'alice@example.com', '--expires-in', '36501d'],
+      /at most 100 years \(36500d\)/,
+    ],
+    [
+      'a repeated --name',
+      ['keys', 'create', 'alice@example.com', '--name', 'a', '--name', 'b'],
+      /--name .*more than once/,
+    ],
+    [
+      'a repeated --expires-in',
+      ['keys', 'create', 'alice@example.com', '--expires-in', '1d', '--expires-in=2d'],
+      /--expires-in .*more than once/,
+    ],
     ['--expires-in without a value', ['keys', 'create', 'alice@example.com', '--expires-in'], /expires-in/],
     ['an unknown flag', ['keys', 'create', 'alice@example.com', '--scope', 'admin'], /--scope/],
     ['a flag of another command', ['keys', 'list', 'alice@example.com', '--name', 'x'], /--name/],
@@ -254,6 +343,12 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
       assert.match(await fails(url, args), message)
     })
   }
+
+  // Not in the table above: its title would carry the escape character to the test report.
+  it('refuses an email with an escape character, saying so, and echoes it escaped', async () => {
+    const message = await fails(url, ['accounts', 'create', 'z\u001b[31m@example.com'])
+    assert.match(message, /"z\\u001b\[31m@example\.com" is not an email address .*control characters/)
+  })
 
   it('refuses a bad configuration (DEPLOYMENT=prod) in one line naming the variable', async () => {
     assert.match(await fails(url, ['keys', 'list', 'alice@example.com'], { DEPLOYMENT: 'prod' }), /DEPLOYMENT/)

@@ -4,9 +4,11 @@
  */
 import { randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
+import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { TestContext } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify, { type FastifyInstance, type LightMyRequestResponse } from 'fastify'
 import fp from 'fastify-plugin'
 import pg from 'pg'
@@ -125,3 +127,23 @@ export function errorBody(response: LightMyRequestResponse): { code: string; mes
 
 /** Store rows may be null-prototype objects; compare them as the JSON a client would see. */
 export const plain = <T>(value: T): T => JSON.parse(JSON.stringify(value))
+
+/** Writes `chunks` to a raw socket of the server at `port` (pausing between them) and resolves with all it answered, once it closes. */
+export function rawExchange(port: number, chunks: (Buffer | string)[], pauseMs = 0): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    let received = ''
+    socket.on('data', (data) => {
+      received += data
+    })
+    socket.on('close', () => resolve(received))
+    socket.on('error', () => resolve(received))
+    socket.on('connect', async () => {
+      for (const chunk of chunks) {
+        if (socket.destroyed) break
+        socket.write(chunk)
+        if (pauseMs) await sleep(pauseMs)
+      }
+    })
+  })
+}

@@ -126,7 +126,7 @@ export interface components {
       message: string
     }
     Error: {
-      /** @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, not_found, pet_not_found, method_not_allowed, request_timeout, idempotency_conflict, payload_too_large, unsupported_media_type, idempotency_key_reused, rate_limited, headers_too_large, internal_error, service_unavailable. */
+      /** @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, not_found, pet_not_found, method_not_allowed, request_timeout, idempotency_conflict, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, service_unavailable. */
       code: string
       /** @description Human-readable description. */
       message: string
@@ -288,6 +288,24 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
+      /** @description The body is larger than the limit (BODY_LIMIT). */
+      413: {
+        headers: {
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The body is not JSON in UTF-8 (`Content-Type: application/json`, no `Content-Encoding`). */
+      415: {
+        headers: {
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Error']
+        }
+      }
       /** @description This Idempotency-Key was used for a different request. */
       422: {
         headers: {
@@ -381,9 +399,19 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description Not found. */
+      /** @description No animal with this id. */
       404: {
         headers: {
+          /** @description `@1767225600`: deprecated since 2026-01-01 (RFC 9745). */
+          Deprecation?: string
+          /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
+          Sunset?: string
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter. */
+          Link?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
           [name: string]: unknown
         }
         content: {
@@ -476,6 +504,24 @@ export interface operations {
       }
       /** @description A request with this Idempotency-Key is still in progress. */
       409: {
+        headers: {
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The body is larger than the limit (BODY_LIMIT). */
+      413: {
+        headers: {
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The body is not JSON in UTF-8 (`Content-Type: application/json`, no `Content-Encoding`). */
+      415: {
         headers: {
           [name: string]: unknown
         }

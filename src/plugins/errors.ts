@@ -3,12 +3,25 @@
  * thrown ApiErrors, Fastify's own (validation, bad JSON, 413, 415), unknown routes (404),
  * known paths with the wrong method (405 + Allow) and unexpected failures (500, masked, logged).
  */
-import { STATUS_CODES } from 'node:http'
+import { randomUUID } from 'node:crypto'
+import { type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
+import type { Duplex } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { redactApiKeys } from '../api-keys.ts'
 import { ApiError, ERRORS, type ErrorCode, toApiError, toErrorBody } from '../errors.ts'
+import { OPENAPI_PATH } from './openapi.ts'
+
+/** An Error response written straight to a socket, for requests that never reach Fastify. */
+function rawErrorResponse(code: ErrorCode, message: string = ERRORS[code][1]): string {
+  const status = ERRORS[code][0]
+  const body = JSON.stringify({ code, message, status })
+  return (
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${randomUUID()}\r\nConnection: close\r\n\r\n${body}`
+  )
+}
 
 /**
  * Requests Node's HTTP parser rejects before Fastify sees them (malformed, headers too large, too
@@ -25,17 +38,57 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Soc
       : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
         ? 'request_timeout'
         : 'bad_request'
-  const [status, message] = ERRORS[code]
-  const body = JSON.stringify({ code, message, status })
-  socket.end(
-    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-  )
+  socket.end(rawErrorResponse(code))
 }
 
 /**
+ * Requests Node answers itself unless told otherwise: an `Expect` other than 100-continue (417)
+ * and CONNECT (this is not a proxy). Both get the Error body too.
+ */
+export function rawErrorResponses(server: Server): void {
+  server.on('checkExpectation', (_request: IncomingMessage, response: ServerResponse) => {
+    const [status, message] = ERRORS.expectation_failed
+    const body = JSON.stringify({ code: 'expectation_failed', message, status })
+    response.writeHead(status, {
+      'content-type': 'application/json; charset=utf-8',
+      'content-length': Buffer.byteLength(body),
+      'x-request-id': randomUUID(),
+      connection: 'close',
+    })
+    response.end(body)
+  })
+  server.on('connect', (_request: IncomingMessage, socket: Duplex) => {
+    socket.end(rawErrorResponse('bad_request', 'CONNECT is not supported: this is not a proxy.'))
+  })
+}
+
+/** Under /v1 the key is checked before anything else about a request, even on unknown routes. */
+function needsKey(path: string): boolean {
+  return path.startsWith('/v1/') && path !== OPENAPI_PATH
+}
+
+/**
+ * Fastify's `frameworkErrors` handler, for URLs it cannot decode or route (e.g. `%zz`, a parameter
+ * too long): a 400, after the key check under /v1.
+ */
+export function frameworkError(error: Error, request: FastifyRequest, reply: FastifyReply): void {
+  // These requests come from the root instance, which the app's plugins do not decorate: the app
+  // leaves its key check here, by HTTP server.
+  const authenticate = keyChecks.get(request.server.server)
+  if (!authenticate || !needsKey(request.url)) {
+    sendError(error, request, reply)
+    return
+  }
+  authenticate(request, reply).then(
+    () => sendError(error, request, reply),
+    (refused: unknown) => sendError(refused, request, reply),
+  )
+}
+
+const keyChecks = new WeakMap<object, (request: FastifyRequest, reply: FastifyReply) => Promise<void>>()
+
+/**
  * Sends any error as the Error body, logging 5xx at error (with the cause) and 4xx at info.
- * Also Fastify's `frameworkErrors` handler, for URLs it cannot decode before routing.
  */
 export function sendError(error: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const sent = toApiError(error)
@@ -59,8 +112,9 @@ export default fp(
       else routes.push({ pattern, methods })
     })
 
-    app.setNotFoundHandler((request) => {
+    app.setNotFoundHandler(async (request, reply) => {
       const path = request.url.split('?')[0] as string
+      if (needsKey(path)) await app.authenticate(request, reply)
       const allowed = routes.find((r) => r.pattern.test(path))?.methods
       if (allowed && !allowed.includes(request.method)) {
         const allow = [...new Set(allowed)].sort().join(', ')
@@ -72,6 +126,7 @@ export default fp(
     })
 
     app.setErrorHandler(sendError)
+    keyChecks.set(app.server, (request, reply) => app.authenticate(request, reply))
   },
   { name: 'errors' },
 )

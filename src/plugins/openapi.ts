@@ -10,6 +10,9 @@ import { ErrorSchema } from '../schemas/common.ts'
 import { MessageSchema, NewMessageSchema } from '../schemas/messages.ts'
 import { NewPetSchema, PetSchema } from '../schemas/pets.ts'
 
+/** The one path under /v1 served without a key. */
+export const OPENAPI_PATH = '/v1/openapi.json'
+
 /** Schemas published by name in components.schemas; routes embed them and are rewritten to $refs. */
 const COMPONENTS = [PetSchema, NewPetSchema, MessageSchema, NewMessageSchema, ErrorSchema]
 
@@ -59,7 +62,7 @@ export default fp<{ config: Config }>(
     })
 
     let document: string | undefined
-    app.get('/v1/openapi.json', { schema: { hide: true } }, async (_request, reply) => {
+    app.get(OPENAPI_PATH, { schema: { hide: true } }, async (_request, reply) => {
       document ??= JSON.stringify(app.swagger())
       return reply.type('application/json; charset=utf-8').send(document)
     })

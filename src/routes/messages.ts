@@ -4,6 +4,7 @@ import {
   header,
   IdempotencyHeadersSchema,
   jsonResponse,
+  NoQuerySchema,
   RATE_LIMIT_HEADERS,
 } from '../schemas/common.ts'
 import { MessageSchema, NewMessageSchema } from '../schemas/messages.ts'
@@ -22,13 +23,14 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['messages'],
         security: [{ bearerAuth: [] }],
         headers: IdempotencyHeadersSchema,
+        querystring: NoQuerySchema,
         body: NewMessageSchema,
         response: {
           202: jsonResponse('Accepted: stored and queued.', MessageSchema, {
             'Idempotent-Replayed': header('`true` when this is the stored response to an earlier request.'),
             ...RATE_LIMIT_HEADERS,
           }),
-          ...errorResponses(400, 401, 409, 422, 429, 500, 503),
+          ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503),
         },
       },
       preHandler: app.idempotent,

@@ -5,11 +5,13 @@ import { BoundedMap } from '../bounded-map.ts'
 import { ApiError } from '../errors.ts'
 import { cursorCodec } from '../pagination.ts'
 import {
+  ErrorSchema,
   errorResponses,
   header,
   IdempotencyHeadersSchema,
   jsonResponse,
   MAX_EXACT_INTEGER,
+  NoQuerySchema,
   RATE_LIMIT_HEADERS,
 } from '../schemas/common.ts'
 import {
@@ -24,6 +26,11 @@ import {
 /** getPet was deprecated on 2026-01-01 (RFC 9745 `@` form) and is removed on 5 December 2030 (RFC 8594). */
 const DEPRECATED_AT = `@${Date.UTC(2026, 0, 1) / 1000}`
 const SUNSET = new Date(Date.UTC(2030, 11, 5)).toUTCString()
+const DEPRECATION_HEADERS = {
+  Deprecation: header(`\`${DEPRECATED_AT}\`: deprecated since 2026-01-01 (RFC 9745).`),
+  Sunset: header(`\`${SUNSET}\`: removed then (RFC 8594).`),
+  Link: header('`<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter.'),
+}
 const security = [{ bearerAuth: [] }]
 const JSON_TYPE = 'application/json; charset=utf-8'
 /** Entries kept: pages are small, and the popular ones are few (first pages, common filters). */
@@ -88,6 +95,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['pets'],
         security,
         headers: IdempotencyHeadersSchema,
+        querystring: NoQuerySchema,
         body: NewPetSchema,
         response: {
           201: jsonResponse('The animal as stored, with its new id.', PetSchema, {
@@ -95,7 +103,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
             'Idempotent-Replayed': header('`true` when this is the stored response to an earlier request.'),
             ...RATE_LIMIT_HEADERS,
           }),
-          ...errorResponses(400, 401, 409, 422, 429, 500, 503),
+          ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503),
         },
       },
       config: { replayLocation: petLocation },
@@ -118,14 +126,11 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['pets'],
         security,
         params: PetParamsSchema,
+        querystring: NoQuerySchema,
         response: {
-          200: jsonResponse('The animal.', PetSchema, {
-            Deprecation: header(`\`${DEPRECATED_AT}\`: deprecated since 2026-01-01 (RFC 9745).`),
-            Sunset: header(`\`${SUNSET}\`: removed then (RFC 8594).`),
-            Link: header('`<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter.'),
-            ...RATE_LIMIT_HEADERS,
-          }),
-          ...errorResponses(400, 401, 404, 429, 500, 503),
+          200: jsonResponse('The animal.', PetSchema, { ...DEPRECATION_HEADERS, ...RATE_LIMIT_HEADERS }),
+          ...errorResponses(400, 401, 429, 500, 503),
+          404: jsonResponse('No animal with this id.', ErrorSchema, { ...DEPRECATION_HEADERS, ...RATE_LIMIT_HEADERS }),
         },
       },
     },

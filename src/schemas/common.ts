@@ -51,6 +51,11 @@ const ERROR_RESPONSES = {
   }),
   404: jsonResponse('Not found.', ErrorSchema),
   409: jsonResponse('A request with this Idempotency-Key is still in progress.', ErrorSchema),
+  413: jsonResponse('The body is larger than the limit (BODY_LIMIT).', ErrorSchema),
+  415: jsonResponse(
+    'The body is not JSON in UTF-8 (`Content-Type: application/json`, no `Content-Encoding`).',
+    ErrorSchema,
+  ),
   422: jsonResponse('This Idempotency-Key was used for a different request.', ErrorSchema),
   429: jsonResponse('Too many requests for this API key (or bad keys from this address).', ErrorSchema, {
     'Retry-After': header('Seconds until the limit resets.'),
@@ -71,11 +76,15 @@ export function errorResponses<const S extends readonly (keyof typeof ERROR_RESP
   }
 }
 
+/** The query of an operation that takes no query parameters: any given is refused, not ignored. */
+export const NoQuerySchema = Type.Object({}, { additionalProperties: false })
+
 /** The optional Idempotency-Key request header of the POST operations. */
 export const IdempotencyHeadersSchema = Type.Object({
   'idempotency-key': Type.Optional(
     Type.String({
-      pattern: '^[!-~]{1,255}$',
+      // A quoted key must hold something: `""` is no key.
+      pattern: '^(?!""$)[!-~]{1,255}$',
       description:
         'Makes retries safe (draft-ietf-httpapi-idempotency-key-header): 1 to 255 visible ASCII characters, ' +
         'e.g. a UUID, optionally in double quotes. Remembered for 24 hours per API key.',

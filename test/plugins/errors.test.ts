@@ -1,20 +1,41 @@
 import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { describe, it } from 'node:test'
-import { bearer, build, errorBody } from '../helper.ts'
+import { bearer, build, errorBody, rawExchange } from '../helper.ts'
 
 describe('Errors: every error is application/json {code, message, status} (point 2)', () => {
-  it('unknown route: 404 not_found, with or without /v1 and a key', async (t) => {
-    const { app } = await build(t)
+  it('unknown route: 404 not_found, with or without /v1 (with a key)', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
     for (const url of ['/', '/v1', '/v1/pet', '/v2/pets', '/v1/pets/1/owner', '/v1/orders']) {
-      const response = await app.inject({ url })
+      const response = await test.app.inject({ url, headers: bearer(secret) })
       assert.equal(response.statusCode, 404, url)
       assert.equal(errorBody(response).code, 'not_found')
     }
   })
 
-  it('wrong method on a known path: 405 method_not_allowed with Allow', async (t) => {
+  it('under /v1 the key comes first: an unknown path, a wrong method or an undecodable URL without a key is 401', async (t) => {
     const { app } = await build(t)
+    for (const [method, url] of [
+      ['GET', '/v1/orders'],
+      ['PATCH', '/v1/pets'],
+      ['DELETE', '/v1/pets/1'],
+      ['GET', '/v1/pets/%zz'],
+      ['GET', `/v1/pets/${'9'.repeat(600)}`],
+    ] as const) {
+      const response = await app.inject({ method, url })
+      assert.equal(response.statusCode, 401, `${method} ${url}`)
+      assert.equal(errorBody(response).code, 'missing_api_key')
+      assert.match(String(response.headers['www-authenticate']), /^Bearer /)
+    }
+    // The public document stays public, wrong method included.
+    assert.equal((await app.inject({ method: 'POST', url: '/v1/openapi.json' })).statusCode, 405)
+    assert.equal((await app.inject({ url: '/nowhere' })).statusCode, 404)
+  })
+
+  it('wrong method on a known path: 405 method_not_allowed with Allow', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
     const cases: [string, string, string][] = [
       ['DELETE', '/v1/pets', 'GET, HEAD, POST'],
       ['PUT', '/v1/pets/1', 'GET, HEAD'],
@@ -23,7 +44,7 @@ describe('Errors: every error is application/json {code, message, status} (point
       ['OPTIONS', '/v1/pets', 'GET, HEAD, POST'],
     ]
     for (const [method, url, allow] of cases) {
-      const response = await app.inject({ method: method as 'GET', url })
+      const response = await test.app.inject({ method: method as 'GET', url, headers: bearer(secret) })
       assert.equal(response.statusCode, 405, `${method} ${url}`)
       assert.equal(errorBody(response).code, 'method_not_allowed')
       assert.equal(response.headers.allow, allow)
@@ -168,6 +189,78 @@ describe('Errors: every error is application/json {code, message, status} (point
     })
     assert.match(response, /^HTTP\/1.1 201 /)
     assert.match(response, new RegExp(`location: http://127\\.0\\.0\\.1:${port}/v1/pets/1\r\n`, 'i'))
+  })
+
+  it('Host is checked before it is copied into Location and Link: malformed or missing is 400', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    for (const host of ['evil.example/x>; rel="next", <http://evil.example', 'e>;rel=x', 'a b', 'x:1:2', 'x"y']) {
+      const response = await test.app.inject({ url: '/v1/pets?limit=1', headers: { ...bearer(secret), host } })
+      assert.equal(response.statusCode, 400, host)
+      assert.equal(errorBody(response).message, 'The Host header is malformed.')
+      assert.equal(response.headers.link, undefined)
+    }
+    for (const host of ['api.example.com', 'localhost:8080', '[::1]:8080', '10.0.0.1', 'my_service:80']) {
+      const response = await test.app.inject({ url: '/v1/pets', headers: { ...bearer(secret), host } })
+      assert.equal(response.statusCode, 200, host)
+    }
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const noHost = await rawExchange(port, [
+      `GET /v1/pets HTTP/1.1\r\nAuthorization: Bearer ${secret}\r\nConnection: close\r\n\r\n`,
+    ])
+    assert.match(noHost, /^HTTP\/1.1 400 /)
+    assert.match(noHost, /content-type: application\/json/i)
+    assert.match(noHost, /"message":"The Host header is required \(HTTP\/1.1\)."/)
+  })
+
+  it('Host or Authorization sent twice: 400, whichever of them is valid', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    for (const headers of [
+      `Host: x\r\nAuthorization: Bearer ${secret}\r\nAuthorization: Bearer junk`,
+      `Host: x\r\nAuthorization: Bearer junk\r\nauthorization: Bearer ${secret}`,
+      `Host: x\r\nHost: y\r\nAuthorization: Bearer ${secret}`,
+    ]) {
+      const response = await rawExchange(port, [`GET /v1/pets HTTP/1.1\r\n${headers}\r\nConnection: close\r\n\r\n`])
+      assert.match(response, /^HTTP\/1.1 400 /, headers)
+      assert.match(response, /"code":"bad_request","message":"The (Host|Authorization) header must be sent once."/)
+    }
+  })
+
+  it('Expect other than 100-continue (417) and CONNECT (400) get the Error body and a request id', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const expect = await rawExchange(port, [
+      `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\n` +
+        'Content-Length: 2\r\nExpect: foo\r\n\r\n{}',
+    ])
+    const connectResponse = await rawExchange(port, [
+      'CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n',
+    ])
+    for (const [response, status, code] of [
+      [expect, 417, 'expectation_failed'],
+      [connectResponse, 400, 'bad_request'],
+    ] as const) {
+      const [head, body] = response.split('\r\n\r\n') as [string, string]
+      assert.match(head, new RegExp(`^HTTP/1.1 ${status} `))
+      assert.match(head, /content-type: application\/json/i)
+      assert.match(head, /x-request-id: [0-9a-f-]{36}/i)
+      assert.equal(JSON.parse(body).code, code)
+      assert.equal(JSON.parse(body).status, status)
+    }
+  })
+
+  it('an X-Request-Id that carries an API key is replaced, so the key never reaches the log', async (t) => {
+    const test = await build(t, {}, { captureLogs: true })
+    const { secret } = await test.newKey()
+    const response = await test.app.inject({ url: '/nowhere', headers: { 'x-request-id': secret } })
+    assert.match(String(response.headers['x-request-id']), /^[0-9a-f-]{36}$/)
+    assert.doesNotMatch(JSON.stringify(test.logs), new RegExp(secret))
   })
 
   it('malformed HTTP and oversized headers get a JSON Error too (400, 431)', async (t) => {

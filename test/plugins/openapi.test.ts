@@ -60,12 +60,24 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     }
   })
 
+  it('documents every status the POST operations return, 413 and 415 included', async (t) => {
+    const doc = await document(t)
+    for (const operation of [doc.paths['/pets'].post, doc.paths['/messages'].post]) {
+      for (const status of ['400', '401', '409', '413', '415', '422', '429', '500', '503']) {
+        assert.ok(operation.responses[status], `${operation.operationId} ${status}`)
+      }
+    }
+  })
+
   it('marks getPet deprecated and documents its 200, 401 and 404', async (t) => {
     const doc = await document(t)
     const getPet = doc.paths['/pets/{petId}'].get
     assert.equal(getPet.deprecated, true)
     assert.match(getPet.description, /5 December 2030/)
     for (const status of ['200', '401', '404']) assert.ok(getPet.responses[status], status)
+    for (const status of ['200', '404']) {
+      assert.deepEqual(Object.keys(getPet.responses[status].headers).slice(0, 3), ['Deprecation', 'Sunset', 'Link'])
+    }
     const petId = getPet.parameters.find((p: { name: string }) => p.name === 'petId')
     assert.deepEqual(
       { in: petId.in, required: petId.required, type: petId.schema.type, format: petId.schema.format },

@@ -396,6 +396,22 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
     }
   })
 
+  it('refuses query parameters it does not define, as every operation does (400 validation_failed)', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const json = { ...bearer(secret), 'content-type': 'application/json' }
+    for (const [method, url, payload] of [
+      ['GET', '/v1/pets/1?x=1', undefined],
+      ['POST', '/v1/pets?x=1', '{"name":"Rex","categoryId":1}'],
+      ['POST', '/v1/messages?dryRun=true', '{"message":"hi"}'],
+    ] as const) {
+      const response = await test.app.inject({ method, url, headers: json, payload })
+      assert.equal(response.statusCode, 400, url)
+      assert.match(errorBody(response).message, /^query\.\w+ is not a known field/)
+    }
+    assert.deepEqual((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).json(), [])
+  })
+
   it('refuses a petId that is not a decimal int64 with 400 validation_failed (never 5xx)', async (t) => {
     const app = await build(t)
     const { secret } = await app.newKey()

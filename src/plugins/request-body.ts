@@ -1,0 +1,84 @@
+/**
+ * Request bodies. They must arrive within REQUEST_TIMEOUT_SECONDS (408): Node's own request timeout
+ * stops counting once the headers are in, so a client that stalls halfway through its body would
+ * hold the request until the socket idles out, with no answer.
+ *
+ * API bodies are JSON text in UTF-8 (RFC 8259 §8.1), as sent: Fastify's parser (with `__proto__`
+ * and `constructor` keys refused) behind checks that nothing was decoded by guesswork.
+ *
+ * - bytes that are not UTF-8, and `\uD800`-style escapes of lone surrogates, are 400 `invalid_json`
+ *   instead of turning silently into U+FFFD when stored;
+ * - a `charset` other than UTF-8, or any `Content-Encoding`, is 415: we would decode it wrongly.
+ */
+import { isUtf8 } from 'node:buffer'
+import type { IncomingHttpHeaders } from 'node:http'
+import fp from 'fastify-plugin'
+import type { Config } from '../config.ts'
+import { ApiError } from '../errors.ts'
+
+const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)/i
+/** A JSON escape of a surrogate code unit: only then can parsed text hold a lone one. */
+const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
+
+export default fp<{ config: Config }>(
+  async (app, { config }) => {
+    app.addHook('preParsing', (request, reply, payload, done) => {
+      const headers = request.headers
+      if (headers['transfer-encoding'] === undefined && (headers['content-length'] ?? '0') === '0') {
+        return done(null, payload)
+      }
+      const timer = setTimeout(() => {
+        if (request.raw.complete || reply.sent) return
+        reply.header('connection', 'close').send(new ApiError('request_timeout'))
+      }, config.requestTimeoutMs)
+      const stop = () => clearTimeout(timer)
+      payload.once('end', stop)
+      payload.once('close', stop)
+      done(null, payload)
+    })
+
+    // Bodies are JSON only: anything else, text/plain included, is 415.
+    app.removeContentTypeParser('text/plain')
+    const parse = app.getDefaultJsonParser('error', 'error')
+    app.removeContentTypeParser('application/json')
+    app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+      const refused = encodingError(request.headers)
+      if (refused) return done(refused, undefined)
+      const bytes = body as Buffer
+      if (!isUtf8(bytes)) return done(new ApiError('invalid_json', 'The request body is not valid UTF-8.'), undefined)
+      const text = bytes.toString()
+      parse(request, text, (error, value) => {
+        if (error) return done(error, undefined)
+        if (SURROGATE_ESCAPE.test(text) && !wellFormed(value)) {
+          return done(
+            new ApiError('invalid_json', 'The request body holds a lone surrogate escape (\\uD800 to \\uDFFF).'),
+          )
+        }
+        done(null, value)
+      })
+    })
+  },
+  { name: 'request-body' },
+)
+
+function encodingError(headers: IncomingHttpHeaders): ApiError | undefined {
+  const encoding = headers['content-encoding']
+  if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') {
+    return new ApiError('unsupported_media_type', 'Content-Encoding is not supported: send the body uncompressed.', {
+      'accept-encoding': 'identity',
+    })
+  }
+  const charset = CHARSET.exec(headers['content-type'] ?? '')?.[1]?.toLowerCase()
+  if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
+    return new ApiError('unsupported_media_type', 'Send the body as application/json in UTF-8 (charset=utf-8).')
+  }
+  return undefined
+}
+
+/** Whether every string in a parsed JSON value, keys included, is well-formed Unicode. */
+function wellFormed(value: unknown): boolean {
+  if (typeof value === 'string') return value.isWellFormed()
+  if (typeof value !== 'object' || value === null) return true
+  if (Array.isArray(value)) return value.every(wellFormed)
+  return Object.entries(value).every(([key, item]) => key.isWellFormed() && wellFormed(item))
+}

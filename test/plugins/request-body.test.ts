@@ -1,0 +1,77 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { bearer, build, errorBody, type TestApp } from '../helper.ts'
+
+/** Posts raw bytes to an operation with a valid key. */
+async function post(test: TestApp, secret: string, url: string, payload: string | Buffer, headers = {}) {
+  return test.app.inject({
+    method: 'POST',
+    url,
+    headers: { ...bearer(secret), 'content-type': 'application/json', ...headers },
+    payload,
+  })
+}
+
+describe('Request bodies: JSON in UTF-8, taken as sent (point 2)', () => {
+  it('bytes that are not UTF-8 are 400 invalid_json, never stored as U+FFFD', async (t) => {
+    const test = await build(t)
+    const { secret, accountId } = await test.newKey()
+    for (const bytes of [[0xc3], [0xff, 0xfe], [0xed, 0xa0, 0x80], [0xc0, 0xaf]]) {
+      for (const [url, before, after] of [
+        ['/v1/pets', '{"name":"', '","categoryId":1}'],
+        ['/v1/messages', '{"message":"', '"}'],
+      ] as const) {
+        const payload = Buffer.concat([Buffer.from(before), Buffer.from(bytes), Buffer.from(after)])
+        const response = await post(test, secret, url, payload)
+        assert.equal(response.statusCode, 400, `${url} ${bytes}`)
+        assert.deepEqual(errorBody(response), {
+          code: 'invalid_json',
+          message: 'The request body is not valid UTF-8.',
+          status: 400,
+        })
+      }
+    }
+    assert.deepEqual((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).json(), [])
+    assert.equal((await test.app.store.listMessages(accountId, 10)).length, 0)
+  })
+
+  it('escapes of lone surrogates are 400 invalid_json; a surrogate pair (an emoji) is kept exactly', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    for (const name of ['\\ud800', 'a\\udfffb', '\\ude00\\ud83d']) {
+      const response = await post(test, secret, '/v1/pets', `{"name":"${name}","categoryId":1}`)
+      assert.equal(response.statusCode, 400, name)
+      assert.equal(errorBody(response).code, 'invalid_json')
+    }
+    const keyed = await post(test, secret, '/v1/messages', '{"message":"hi","\\udc00":1}')
+    assert.equal(keyed.statusCode, 400)
+    const emoji = await post(test, secret, '/v1/pets', '{"name":"Rex \\ud83d\\ude00","categoryId":1}')
+    assert.equal(emoji.statusCode, 201)
+    assert.equal(emoji.json().name, 'Rex 😀')
+  })
+
+  it('a charset other than UTF-8, or any Content-Encoding, is 415: the body would be misread', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const body = '{"name":"Rex","categoryId":1}'
+    for (const type of [
+      'application/json; charset=latin1',
+      'application/json; charset=utf-16',
+      'application/json;charset="iso-8859-1"',
+    ]) {
+      const response = await post(test, secret, '/v1/pets', body, { 'content-type': type })
+      assert.equal(response.statusCode, 415, type)
+      assert.equal(errorBody(response).code, 'unsupported_media_type')
+    }
+    for (const encoding of ['gzip', 'br', 'deflate']) {
+      const response = await post(test, secret, '/v1/pets', body, { 'content-encoding': encoding })
+      assert.equal(response.statusCode, 415, encoding)
+      assert.equal(errorBody(response).code, 'unsupported_media_type')
+      assert.equal(response.headers['accept-encoding'], 'identity')
+    }
+    assert.deepEqual((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).json(), [])
+    for (const headers of [{ 'content-type': 'application/json; charset=UTF-8' }, { 'content-encoding': 'identity' }]) {
+      assert.equal((await post(test, secret, '/v1/pets', body, headers)).statusCode, 201, JSON.stringify(headers))
+    }
+  })
+})
