@@ -46,7 +46,7 @@ export const FIELD_MESSAGES: Record<string, string> = {
   email: 'Enter an email address such as alice@example.com.',
   password: `Choose a password of ${PASSWORD_MIN_LENGTH} to ${PASSWORD_MAX_LENGTH} characters (a few unrelated words work well).`,
   confirm: 'Type the same password again.',
-  name: 'Give the key a name of 1 to 100 characters, e.g. laptop or ci.',
+  name: 'Give the key a name of 1 to 100 characters, without control characters, e.g. laptop or ci.',
   expires: 'Choose one of the offered expiry times.',
 }
 
