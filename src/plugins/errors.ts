@@ -67,25 +67,26 @@ function needsKey(path: string): boolean {
   return path.startsWith('/v1/') && path !== OPENAPI_PATH
 }
 
+export type UnroutedHandler = (error: Error, request: FastifyRequest, reply: FastifyReply) => void
+
+/** Who answers unroutable requests under which path prefix, per HTTP server (the app's and each test's). */
+const unrouted = new WeakMap<Server, [prefix: string, handler: UnroutedHandler][]>()
+
 /**
- * Fastify's `frameworkErrors` handler, for URLs it cannot decode or route (e.g. `%zz`, a parameter
- * too long): a 400, after the key check under /v1.
+ * Lets a part of the app answer, under its own path prefix, the requests Fastify cannot route (an
+ * undecodable URL such as `%zz`, a parameter too long). They reach only the root instance, outside
+ * every plugin's hooks and decorations, through `frameworkError`.
  */
-export function frameworkError(error: Error, request: FastifyRequest, reply: FastifyReply): void {
-  // These requests come from the root instance, which the app's plugins do not decorate: the app
-  // leaves its key check here, by HTTP server.
-  const authenticate = keyChecks.get(request.server.server)
-  if (!authenticate || !needsKey(request.url)) {
-    sendError(error, request, reply)
-    return
-  }
-  authenticate(request, reply).then(
-    () => sendError(error, request, reply),
-    (refused: unknown) => sendError(refused, request, reply),
-  )
+export function answerUnrouted(server: Server, prefix: string, handler: UnroutedHandler): void {
+  unrouted.set(server, [...(unrouted.get(server) ?? []), [prefix, handler]])
 }
 
-const keyChecks = new WeakMap<object, (request: FastifyRequest, reply: FastifyReply) => Promise<void>>()
+/** Fastify's `frameworkErrors` handler: the part of the app that owns the path answers, or a plain Error 400. */
+export function frameworkError(error: Error, request: FastifyRequest, reply: FastifyReply): void {
+  const owner = unrouted.get(request.server.server)?.find(([prefix]) => request.url.startsWith(prefix))
+  const handler = owner?.[1] ?? sendError
+  handler(error, request, reply)
+}
 
 /**
  * Sends any error as the Error body, logging 5xx at error (with the cause) and 4xx at info.
@@ -126,7 +127,13 @@ export default fp(
     })
 
     app.setErrorHandler(sendError)
-    keyChecks.set(app.server, (request, reply) => app.authenticate(request, reply))
+    answerUnrouted(app.server, '/v1/', (error, request, reply) => {
+      if (!needsKey(request.url)) return void sendError(error, request, reply)
+      app.authenticate(request, reply).then(
+        () => sendError(error, request, reply),
+        (refused: unknown) => sendError(refused, request, reply),
+      )
+    })
   },
   { name: 'errors' },
 )

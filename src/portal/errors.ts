@@ -4,7 +4,9 @@
  */
 import type { FastifyInstance } from 'fastify'
 import { toApiError } from '../errors.ts'
+import { answerUnrouted } from '../plugins/errors.ts'
 import type { Portal } from './context.ts'
+import { portalHeaders } from './headers.ts'
 import { errorPage } from './views/error.ts'
 
 const PAGES: Record<number, [title: string, text: string]> = {
@@ -20,6 +22,18 @@ const PAGES: Record<number, [title: string, text: string]> = {
 }
 
 export function htmlErrors(app: FastifyInstance, portal: Portal): void {
+  // A portal URL Fastify cannot route (`/portal/%zz`) is answered from the root instance, where
+  // neither cookies nor helmet exist: a page without forms, with the same security headers.
+  for (const prefix of ['/portal/', '/docs/']) {
+    answerUnrouted(app.server, prefix, (error, request, reply) => {
+      const status = toApiError(error).statusCode
+      const [title, text] = PAGES[status] ?? (PAGES[400] as [string, string])
+      request.log.info({ status }, 'portal request refused')
+      const page = errorPage({ email: null, csrf: '' }, title, text)
+      reply.code(status).headers(portalHeaders()).type('text/html; charset=utf-8').send(page.text)
+    })
+  }
+
   app.setNotFoundHandler(async (request, reply) => {
     const [title, text] = PAGES[404] as [string, string]
     return portal.send(request, reply, 404, (c) => errorPage(c, title, text))

@@ -27,3 +27,21 @@ export const PORTAL_HEADERS = options({ ...common, imgSrc: ["'self'"] })
 
 /** Swagger UI draws its icons from data: URIs and calls the API ("Try it out") on this origin. */
 export const DOCS_HEADERS = options({ ...common, imgSrc: ["'self'", 'data:'], connectSrc: ["'self'"] })
+
+/**
+ * The portal's headers as plain name/value pairs, for pages sent where helmet's hooks never ran
+ * (requests Fastify could not route, answered from the root instance).
+ */
+export function portalHeaders(): Record<string, string> {
+  const directives = (PORTAL_HEADERS.contentSecurityPolicy as { directives: Record<string, string[]> }).directives
+  const csp = Object.entries(directives)
+    .map(([name, values]) => `${name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} ${values.join(' ')}`)
+    .join('; ')
+  return {
+    'content-security-policy': csp,
+    'x-content-type-options': 'nosniff',
+    'x-frame-options': 'DENY',
+    'referrer-policy': 'no-referrer',
+    'cache-control': 'no-store',
+  }
+}

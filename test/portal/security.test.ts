@@ -208,6 +208,10 @@ describe('Portal failures are HTML pages', () => {
       413,
     ],
     ['a malformed key id', { method: 'GET', url: '/portal/keys/not-a-key/revoke' }, 400],
+    // Fastify cannot route these, so they never reach the portal's own hooks.
+    ['an undecodable URL', { method: 'GET', url: '/portal/%zz' }, 400],
+    ['a key id too long to route', { method: 'POST', url: `/portal/keys/${'k'.repeat(5000)}/revoke` }, 400],
+    ['an undecodable reference URL', { method: 'GET', url: '/docs/%zz' }, 400],
   ]
   for (const [what, request, status] of cases) {
     it(`${what}: ${status}, as an HTML page with the security headers`, async (t) => {
