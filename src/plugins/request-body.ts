@@ -12,17 +12,20 @@
  */
 import { isUtf8 } from 'node:buffer'
 import type { IncomingHttpHeaders } from 'node:http'
+import type { preParsingHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
 import { ApiError } from '../errors.ts'
 
+const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
 const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)/i
 /** A JSON escape of a surrogate code unit: only then can parsed text hold a lone one. */
 const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
 
 export default fp<{ config: Config }>(
   async (app, { config }) => {
-    app.addHook('preParsing', (request, reply, payload, done) => {
+    // Only on routes that take a body: a hook on every route would cost every GET too.
+    const deadline: preParsingHookHandler = (request, reply, payload, done) => {
       const headers = request.headers
       if (headers['transfer-encoding'] === undefined && (headers['content-length'] ?? '0') === '0') {
         return done(null, payload)
@@ -35,6 +38,11 @@ export default fp<{ config: Config }>(
       payload.once('end', stop)
       payload.once('close', stop)
       done(null, payload)
+    }
+    app.addHook('onRoute', (route) => {
+      const methods = ([] as string[]).concat(route.method)
+      if (!methods.some((method) => BODY_METHODS.has(method))) return
+      route.preParsing = [deadline, ...([] as preParsingHookHandler[]).concat(route.preParsing ?? [])]
     })
 
     // Bodies are JSON only: anything else, text/plain included, is 415.
