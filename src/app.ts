@@ -38,7 +38,7 @@ const REQUEST_ID = /^[\w.:-]{1,128}$/
  * A Host (or, behind a trusted proxy, X-Forwarded-Host): a name or an IP literal, and a port. It is
  * copied into Location and Link, so anything else could forge link values there.
  */
-const HOST = /^(?:[\w.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$/
+const HOST = /^(?:[\w.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{0,5})?$/
 
 /** Why a request cannot be taken whatever its route: a bad Host, Host or Authorization sent twice. */
 function framingError(request: FastifyRequest): ApiError | undefined {
@@ -48,6 +48,14 @@ function framingError(request: FastifyRequest): ApiError | undefined {
   }
   const host = request.host
   if (host && !HOST.test(host)) return new ApiError('bad_request', 'The Host header is malformed.')
+  // Behind a trusted proxy the scheme comes from X-Forwarded-Proto, and goes into links as well.
+  if (
+    request.headers['x-forwarded-proto'] !== undefined &&
+    request.protocol !== 'http' &&
+    request.protocol !== 'https'
+  ) {
+    return new ApiError('bad_request', 'The X-Forwarded-Proto header is malformed.')
+  }
   // Which of two a parser keeps is not something to bet a credential on (RFC 9110 §5.3).
   const names = raw.rawHeaders
   let hosts = 0
@@ -91,8 +99,9 @@ export function serverOptions(
     },
     trustProxy: config.trustProxy,
     bodyLimit: config.bodyLimit,
-    // Longer than the request timeout, so that a stalled body gets its 408 before the idle socket is closed.
-    connectionTimeout: config.requestTimeoutMs + CONNECTION_TIMEOUT_MARGIN_MS,
+    // Longer than the request timeout, so that a stalled body gets its 408 before the idle socket is
+    // closed (0, no request timeout, is no idle timeout either).
+    connectionTimeout: config.requestTimeoutMs && config.requestTimeoutMs + CONNECTION_TIMEOUT_MARGIN_MS,
     keepAliveTimeout: config.keepAliveTimeoutMs,
     requestTimeout: config.requestTimeoutMs,
     // Node checks these timeouts every connectionsCheckingInterval (30 s by default): check every second.

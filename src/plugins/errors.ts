@@ -13,6 +13,9 @@ import { redactApiKeys } from '../api-keys.ts'
 import { ApiError, ERRORS, type ErrorCode, toApiError, toErrorBody } from '../errors.ts'
 import { OPENAPI_PATH } from './openapi.ts'
 
+/** How long a socket answered by hand may take to receive its answer before it is destroyed. */
+const RAW_SOCKET_GRACE_MS = 5000
+
 /** An Error response written straight to a socket, for requests that never reach Fastify. */
 function rawErrorResponse(code: ErrorCode, message: string = ERRORS[code][1]): string {
   const status = ERRORS[code][0]
@@ -57,8 +60,14 @@ export function rawErrorResponses(server: Server): void {
     })
     response.end(body)
   })
+  // Node hands a CONNECT socket over bare (no error listener, no timeout): answer, then close it
+  // outright, whatever the client does, so that it can neither crash the process nor hold a slot.
   server.on('connect', (_request: IncomingMessage, socket: Duplex) => {
-    socket.end(rawErrorResponse('bad_request', 'CONNECT is not supported: this is not a proxy.'))
+    socket.on('error', () => socket.destroy())
+    socket.end(rawErrorResponse('bad_request', 'CONNECT is not supported: this is not a proxy.'), () =>
+      socket.destroy(),
+    )
+    setTimeout(() => socket.destroy(), RAW_SOCKET_GRACE_MS).unref()
   })
 }
 
@@ -113,9 +122,14 @@ export default fp(
       else routes.push({ pattern, methods })
     })
 
-    app.setNotFoundHandler(async (request, reply) => {
+    // Under /v1 an unknown route checks the key too, before its body is read or parsed.
+    app.addHook('onRequest', (request, reply, done) => {
+      if (!request.is404 || !needsKey(request.url.split('?')[0] as string)) return done()
+      app.authenticate(request, reply).then(() => done(), done)
+    })
+
+    app.setNotFoundHandler(async (request) => {
       const path = request.url.split('?')[0] as string
-      if (needsKey(path)) await app.authenticate(request, reply)
       const allowed = routes.find((r) => r.pattern.test(path))?.methods
       if (allowed && !allowed.includes(request.method)) {
         const allow = [...new Set(allowed)].sort().join(', ')

@@ -40,6 +40,7 @@ export default fp<{ config: Config }>(
       done(null, payload)
     }
     app.addHook('onRoute', (route) => {
+      if (config.requestTimeoutMs === 0) return // REQUEST_TIMEOUT_SECONDS=0: no deadline
       const methods = ([] as string[]).concat(route.method)
       if (!methods.some((method) => BODY_METHODS.has(method))) return
       route.preParsing = [deadline, ...([] as preParsingHookHandler[]).concat(route.preParsing ?? [])]
@@ -83,10 +84,21 @@ function encodingError(headers: IncomingHttpHeaders): ApiError | undefined {
   return undefined
 }
 
-/** Whether every string in a parsed JSON value, keys included, is well-formed Unicode. */
+/** Whether every string in a parsed JSON value, keys included, is well-formed Unicode (walked without recursion: depth is the client's). */
 function wellFormed(value: unknown): boolean {
-  if (typeof value === 'string') return value.isWellFormed()
-  if (typeof value !== 'object' || value === null) return true
-  if (Array.isArray(value)) return value.every(wellFormed)
-  return Object.entries(value).every(([key, item]) => key.isWellFormed() && wellFormed(item))
+  const pending: unknown[] = [value]
+  while (pending.length > 0) {
+    const item = pending.pop()
+    if (typeof item === 'string') {
+      if (!item.isWellFormed()) return false
+    } else if (Array.isArray(item)) {
+      for (const child of item) pending.push(child)
+    } else if (typeof item === 'object' && item !== null) {
+      for (const [key, child] of Object.entries(item)) {
+        if (!key.isWellFormed()) return false
+        pending.push(child)
+      }
+    }
+  }
+  return true
 }

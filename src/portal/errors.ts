@@ -23,14 +23,19 @@ const PAGES: Record<number, [title: string, text: string]> = {
 
 export function htmlErrors(app: FastifyInstance, portal: Portal): void {
   // A portal URL Fastify cannot route (`/portal/%zz`) is answered from the root instance, where
-  // neither cookies nor helmet exist: a page without forms, with the same security headers.
+  // neither cookies nor helmet exist: a page without forms, with the portal's content security
+  // policy and its framing, sniffing, referrer and caching headers.
   for (const prefix of ['/portal/', '/docs/']) {
     answerUnrouted(app.server, prefix, (error, request, reply) => {
       const status = toApiError(error).statusCode
       const [title, text] = PAGES[status] ?? (PAGES[400] as [string, string])
       request.log.info({ status }, 'portal request refused')
       const page = errorPage({ email: null, csrf: '' }, title, text)
-      reply.code(status).headers(portalHeaders()).type('text/html; charset=utf-8').send(page.text)
+      reply
+        .code(status)
+        .headers({ ...portalHeaders(), 'x-request-id': request.id })
+        .type('text/html; charset=utf-8')
+        .send(page.text)
     })
   }
 

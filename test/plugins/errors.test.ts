@@ -28,6 +28,16 @@ describe('Errors: every error is application/json {code, message, status} (point
       assert.equal(errorBody(response).code, 'missing_api_key')
       assert.match(String(response.headers['www-authenticate']), /^Bearer /)
     }
+    // With a body too: the key is checked before the body is read, whatever is wrong with it.
+    for (const [method, url, headers, payload] of [
+      ['PUT', '/v1/pets/1', { 'content-type': 'application/json' }, '{bad'],
+      ['POST', '/v1/pets/1', { 'content-type': 'application/json', 'content-encoding': 'gzip' }, '{}'],
+      ['POST', '/v1/nowhere', { 'content-type': 'application/json' }, `"${'x'.repeat(100_000)}"`],
+    ] as const) {
+      const response = await app.inject({ method, url, headers, payload })
+      assert.equal(response.statusCode, 401, `${method} ${url} with a body`)
+      assert.equal(errorBody(response).code, 'missing_api_key')
+    }
     // The public document stays public, wrong method included.
     assert.equal((await app.inject({ method: 'POST', url: '/v1/openapi.json' })).statusCode, 405)
     assert.equal((await app.inject({ url: '/nowhere' })).statusCode, 404)
@@ -200,7 +210,14 @@ describe('Errors: every error is application/json {code, message, status} (point
       assert.equal(errorBody(response).message, 'The Host header is malformed.')
       assert.equal(response.headers.link, undefined)
     }
-    for (const host of ['api.example.com', 'localhost:8080', '[::1]:8080', '10.0.0.1', 'my_service:80']) {
+    for (const host of [
+      'api.example.com',
+      'localhost:8080',
+      '[::1]:8080',
+      '10.0.0.1',
+      'my_service:80',
+      'example.com:',
+    ]) {
       const response = await test.app.inject({ url: '/v1/pets', headers: { ...bearer(secret), host } })
       assert.equal(response.statusCode, 200, host)
     }
@@ -253,6 +270,70 @@ describe('Errors: every error is application/json {code, message, status} (point
       assert.equal(JSON.parse(body).code, code)
       assert.equal(JSON.parse(body).status, status)
     }
+  })
+
+  it('a CONNECT socket is answered and closed by the server, and a client that resets it cannot crash the process', async (t) => {
+    const test = await build(t, { MAX_CONNECTIONS: '3' })
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    // Clients that keep their side open: the server still closes each (else they would fill MAX_CONNECTIONS).
+    const held = await Promise.all(
+      [1, 2, 3].map(
+        () =>
+          new Promise<string>((resolve) => {
+            const socket = connect(port, '127.0.0.1', () =>
+              socket.write('CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n'),
+            )
+            let data = ''
+            socket.on('data', (chunk) => {
+              data += chunk
+            })
+            socket.on('close', () => resolve(data))
+            socket.on('error', () => resolve(data))
+          }),
+      ),
+    )
+    for (const answer of held) assert.match(answer, /^HTTP\/1.1 400 /)
+    // Reset mid-request, with more bytes in flight: the server must shrug it off.
+    for (let i = 0; i < 5; i++) {
+      await new Promise<void>((resolve) => {
+        const socket = connect(port, '127.0.0.1', () => {
+          socket.write(`CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n${'x'.repeat(100_000)}`)
+          socket.resetAndDestroy()
+          resolve()
+        })
+        socket.on('error', () => resolve())
+      })
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    const health = await fetch(`http://127.0.0.1:${port}/healthz`)
+    assert.equal(health.status, 200)
+  })
+
+  it('behind a trusted proxy, a malformed X-Forwarded-Proto is 400 (it would go into Location and Link)', async (t) => {
+    const test = await build(t, { TRUST_PROXY: 'true' })
+    const { secret } = await test.newKey()
+    for (const proto of ['https://evil.example/x>; rel="next"; a="', 'javascript', 'ftp']) {
+      const response = await test.app.inject({
+        url: '/v1/pets?limit=1',
+        headers: { ...bearer(secret), 'x-forwarded-proto': proto },
+      })
+      assert.equal(response.statusCode, 400, proto)
+      assert.equal(errorBody(response).message, 'The X-Forwarded-Proto header is malformed.')
+    }
+    const created = await test.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers: {
+        ...bearer(secret),
+        'content-type': 'application/json',
+        'x-forwarded-proto': 'https',
+        'x-forwarded-host': 'api.example.com',
+      },
+      payload: '{"name":"Rex","categoryId":1}',
+    })
+    assert.equal(created.statusCode, 201)
+    assert.match(String(created.headers.location), /^https:\/\/api\.example\.com\/v1\/pets\/\d+$/)
   })
 
   it('an X-Request-Id that carries an API key is replaced, so the key never reaches the log', async (t) => {

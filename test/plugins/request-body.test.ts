@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { bearer, build, errorBody, type TestApp } from '../helper.ts'
+import { bearer, build, errorBody, rawExchange, type TestApp } from '../helper.ts'
 
 /** Posts raw bytes to an operation with a valid key. */
 async function post(test: TestApp, secret: string, url: string, payload: string | Buffer, headers = {}) {
@@ -73,5 +73,25 @@ describe('Request bodies: JSON in UTF-8, taken as sent (point 2)', () => {
     for (const headers of [{ 'content-type': 'application/json; charset=UTF-8' }, { 'content-encoding': 'identity' }]) {
       assert.equal((await post(test, secret, '/v1/pets', body, headers)).statusCode, 201, JSON.stringify(headers))
     }
+  })
+
+  it('a deeply nested body is judged by the schema, not refused as "not JSON" (the Unicode check does not recurse)', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const deep = `${'['.repeat(20_000)}${']'.repeat(20_000)}`
+    const response = await post(test, secret, '/v1/pets', `{"name":"Rex \\ud83d\\ude00","categoryId":1,"x":${deep}}`)
+    assert.equal(response.statusCode, 400)
+    assert.equal(errorBody(response).code, 'validation_failed')
+  })
+
+  it('REQUEST_TIMEOUT_SECONDS=0 means no body deadline: a body that arrives in pieces is taken', async (t) => {
+    const test = await build(t, { REQUEST_TIMEOUT_SECONDS: '0' })
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const body = '{"name":"Rex","categoryId":1}'
+    const head = `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n`
+    const answer = await rawExchange(port, [head, body.slice(0, 5), body.slice(5)], 50)
+    assert.match(answer, /^HTTP\/1.1 201 /)
   })
 })

@@ -221,6 +221,7 @@ describe('Portal failures are HTML pages', () => {
       assert.match(String(response.headers['content-type']), /^text\/html; charset=utf-8/)
       assert.match(response.body, /<h1>[^<]+<\/h1>/)
       assertSecurityHeaders(response.headers, request.url)
+      assert.match(String(response.headers['x-request-id']), /^[0-9a-f-]{36}$/)
     })
   }
 })
