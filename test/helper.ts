@@ -29,7 +29,7 @@ export interface TestApp {
 
 /** Which database this run of the suite uses (scripts/test.ts runs it once for each). */
 export const DATABASE: 'sqlite' | 'postgres' = process.env.TEST_DATABASE === 'postgres' ? 'postgres' : 'sqlite'
-const POSTGRES_URL = process.env.TEST_POSTGRES_URL || 'postgres://postgres@127.0.0.1:5432/test'
+export const POSTGRES_URL = process.env.TEST_POSTGRES_URL || 'postgres://postgres@127.0.0.1:5432/test'
 
 /**
  * A DATABASE_URL to a fresh, empty database of this run's kind, removed after the test:

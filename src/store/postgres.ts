@@ -47,6 +47,21 @@ const UNAVAILABLE_CODES =
   /^(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTFOUND|EHOSTUNREACH|EAI_AGAIN|08...|57P0.|53300)$/
 const UNAVAILABLE_MESSAGES = /timeout|terminated|Connection ended|not queryable|ended unexpectedly|Client was closed/i
 
+/**
+ * A pooled connection the server closed (terminated backends, a restart): it fails its next
+ * statement and leaves the pool, and the other idle connections may all be in the same state.
+ */
+const STALE_CODES = /^(57P01|57P02|ECONNRESET|EPIPE)$/
+const STALE_MESSAGES = /terminating connection|terminated unexpectedly|not queryable|ended unexpectedly/i
+
+function isStaleConnection(error: unknown): boolean {
+  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown }
+  return (
+    (typeof code === 'string' && STALE_CODES.test(code)) ||
+    (typeof message === 'string' && STALE_MESSAGES.test(message))
+  )
+}
+
 function isUnavailable(error: unknown): boolean {
   const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown }
   return (
@@ -105,12 +120,14 @@ type Run = <T>(name: Statement, values: unknown[]) => Promise<T[]>
 
 export class PostgresStore implements Store {
   #pool: Pool
+  #poolSize: number
   #closing: Promise<void> | null = null
   /** Statements under way, so that close() lets them finish. */
   #inflight = new Set<Promise<unknown>>()
 
-  private constructor(pool: Pool) {
+  private constructor(pool: Pool, poolSize: number) {
     this.#pool = pool
+    this.#poolSize = poolSize
   }
 
   /** Connects, applies pending migrations, and returns the store. */
@@ -145,7 +162,7 @@ export class PostgresStore implements Store {
     // An idle connection that dies (restart, pg_terminate_backend) is dropped by the pool; without
     // a listener its 'error' event would crash the process.
     pool.on('error', () => {})
-    const store = new PostgresStore(pool)
+    const store = new PostgresStore(pool, options.poolSize)
     try {
       await store.#migrate()
     } catch (error) {
@@ -312,7 +329,11 @@ export class PostgresStore implements Store {
     return promise.finally(() => this.#inflight.delete(promise))
   }
 
-  /** Runs a named statement; reads get one retry on a fresh connection when the database went away. */
+  /**
+   * Runs a named statement. A read that fails because the database went away is retried once; one
+   * that met a connection the server had closed is retried until it gets a live one (at most once
+   * per pooled connection: each dead one leaves the pool as it fails).
+   */
   #result(name: Statement, values: unknown[], kind: 'read' | 'write' = 'write') {
     const config: QueryConfig = { name, text: SQL[name], values }
     return this.#track(async () => {
@@ -321,7 +342,8 @@ export class PostgresStore implements Store {
           return await this.#pool.query(config)
         } catch (error) {
           if (!isUnavailable(error)) throw error
-          if (kind === 'write' || attempt === 2) throw new DatabaseUnavailableError(String(error))
+          const retries = isStaleConnection(error) ? this.#poolSize : 1
+          if (kind === 'write' || attempt > retries) throw new DatabaseUnavailableError(String(error))
         }
       }
     })

@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict'
+import { execFileSync } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { describe, it, type TestContext } from 'node:test'
 import { readMigrations } from '../../src/store/migrations.ts'
 import { PostgresStore } from '../../src/store/postgres.ts'
 import { DatabaseUnavailableError } from '../../src/store/types.ts'
-import { postgres, testDatabaseUrl } from '../helper.ts'
+import { POSTGRES_URL, postgres, testDatabaseUrl } from '../helper.ts'
 import { storeContract } from './contract.ts'
 
 const open = async (t: TestContext, databaseUrl?: string) => {
@@ -71,12 +72,23 @@ describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () 
     const name = `animal-store-${randomUUID()}`
     url.searchParams.set('application_name', name)
     const store = await open(t, url.toString())
-    await Promise.all([store.createPet({ name: 'before', categoryId: 1 }), store.ping(), store.ping()])
-    const killed = await postgres(
-      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '${name}'`,
+    // Fill the pool (5): after the kill every idle connection is dead.
+    await Promise.all([store.createPet({ name: 'before', categoryId: 1 }), ...[1, 2, 3, 4, 5].map(() => store.ping())])
+    // Killed from another process, synchronously: this event loop does not turn in between, so the
+    // pool has not yet heard that its connections are gone and the next read meets them all.
+    const killed = execFileSync(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        `import pg from 'pg'; const c = new pg.Client(${JSON.stringify(POSTGRES_URL)}); await c.connect();
+         const r = await c.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '${name}'");
+         console.log(r.rowCount); await c.end()`,
+      ],
+      { encoding: 'utf8' },
     )
-    assert.ok(killed.length >= 1)
-    // Reads retry once on a fresh connection, so the first read after the outage already succeeds.
+    assert.ok(Number(killed) >= 2, `killed ${killed}`)
+    // Reads retry past connections the server closed, so the first read after the outage already succeeds.
     assert.equal((await store.listPets({ limit: 10 })).pets.length, 1)
     await store.createPet({ name: 'after', categoryId: 1 })
     assert.equal((await store.listPets({ limit: 10 })).pets.length, 2)
