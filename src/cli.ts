@@ -37,11 +37,16 @@ Uses DATABASE_URL and DEPLOYMENT like the server (see README).`
 /** Thrown for bad input: printed as one line, exit code 1. */
 export class CliError extends Error {}
 
-const CONTROL = new RegExp(`[${CONTROL_CHARACTERS}]`, 'gu')
+/** Control characters, and the invisible ones that reorder or break a line (bidi controls, U+2028/9). */
+const CONTROL = new RegExp(
+  `[${CONTROL_CHARACTERS}\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069\\u2028\\u2029]`,
+  'gu',
+)
 
 /**
- * Text as the CLI prints it: control characters as JSON-style escapes (\u001b), so that what was
- * typed or stored (older rows may hold them) can neither drive the terminal nor forge a line.
+ * Text as the CLI prints it: control characters and invisible bidi or line-separator characters as
+ * JSON-style escapes (\u001b, \u202e), so that what was typed or stored (older rows may hold
+ * them) can neither drive the terminal, nor forge a line, nor reorder what the operator reads.
  */
 export function printable(text: string): string {
   return text.replace(CONTROL, (c) => `\\u${(c.codePointAt(0) as number).toString(16).padStart(4, '0')}`)

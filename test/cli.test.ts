@@ -249,6 +249,16 @@ describe('CLI: keys list', () => {
     assert.equal(rows[0]?.NAME, 'evil\\u001b]0;pwned\\u0007\\u001b[31mRED\\u000afake row')
   })
 
+  it('escapes invisible characters that reorder or break what the operator reads (bidi overrides, U+2028)', async (t) => {
+    const { url, email } = await withAccount(t)
+    const name = 'safe\u202eevil\u2066x\u2028y'
+    const created = await ok(url, ['keys', 'create', email, '--name', name])
+    assert.match(created.stdout, /"safe\\u202eevil\\u2066x\\u2028y"/)
+    const { stdout } = await ok(url, ['keys', 'list', email])
+    assert.doesNotMatch(stdout, /[\u202e\u2066\u2028]/)
+    assert.equal(parseTable(stdout)[0]?.NAME, 'safe\\u202eevil\\u2066x\\u2028y')
+  })
+
   it('refuses a missing SQLite file in one line naming it, and creates neither the file nor its folder', async (t) => {
     const dir = tempDir()
     t.after(() => rmSync(dir, { recursive: true, force: true }))
