@@ -16,14 +16,23 @@ import { OPENAPI_PATH } from './openapi.ts'
 /** How long a socket answered by hand may take to receive its answer before it is destroyed. */
 const RAW_SOCKET_GRACE_MS = 5000
 
-/** An Error response written straight to a socket, for requests that never reach Fastify. */
-function rawErrorResponse(code: ErrorCode, message: string = ERRORS[code][1]): string {
-  const status = ERRORS[code][0]
-  const body = JSON.stringify({ code, message, status })
-  return (
-    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-    `Content-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${randomUUID()}\r\nConnection: close\r\n\r\n${body}`
-  )
+/** The Error response to a request that never reaches Fastify: status, headers and body. */
+function rawError(code: ErrorCode, message?: string) {
+  const body = JSON.stringify(toErrorBody(new ApiError(code, message)))
+  const headers = {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': String(Buffer.byteLength(body)),
+    'x-request-id': randomUUID(),
+    connection: 'close',
+  }
+  return { status: ERRORS[code][0], headers, body }
+}
+
+/** The same, as the bytes to write straight to a socket. */
+function rawErrorResponse(code: ErrorCode, message?: string): string {
+  const { status, headers, body } = rawError(code, message)
+  const lines = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`)
+  return `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\n${lines.join('')}\r\n${body}`
 }
 
 /**
@@ -50,15 +59,8 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Soc
  */
 export function rawErrorResponses(server: Server): void {
   server.on('checkExpectation', (_request: IncomingMessage, response: ServerResponse) => {
-    const [status, message] = ERRORS.expectation_failed
-    const body = JSON.stringify({ code: 'expectation_failed', message, status })
-    response.writeHead(status, {
-      'content-type': 'application/json; charset=utf-8',
-      'content-length': Buffer.byteLength(body),
-      'x-request-id': randomUUID(),
-      connection: 'close',
-    })
-    response.end(body)
+    const { status, headers, body } = rawError('expectation_failed')
+    response.writeHead(status, headers).end(body)
   })
   // Node hands a CONNECT socket over bare (no error listener, no timeout): answer, then close it
   // outright, whatever the client does, so that it can neither crash the process nor hold a slot.
@@ -122,13 +124,7 @@ export default fp(
       else routes.push({ pattern, methods })
     })
 
-    // Under /v1 an unknown route checks the key too, before its body is read or parsed.
-    app.addHook('onRequest', (request, reply, done) => {
-      if (!request.is404 || !needsKey(request.url.split('?')[0] as string)) return done()
-      app.authenticate(request, reply).then(() => done(), done)
-    })
-
-    app.setNotFoundHandler(async (request) => {
+    const notFound = async (request: FastifyRequest) => {
       const path = request.url.split('?')[0] as string
       const allowed = routes.find((r) => r.pattern.test(path))?.methods
       if (allowed && !allowed.includes(request.method)) {
@@ -138,7 +134,20 @@ export default fp(
         })
       }
       throw new ApiError('not_found', `No route for ${request.method} ${path}.`)
-    })
+    }
+    app.setNotFoundHandler(notFound)
+    // Under /v1 an unknown route checks the key first, before its body is read: the same handler in
+    // a scope of its own, whose onRequest hook the real routes never run.
+    await app.register(
+      async (v1) => {
+        v1.addHook('onRequest', (request, reply, done) => {
+          if (!needsKey(request.url.split('?')[0] as string)) return done()
+          app.authenticate(request, reply).then(() => done(), done)
+        })
+        v1.setNotFoundHandler(notFound)
+      },
+      { prefix: '/v1' },
+    )
 
     app.setErrorHandler(sendError)
     answerUnrouted(app.server, '/v1/', (error, request, reply) => {

@@ -39,12 +39,13 @@ export default fp<{ config: Config }>(
       payload.once('close', stop)
       done(null, payload)
     }
-    app.addHook('onRoute', (route) => {
-      if (config.requestTimeoutMs === 0) return // REQUEST_TIMEOUT_SECONDS=0: no deadline
-      const methods = ([] as string[]).concat(route.method)
-      if (!methods.some((method) => BODY_METHODS.has(method))) return
-      route.preParsing = [deadline, ...([] as preParsingHookHandler[]).concat(route.preParsing ?? [])]
-    })
+    // REQUEST_TIMEOUT_SECONDS=0: no deadline.
+    if (config.requestTimeoutMs > 0)
+      app.addHook('onRoute', (route) => {
+        const methods = ([] as string[]).concat(route.method)
+        if (!methods.some((method) => BODY_METHODS.has(method))) return
+        route.preParsing = [deadline, ...([] as preParsingHookHandler[]).concat(route.preParsing ?? [])]
+      })
 
     // Bodies are JSON only: anything else, text/plain included, is 415.
     app.removeContentTypeParser('text/plain')

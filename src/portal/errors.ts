@@ -21,6 +21,11 @@ const PAGES: Record<number, [title: string, text: string]> = {
   503: ['Temporarily unavailable', 'The service cannot reach its database right now. Try again in a few seconds.'],
 }
 
+/** The page for a status: its own, or the generic one of its class. */
+function pageFor(status: number): [title: string, text: string] {
+  return PAGES[status] ?? (PAGES[status >= 500 ? 500 : 400] as [string, string])
+}
+
 export function htmlErrors(app: FastifyInstance, portal: Portal): void {
   // A portal URL Fastify cannot route (`/portal/%zz`) is answered from the root instance, where
   // neither cookies nor helmet exist: a page without forms, with the portal's content security
@@ -28,7 +33,7 @@ export function htmlErrors(app: FastifyInstance, portal: Portal): void {
   for (const prefix of ['/portal/', '/docs/']) {
     answerUnrouted(app.server, prefix, (error, request, reply) => {
       const status = toApiError(error).statusCode
-      const [title, text] = PAGES[status] ?? (PAGES[400] as [string, string])
+      const [title, text] = pageFor(status)
       request.log.info({ status }, 'portal request refused')
       const page = errorPage({ email: null, csrf: '' }, title, text)
       reply
@@ -40,7 +45,7 @@ export function htmlErrors(app: FastifyInstance, portal: Portal): void {
   }
 
   app.setNotFoundHandler(async (request, reply) => {
-    const [title, text] = PAGES[404] as [string, string]
+    const [title, text] = pageFor(404)
     return portal.send(request, reply, 404, (c) => errorPage(c, title, text))
   })
 
@@ -49,7 +54,7 @@ export function htmlErrors(app: FastifyInstance, portal: Portal): void {
     if (sent.statusCode >= 500) request.log.error({ err: error }, 'portal request failed')
     else request.log.info({ code: sent.code }, 'portal request refused')
     if (sent.headers?.['retry-after']) reply.header('retry-after', sent.headers['retry-after'])
-    const [title, text] = PAGES[sent.statusCode] ?? (PAGES[sent.statusCode >= 500 ? 500 : 400] as [string, string])
+    const [title, text] = pageFor(sent.statusCode)
     const requestId = sent.statusCode >= 500 ? request.id : undefined
     // Cookies may not have been parsed if the failure came first; a page without forms is still a page.
     request.cookies ??= {}
