@@ -11,13 +11,12 @@
 import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { startCommand } from '../scripts/start-command.ts'
 import { adminQuery, BackendWatcher, type BenchSchema, createSchema } from './postgres.ts'
 import { type Started, startPinned, stop } from './processes.ts'
 import { createKey, seedPets } from './seed.ts'
 import { serviceEnv } from './service-env.ts'
 import { withChildren } from './usage.ts'
-
-const ROOT = join(import.meta.dirname, '..')
 
 export interface BenchContext {
   /** taskset CPU list for servers. */
@@ -102,9 +101,7 @@ export async function startSqliteService(
 ): Promise<RunningTarget> {
   const key = await createKey(databaseUrl)
   const port = await freePort()
-  const env = serviceEnv(baseEnv(port, databaseUrl, logLevel))
-  const args = [...(context.nodeArgs ?? []), join(ROOT, 'src/server.ts')]
-  const server = startPinned(context.serverCpu, process.execPath, args, env)
+  const server = await startService(context, context.serverCpu, baseEnv(port, databaseUrl, logLevel))
   return running(server, port, key, context.serverCpu)
 }
 
@@ -143,14 +140,12 @@ export async function startPostgresService(
 ): Promise<RunningTarget> {
   const key = await createKey(schema.databaseUrl)
   const port = await freePort()
-  const env = serviceEnv({
+  const cpus = workers === 1 ? context.serverCpu : context.clusterCpu
+  const server = await startService(context, cpus, {
     ...baseEnv(port, schema.databaseUrl, 'info'),
     WORKERS: String(workers),
     DATABASE_POOL_SIZE: String(POOL_SIZE),
   })
-  const cpus = workers === 1 ? context.serverCpu : context.clusterCpu
-  const args = [...(context.nodeArgs ?? []), join(ROOT, 'src/server.ts')]
-  const server = startPinned(cpus, process.execPath, args, env)
   const live = await running(server, port, key, cpus, workers)
   const databaseCpus = workers === 1 ? context.postgresCpu : null
   const backends = new BackendWatcher(schema.applicationName, databaseCpus)
@@ -171,6 +166,22 @@ export async function startPostgresService(
       await schema.drop()
     },
   }
+}
+
+/**
+ * Starts the service as `npm start` does (package.json's start script: its node options and its
+ * compile cache), pinned to `cpus`, with `settings` as its configuration. It is started twice: the
+ * first start fills Node's compile cache, as a deployment's first start does, so that what is
+ * measured is every later start (no TypeScript stripper loaded, less memory).
+ */
+async function startService(context: BenchContext, cpus: string, settings: Record<string, string>): Promise<Started> {
+  const command = startCommand()
+  const env = serviceEnv({ ...command.env, ...settings })
+  const args = [...command.nodeArgs, ...(context.nodeArgs ?? []), command.script]
+  const first = startPinned(cpus, process.execPath, args, env)
+  await waitReady(first, `http://127.0.0.1:${settings.PORT}/healthz`)
+  await stop(first)
+  return startPinned(cpus, process.execPath, args, env)
 }
 
 /** The bare node:http server of bench/ceiling.ts, answering with the fixtures. */

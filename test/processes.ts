@@ -8,6 +8,7 @@ import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process'
 import { createServer } from 'node:net'
 import type { TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { startCommand } from '../scripts/start-command.ts'
 import { EnvSchema } from '../src/config.ts'
 
 export const ROOT = new URL('..', import.meta.url).pathname
@@ -96,14 +97,20 @@ export interface StartOptions {
   ready?: string | false
 }
 
-/** Starts src/server.ts on a free port (LOG_LEVEL=warn unless `env` says otherwise) and waits until it is ready. */
+/**
+ * Starts the server as `npm start` does (package.json's start script: src/server.ts with its node
+ * options and compile cache) on a free port (LOG_LEVEL=warn unless `env` says otherwise), and waits
+ * until it is ready.
+ */
 export async function startServer(
   t: TestContext,
   env: Record<string, string>,
   { ready = '/healthz' }: StartOptions = {},
 ): Promise<ServerProcess> {
   const port = await freePort()
-  const { child, output, exited } = spawnNode(['src/server.ts'], {
+  const command = startCommand()
+  const { child, output, exited } = spawnNode([...command.nodeArgs, command.script], {
+    ...command.env,
     HOST: '127.0.0.1',
     PORT: String(port),
     LOG_LEVEL: 'warn',

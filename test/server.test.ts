@@ -4,13 +4,15 @@
  * Keys are made with the real CLI (bin/animal-store.ts), as an operator would.
  */
 import assert from 'node:assert/strict'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { spawn } from 'node:child_process'
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import net from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { cliKey, type Exit, freePort, runNode, type ServerProcess, startServer } from './processes.ts'
+import { startCommand } from '../scripts/start-command.ts'
+import { childEnv, cliKey, type Exit, freePort, ROOT, runNode, type ServerProcess, startServer } from './processes.ts'
 
 /** How many leading characters of a key are public (`as_test_AbCd`); the rest is the secret part. */
 const SHOWN = 12
@@ -313,6 +315,48 @@ describe('server: logs never hold API keys', () => {
     const { stdout, stderr } = await server.exited
     const leaks = `${stdout}\n${stderr}`.split('\n').filter((line) => line.includes(secret.slice(SHOWN)))
     assert.deepEqual(leaks, [], 'log lines hold the secret part of the key')
+  })
+})
+
+/** Whether any process of the process group `id` is still running. */
+function groupAlive(id: number): boolean {
+  try {
+    process.kill(-id, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+describe('server: npm start', () => {
+  it('`npm start` (the README command) serves, and fills the compile cache its start script names', async (t) => {
+    const port = await freePort()
+    const env = childEnv({ PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: newDatabase(t), LOG_LEVEL: 'warn' })
+    // npm_execpath is npm itself when the tests run under npm; its own process group, to stop npm and node together.
+    const npm = process.env.npm_execpath
+    const child = npm
+      ? spawn(process.execPath, [npm, 'start'], { cwd: ROOT, env, detached: true, stdio: 'ignore' })
+      : spawn('npm', ['start'], { cwd: ROOT, env, detached: true, stdio: 'ignore' })
+    const exited = new Promise((resolve) => child.once('exit', resolve))
+    t.after(() => {
+      if (groupAlive(child.pid as number)) process.kill(-(child.pid as number), 'SIGKILL')
+    })
+    let status = 0
+    for (const deadline = Date.now() + 20_000; status !== 200 && Date.now() < deadline; await sleep(100)) {
+      status = await fetch(`http://127.0.0.1:${port}/healthz`).then(
+        (response) => response.status,
+        () => 0,
+      )
+    }
+    assert.equal(status, 200, '`npm start` did not serve /healthz within 20 s')
+    process.kill(-(child.pid as number), 'SIGTERM')
+    await exited
+    // npm may exit before the server has finished its shutdown, which writes the cache: wait for the whole group.
+    for (const deadline = Date.now() + 10_000; groupAlive(child.pid as number) && Date.now() < deadline; )
+      await sleep(50)
+    const cache = startCommand().env.NODE_COMPILE_CACHE as string
+    const entries = readdirSync(cache, { recursive: true })
+    assert.ok(entries.length > 10, `the compile cache ${cache} holds ${entries.length} entries`)
   })
 })
 
