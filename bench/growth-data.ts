@@ -12,7 +12,19 @@ import { NAMES, random } from './seed.ts'
 
 /** The rare status: every 1000th pet (0.1%), so that a page of it spans 20,000 ids at 100k and 1M. */
 export const RARE_STATUS = 'pending'
-export const RARE_EVERY = 1000
+/**
+ * Pets of the rare status at every size, spread evenly: 1 in 20 at 1k, 1 in 20,000 at 1M. A fixed
+ * count, not a share, so that every size serves full pages (the comparison is of table size
+ * alone) while the status gets rarer as the table grows: without an index, a page would scan
+ * 400 rows at 1k and 400,000 at 1M.
+ */
+export const RARE_COUNT = 50
+
+/** Every how many ids a pet has the rare status (sizes are multiples of RARE_COUNT). */
+function rareEvery(count: number): number {
+  if (count % RARE_COUNT !== 0) throw new Error(`the growth sizes must be multiples of ${RARE_COUNT} (got ${count})`)
+  return count / RARE_COUNT
+}
 
 export interface Seeded {
   /** Wall time of the bulk insert and what makes it durable and ready (checkpoint, or VACUUM ANALYZE). */
@@ -24,17 +36,19 @@ export interface Seeded {
 /** Pets with ids 1..count in order: rare status by id, the others 80% available, 20% sold. */
 function* rows(count: number): Generator<[string, number, string]> {
   const next = random(7)
+  const every = rareEvery(count)
   for (let id = 1; id <= count; id++) {
     const name = NAMES[Math.floor(next() * NAMES.length)] as string
     const category = 1 + Math.floor(next() * 8)
     const common = next() < 0.8 ? 'available' : 'sold'
-    yield [name, category, id % RARE_EVERY === 0 ? RARE_STATUS : common]
+    yield [name, category, id % every === 0 ? RARE_STATUS : common]
   }
 }
 
 /** Ids of the rare pets of a set of `count` pets. */
 export function rareIds(count: number): number[] {
-  return Array.from({ length: Math.floor(count / RARE_EVERY) }, (_, i) => (i + 1) * RARE_EVERY)
+  const every = rareEvery(count)
+  return Array.from({ length: RARE_COUNT }, (_, i) => (i + 1) * every)
 }
 
 async function migrate(databaseUrl: string): Promise<void> {

@@ -4,7 +4,7 @@
  * docs/performance.md around them.
  */
 import type { Seeded } from './growth-data.ts'
-import { RARE_EVERY, RARE_STATUS } from './growth-data.ts'
+import { RARE_COUNT, RARE_STATUS } from './growth-data.ts'
 import { LIMITS, STARTS } from './growth-urls.ts'
 import { type Machine, markdownTable, median } from './report.ts'
 import { changedSettings, type Settings } from './settings.ts'
@@ -74,7 +74,7 @@ function summarise(runs: GrowthRun[], info: GrowthTargetInfo, query: string): Su
 const ratio = (n: number) => `${n.toFixed(2)}×`
 
 /**
- * When the smallest size serves fewer pets per page (the rare status at 1k: one pet), part of the
+ * When the smallest size serves fewer pets per page (a data set whose smallest size cannot fill a page), part of the
  * ratio is the extra pets to read and send, not growth: then also compare the largest size with
  * the smallest one that serves as many.
  */
@@ -238,14 +238,14 @@ ${summary}
 
 ### How the growth is measured
 
-- **Data:** a fresh database per size and database, ids 1..N; every ${RARE_EVERY}th pet has the rare status
-  \`${RARE_STATUS}\` (${(100 / RARE_EVERY).toFixed(1)}%: 1 pet at 1k, 1,000 at 1M), the others are 80% \`available\`, 20% \`sold\`.
+- **Data:** a fresh database per size and database, ids 1..N; ${RARE_COUNT} pets, evenly spread, have the rare status
+  \`${RARE_STATUS}\` at every size (1 in 20 at 1k, 1 in 20,000 at 1M: every size serves full pages, and a
+  page without an index would scan 1000 times more rows at 1M than at 1k), the others are 80% \`available\`, 20% \`sold\`.
   Seeded in bulk: the store creates the schema, then SQLite gets one prepared INSERT per pet in one
   transaction through node:sqlite on the file, then a WAL checkpoint${hasPostgres ? '; PostgreSQL gets `INSERT … SELECT unnest(…)` per 50,000 pets in one transaction, then `VACUUM ANALYZE` (what autovacuum would do next)' : ''}. Seeding time is
   that wall time. **On disk:** the SQLite file plus its WAL after seeding${hasPostgres ? '; for PostgreSQL, `pg_total_relation_size` of every table of the schema (indexes and TOAST included)' : ''}.
 - **Queries:** **rare**: \`GET /v1/pets?limit=20&status=${RARE_STATUS}&cursor=…\`, starting at up to ${STARTS} ids spread
-  over the range where a page is full (at 1k, before its one rare pet: the same one-pet page as
-  the first page, so the 1k baseline there serves 1 pet where the larger sizes serve 20);
+  over the range where a page is full;
   **deep**: \`GET /v1/pets?limit=20&cursor=…\` starting after each of the last ${STARTS} pets (every id at 1k).
 - **Defeating the page cache:** the service keeps the last 1000 serialized pages (first in, first
   out). Each run cycles through every URL of its set in a fixed shuffled order (bench/lua/cycle.lua),
@@ -253,7 +253,7 @@ ${summary}
   most about 1000 distinct pages of one size, no more than the cache holds, so three sizes are needed
   for thousands of distinct URLs; a URL comes back only after thousands of other pages were stored,
   long after it was evicted. Deep cursors come from walking the API (\`Link: <…>; rel="next"\`, limit=100
-  to the tail, then limit=1). The rare status has too few pages for that (1 at 1k), so its cursors are
+  to the tail, then limit=1). The rare status has too few pages for that (3 at every size), so its cursors are
   minted with the service's own secret, read from the database, and codec (src/pagination.ts): each
   equals what the service issues for a page ending at that id, which the bench checks against the
   walked cursors before measuring. The cache check above compares with one URL repeated.${hasPostgres ? ' PostgreSQL never caches pages; it gets the same kind of URLs.' : ''}

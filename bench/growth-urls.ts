@@ -6,13 +6,13 @@
  * - Deep pages: cursors from walking the API (Link: <…>; rel="next"), limit=100 to get near the
  *   end quickly, then limit=1 over the last pets, so that there is a cursor after each of them;
  *   a cursor is not tied to its page size, so each also starts a page of 20.
- * - Rare status: the rare status has 1 pet at 1k and 100 at 100k, far fewer distinct pages than
+ * - Rare status: the rare status has 50 pets at every size, far fewer distinct pages than
  *   the cache holds, so its cursors are minted with the service's own secret and codec
  *   (src/pagination.ts): byte for byte what the service issues for a page ending at that id, which
  *   is checked against the cursors of a real walk first.
  * - Page sizes 19, 20 and 21 in turn (mean 20): at 1k there are only 1000 pets, so at most about
  *   1000 distinct pages of 20 exist, no more than the cache holds; three page sizes triple that.
- *   Every start is chosen so that each page is full (or, for the rare status at 1k, holds its one pet).
+ *   Every start is chosen so that each page is full.
  */
 import { cursorCodec } from '../src/pagination.ts'
 import { RARE_STATUS, rareIds } from './growth-data.ts'

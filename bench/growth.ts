@@ -12,7 +12,7 @@
  */
 import { writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { cursorSecret, RARE_STATUS, type Seeded, seedPostgres, seedSqlite } from './growth-data.ts'
+import { cursorSecret, RARE_COUNT, RARE_STATUS, type Seeded, seedPostgres, seedSqlite } from './growth-data.ts'
 import { type GrowthRun, type GrowthTargetInfo, growthSection } from './growth-report.ts'
 import { deepPaths, petsPerPage, rarePaths } from './growth-urls.ts'
 import { measure } from './measure.ts'
@@ -40,8 +40,8 @@ function fail(message: string): never {
 function sizes(): number[] {
   const text = process.env.BENCH_GROWTH_SIZES?.trim() || '1000,100000,1000000'
   const values = text.split(',').map((v) => Number(v.trim()))
-  if (values.some((v) => !Number.isInteger(v) || v < 1000 || v > 10_000_000) || values.length < 2) {
-    fail(`BENCH_GROWTH_SIZES must list at least two integers from 1000 to 10000000 (got "${text}")`)
+  if (values.some((v) => !Number.isInteger(v) || v < 1000 || v > 10_000_000 || v % RARE_COUNT) || values.length < 2) {
+    fail(`BENCH_GROWTH_SIZES must list at least two multiples of ${RARE_COUNT} from 1000 to 10000000 (got "${text}")`)
   }
   // The smallest is the baseline the others are compared with.
   return [...new Set(values)].sort((a, b) => a - b)

@@ -8,7 +8,7 @@
  *
  * The .cpuprofile is kept in the system temp folder, to open in Chrome DevTools or speedscope.
  */
-import { copyFileSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { copyFileSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { measure, probe } from './measure.ts'
@@ -139,12 +139,18 @@ async function main(): Promise<void> {
   )
   // A graceful stop: Node writes the profile as the process exits.
   await target.stop()
-  const written = readdirSync(profiles).find((f) => f.endsWith('.cpuprofile'))
-  if (!written) throw new Error('the server wrote no profile')
-  const kept = join(tmpdir(), `animal-store-${workload.name}${process.argv[4] ? `-${process.argv[4]}` : ''}.cpuprofile`)
-  copyFileSync(join(profiles, written), kept)
-  console.log(`profile: ${kept}`)
-  summarise(kept)
+  // One profile per thread: the main thread's is the largest; the SQLite writer thread's comes next.
+  const written = readdirSync(profiles)
+    .filter((f) => f.endsWith('.cpuprofile'))
+    .sort((a, b) => statSync(join(profiles, b)).size - statSync(join(profiles, a)).size)
+  if (written.length === 0) throw new Error('the server wrote no profile')
+  const name = `animal-store-${workload.name}${process.argv[4] ? `-${process.argv[4]}` : ''}`
+  for (const [index, file] of written.entries()) {
+    const kept = join(tmpdir(), `${name}${index === 0 ? '' : `-thread${index}`}.cpuprofile`)
+    copyFileSync(join(profiles, file), kept)
+    console.log(`\n${index === 0 ? 'main thread' : `thread ${index} (a worker: the SQLite writer)`}: ${kept}`)
+    summarise(kept, index === 0 ? 25 : 12)
+  }
 }
 
 try {

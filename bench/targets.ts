@@ -177,11 +177,10 @@ export async function startPostgresService(
 async function startService(context: BenchContext, cpus: string, settings: Record<string, string>): Promise<Started> {
   const command = startCommand()
   const env = serviceEnv({ ...command.env, ...settings })
-  const args = [...command.nodeArgs, ...(context.nodeArgs ?? []), command.script]
-  const first = startPinned(cpus, process.execPath, args, env)
+  const first = startPinned(cpus, process.execPath, [...command.nodeArgs, command.script], env)
   await waitReady(first, `http://127.0.0.1:${settings.PORT}/healthz`)
   await stop(first)
-  return startPinned(cpus, process.execPath, args, env)
+  return startPinned(cpus, process.execPath, [...command.nodeArgs, ...(context.nodeArgs ?? []), command.script], env)
 }
 
 /** The bare node:http server of bench/ceiling.ts, answering with the fixtures. */
