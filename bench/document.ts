@@ -1,5 +1,6 @@
 /** docs/performance.md: the machine, the method and the tables of one run, all generated. */
 
+import { startCommand } from '../scripts/start-command.ts'
 import type { Machine, Measurement } from './report.ts'
 import { changedSettings, type Settings } from './settings.ts'
 import { POOL_SIZE, TARGETS } from './targets.ts'
@@ -134,6 +135,9 @@ ${postgresResults(input, postgres)}
 - **Data:** ${settings.pets.toLocaleString('en')} pets in a fresh database per service target, seeded through the
   store with common pet names, 70% available, 15% pending, 15% sold; one account and API key made
   with the CLI (\`animal-store keys create\`). POST workloads add rows as they run.
+- **Start:** each service target runs \`src/server.ts\` as \`npm start\` does (package.json's start
+  script: \`${startCommand().nodeArgs.join(' ')}\` and Node's compile cache), and is started once
+  before the measured start, as a deployment's first start fills that cache.
 - **Workloads**, each with a valid key: ${workloads.map((w) => `**${w.name}** ${w.description}`).join('; ')}.
 - **Load:** \`wrk -t1 -c${settings.connections} -d${settings.seconds}s --latency\` (Debian's wrk; Lua scripts in bench/lua) pinned
   to CPU ${settings.clientCpu} with taskset; every single-process server pinned to CPU ${settings.serverCpu}.${nice} Before any measuring, one
@@ -165,7 +169,7 @@ e.g. -10 as root keeps other processes off the bench's cores, and slows them mea
 
 Where the time goes: \`npx node bench/profile.ts list20 15\` runs the service under one workload with
 \`--cpu-prof\` and prints self time by group (routing, validation, auth, SQLite, serialization,
-logging, HTTP) and the top functions.
+logging, HTTP) and the top functions, for the main thread and for the SQLite writer thread.
 `
 }
 
