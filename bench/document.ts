@@ -137,7 +137,9 @@ ${postgresResults(input, postgres)}
   with the CLI (\`animal-store keys create\`). POST workloads add rows as they run.
 - **Start:** each service target runs \`src/server.ts\` as \`npm start\` does (package.json's start
   script: \`${startCommand().nodeArgs.join(' ')}\` and Node's compile cache), and is started once
-  before the measured start, as a deployment's first start fills that cache.
+  before the measured start, as a deployment's first start fills that cache. The ceiling runs with
+  V8's defaults.
+  \`BENCH_TARGETS=sqlite,sqlite-v8-defaults,ceiling\` adds the service with V8's defaults too (decision 54).
 - **Workloads**, each with a valid key: ${workloads.map((w) => `**${w.name}** ${w.description}`).join('; ')}.
 - **Load:** \`wrk -t1 -c${settings.connections} -d${settings.seconds}s --latency\` (Debian's wrk; Lua scripts in bench/lua) pinned
   to CPU ${settings.clientCpu} with taskset; every single-process server pinned to CPU ${settings.serverCpu}.${nice} Before any measuring, one

@@ -10,7 +10,7 @@ import { openStore } from '../src/store/index.ts'
 import { adminQuery, type BenchSchema } from './postgres.ts'
 import { NAMES, random } from './seed.ts'
 
-/** The rare status: every 1000th pet (0.1%), so that a page of it spans 20,000 ids at 100k and 1M. */
+/** The rare status: RARE_COUNT pets at every size. */
 export const RARE_STATUS = 'pending'
 /**
  * Pets of the rare status at every size, spread evenly: 1 in 20 at 1k, 1 in 20,000 at 1M. A fixed

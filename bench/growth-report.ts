@@ -73,25 +73,6 @@ function summarise(runs: GrowthRun[], info: GrowthTargetInfo, query: string): Su
 
 const ratio = (n: number) => `${n.toFixed(2)}×`
 
-/**
- * When the smallest size serves fewer pets per page (a data set whose smallest size cannot fill a page), part of the
- * ratio is the extra pets to read and send, not growth: then also compare the largest size with
- * the smallest one that serves as many.
- */
-function samePageSize(rows: Summary[], query: string): string {
-  const per = (r: Summary) => Math.round(r.info.petsPerPage[query as 'rare' | 'deep'])
-  const [first, largest] = [rows[0], rows.at(-1)]
-  if (!first || !largest || per(first) === per(largest)) return ''
-  const peer = rows.find((r) => per(r) === per(largest))
-  if (!peer || peer === largest) return ''
-  const cpu = (r: Summary) => r.serviceMicros + (r.databaseMicros ?? 0)
-  return (
-    ` At ${short(first.info.pets)} this page holds ${per(first)} pet${per(first) === 1 ? '' : 's'}, against ${per(largest)} from ${short(peer.info.pets)} on,` +
-    ` so part of that is the extra pets to read and send; between pages of the same size, ${short(largest.info.pets)} ÷ ${short(peer.info.pets)}` +
-    ` is p50 ${ratio(largest.p50 / peer.p50)}, p99 ${ratio(largest.p99 / peer.p99)}, CPU per request ${ratio(cpu(largest) / cpu(peer))}.`
-  )
-}
-
 export interface GrowthInput {
   settings: Settings
   started: Date
@@ -158,7 +139,7 @@ export function growthSection(input: GrowthInput): { markdown: string; summary: 
       }
       verdicts.push(
         `- **${database}**, ${QUERIES[query]}: p50 ${clauses.p50.join(', ')}: ${met.p50 ? 'met' : 'not met'}; ` +
-          `p99 ${clauses.p99.join(', ')}: ${met.p99 ? 'met' : 'not met'}.${samePageSize(rows, query)}`,
+          `p99 ${clauses.p99.join(', ')}: ${met.p99 ? 'met' : 'not met'}.`,
       )
     }
   }

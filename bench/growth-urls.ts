@@ -79,10 +79,7 @@ export async function deepPaths(api: Api, count: number, secret: string): Promis
   return spread(cursors)
 }
 
-/**
- * Minted cursors of the rare status after STARTS ids spread over the range where every page is
- * full (with fewer than 21 rare pets, before the first one: the same page as the first page).
- */
+/** Minted cursors of the rare status after STARTS ids spread over the range where every page is full. */
 export async function rarePaths(api: Api, count: number, secret: string): Promise<string[]> {
   const codec = cursorCodec(secret)
   const rare = rareIds(count)
@@ -99,7 +96,8 @@ export async function rarePaths(api: Api, count: number, secret: string): Promis
     cursor = result.cursor
   }
   const largest = Math.max(...LIMITS)
-  const end = rare.length > largest ? (rare[rare.length - largest] as number) : (rare[0] ?? 1)
+  // RARE_COUNT rare pets: from a start before this one, every page size finds a full page.
+  const end = rare[rare.length - largest] as number
   const starts = new Set<number>()
   const wanted = Math.min(STARTS, end - 1)
   for (let j = 0; j < wanted; j++) starts.add(1 + Math.floor((j * (end - 1)) / wanted))

@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { ROOT } from '../scripts/start-command.ts'
 
 const children = new Set<ChildProcess>()
 const dirs = new Set<string>()
@@ -49,7 +50,8 @@ export function pinned(cpu: string, command: string, args: string[]): [string, s
  */
 export function startPinned(cpu: string, command: string, args: string[], env: NodeJS.ProcessEnv): Started {
   const [program, line] = pinned(cpu, command, args)
-  const child = spawn(program, line, { env, stdio: ['ignore', 'ignore', 'pipe'] })
+  // From the project root, as npm runs the start script (its relative paths are the project's).
+  const child = spawn(program, line, { cwd: ROOT, env, stdio: ['ignore', 'ignore', 'pipe'] })
   children.add(child)
   let stderr = ''
   child.stderr?.on('data', (chunk: Buffer) => {

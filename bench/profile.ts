@@ -1,14 +1,15 @@
 /**
  * Where the service's time goes under one workload: runs the SQLite service (LOG_LEVEL=info, stdout
  * to /dev/null, as in the bench) with --cpu-prof, loads it with wrk, and prints self time by group
- * (routing, validation, auth, sqlite, serialization, logging, HTTP…) and the top functions.
+ * (routing, validation, auth, sqlite, serialization, logging, HTTP…) and the top functions, for the
+ * main thread and for the SQLite writer thread.
  *
  *   npx node bench/profile.ts [workload] [seconds] [sqlite|postgres|ceiling]   e.g. npx node bench/profile.ts list20 15
  *   npx node bench/profile.ts <file.cpuprofile>        summarise a profile taken before
  *
- * The .cpuprofile is kept in the system temp folder, to open in Chrome DevTools or speedscope.
+ * The .cpuprofiles (one per thread) are kept in the system temp folder, to open in Chrome DevTools or speedscope.
  */
-import { copyFileSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { copyFileSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { measure, probe } from './measure.ts'
@@ -139,17 +140,20 @@ async function main(): Promise<void> {
   )
   // A graceful stop: Node writes the profile as the process exits.
   await target.stop()
-  // One profile per thread: the main thread's is the largest; the SQLite writer thread's comes next.
+  // One profile per thread, named CPU.<date>.<time>.<pid>.<thread id>.<seq>.cpuprofile: thread 0 is
+  // the main thread; the service's only other thread that runs JavaScript is the SQLite writer.
+  const thread = (file: string) => Number(file.split('.')[4])
   const written = readdirSync(profiles)
     .filter((f) => f.endsWith('.cpuprofile'))
-    .sort((a, b) => statSync(join(profiles, b)).size - statSync(join(profiles, a)).size)
+    .sort((a, b) => thread(a) - thread(b))
   if (written.length === 0) throw new Error('the server wrote no profile')
   const name = `animal-store-${workload.name}${process.argv[4] ? `-${process.argv[4]}` : ''}`
-  for (const [index, file] of written.entries()) {
-    const kept = join(tmpdir(), `${name}${index === 0 ? '' : `-thread${index}`}.cpuprofile`)
+  for (const file of written) {
+    const main = thread(file) === 0
+    const kept = join(tmpdir(), `${name}${main ? '' : `-thread${thread(file)}`}.cpuprofile`)
     copyFileSync(join(profiles, file), kept)
-    console.log(`\n${index === 0 ? 'main thread' : `thread ${index} (a worker: the SQLite writer)`}: ${kept}`)
-    summarise(kept, index === 0 ? 25 : 12)
+    console.log(`\n${main ? 'main thread' : `worker thread ${thread(file)} (the SQLite writer)`}: ${kept}`)
+    summarise(kept, main ? 25 : 12)
   }
 }
 

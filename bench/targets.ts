@@ -66,9 +66,8 @@ export interface Target {
 export const POOL_SIZE = 10
 
 /** Settings every service target runs with. */
-function baseEnv(port: number, databaseUrl: string, logLevel: string): Record<string, string> {
+function baseEnv(databaseUrl: string, logLevel: string): Record<string, string> {
   return {
-    PORT: String(port),
     HOST: '127.0.0.1',
     DATABASE_URL: databaseUrl,
     DEPLOYMENT: 'staging',
@@ -79,29 +78,33 @@ function baseEnv(port: number, databaseUrl: string, logLevel: string): Record<st
 }
 
 /** The service on a fresh, seeded SQLite database. stdout (the request log) goes to /dev/null. */
-export function sqliteService(name: string, logLevel: string): Target {
+export function sqliteService(name: string, logLevel: string, scriptOptions = true): Target {
   return {
     name,
-    label: `sqlite, LOG_LEVEL=${logLevel}`,
+    label: `sqlite, LOG_LEVEL=${logLevel}${scriptOptions ? '' : ", V8's default heap"}`,
     kind: 'service',
     database: 'sqlite',
     async start(context) {
       const databaseUrl = `sqlite:${join(context.dir, `${name}.db`)}`
       await seedPets(databaseUrl, context.pets)
-      return startSqliteService(context, databaseUrl, logLevel)
+      return startSqliteService(context, databaseUrl, logLevel, scriptOptions)
     },
   }
 }
 
-/** The service on an existing SQLite database, pinned to the servers' CPU, with a new API key. */
+/**
+ * The service on an existing SQLite database, pinned to the servers' CPU, with a new API key;
+ * without the start script's node options when `scriptOptions` is false.
+ */
 export async function startSqliteService(
   context: BenchContext,
   databaseUrl: string,
   logLevel = 'info',
+  scriptOptions = true,
 ): Promise<RunningTarget> {
   const key = await createKey(databaseUrl)
   const port = await freePort()
-  const server = await startService(context, context.serverCpu, baseEnv(port, databaseUrl, logLevel))
+  const server = await startService(context, context.serverCpu, port, baseEnv(databaseUrl, logLevel), scriptOptions)
   return running(server, port, key, context.serverCpu)
 }
 
@@ -141,8 +144,8 @@ export async function startPostgresService(
   const key = await createKey(schema.databaseUrl)
   const port = await freePort()
   const cpus = workers === 1 ? context.serverCpu : context.clusterCpu
-  const server = await startService(context, cpus, {
-    ...baseEnv(port, schema.databaseUrl, 'info'),
+  const server = await startService(context, cpus, port, {
+    ...baseEnv(schema.databaseUrl, 'info'),
     WORKERS: String(workers),
     DATABASE_POOL_SIZE: String(POOL_SIZE),
   })
@@ -170,17 +173,25 @@ export async function startPostgresService(
 
 /**
  * Starts the service as `npm start` does (package.json's start script: its node options and its
- * compile cache), pinned to `cpus`, with `settings` as its configuration. It is started twice: the
- * first start fills Node's compile cache, as a deployment's first start does, so that what is
- * measured is every later start (no TypeScript stripper loaded, less memory).
+ * compile cache), pinned to `cpus`, on `port`, with `settings` as its configuration; without the
+ * script's node options when `scriptOptions` is false (V8's defaults, to compare). It is started
+ * twice: the first start fills Node's compile cache, as a deployment's first start does, so that
+ * what is measured is every later start (no TypeScript stripper loaded, less memory).
  */
-async function startService(context: BenchContext, cpus: string, settings: Record<string, string>): Promise<Started> {
+async function startService(
+  context: BenchContext,
+  cpus: string,
+  port: number,
+  settings: Record<string, string>,
+  scriptOptions = true,
+): Promise<Started> {
   const command = startCommand()
-  const env = serviceEnv({ ...command.env, ...settings })
-  const first = startPinned(cpus, process.execPath, [...command.nodeArgs, command.script], env)
-  await waitReady(first, `http://127.0.0.1:${settings.PORT}/healthz`)
+  const env = serviceEnv({ ...command.env, ...settings, PORT: String(port) })
+  const options = scriptOptions ? command.nodeArgs : []
+  const first = startPinned(cpus, process.execPath, [...options, command.script], env)
+  await waitReady(first, `http://127.0.0.1:${port}/healthz`)
   await stop(first)
-  return startPinned(cpus, process.execPath, [...command.nodeArgs, ...(context.nodeArgs ?? []), command.script], env)
+  return startPinned(cpus, process.execPath, [...options, ...(context.nodeArgs ?? []), command.script], env)
 }
 
 /** The bare node:http server of bench/ceiling.ts, answering with the fixtures. */
@@ -206,6 +217,8 @@ export const ceiling: Target = {
 export const TARGETS: Record<string, Target> = {
   sqlite: sqliteService('sqlite', 'info'),
   'sqlite-warn': sqliteService('sqlite-warn', 'warn'),
+  // Not run by default: the service without the start script's node options (decision 54).
+  'sqlite-v8-defaults': sqliteService('sqlite-v8-defaults', 'info', false),
   'postgres-1': postgresService('postgres-1', 1),
   'postgres-2': postgresService('postgres-2', 2),
   ceiling,

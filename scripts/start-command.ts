@@ -1,39 +1,38 @@
 /**
  * The service's start command, read from package.json's "start" script, so that the bench and the
  * tests run the service exactly as `npm start` does (its environment settings and node options).
- * The script has the shape `[NAME=value …] node [--option …] src/server.ts`; anything else is an
- * error here rather than a bench that quietly measures a different command.
+ * The script has the shape `[NAME=value …] exec node [--option …] src/server.ts`; anything else is
+ * an error here rather than a bench that quietly measures a different command. Values and paths
+ * are kept as written: run the command from ROOT, as npm does.
  */
 import { readFileSync } from 'node:fs'
-import { isAbsolute, join } from 'node:path'
+import { join } from 'node:path'
 
 export const ROOT = join(import.meta.dirname, '..')
 
 export interface StartCommand {
-  /** Environment settings of the script, paths made absolute (npm runs scripts from the project root). */
+  /** Environment settings of the script, as written. */
   env: Record<string, string>
-  /** Node's options, before the script. */
+  /** Node's options. */
   nodeArgs: string[]
-  /** The server script, absolute. */
+  /** The server script, relative to ROOT. */
   script: string
 }
 
+const SHAPE = /^((?:[A-Z_][A-Z0-9_]*=\S+\s+)*)exec\s+node\s+((?:--\S+\s+)*)(\S+\.ts)$/
+
 export function startCommand(): StartCommand {
   const { scripts } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }
-  const words = scripts.start.trim().split(/\s+/)
-  const env: Record<string, string> = {}
-  let word = words.shift()
-  for (; word?.includes('='); word = words.shift()) {
-    const [name, value] = word.split(/=(.*)/) as [string, string]
-    env[name] = value.startsWith('.') || value.includes('/') ? absolute(value) : value
+  const match = SHAPE.exec(scripts.start.trim())
+  if (!match) {
+    throw new Error(`package.json "start" is not "[NAME=value …] exec node [--option …] <script>.ts": ${scripts.start}`)
   }
-  const script = words.pop()
-  if (word !== 'node' || !script?.endsWith('.ts') || words.some((w) => !w.startsWith('--'))) {
-    throw new Error(`package.json "start" is not "[NAME=value …] node [--option …] <script>.ts": ${scripts.start}`)
-  }
-  return { env, nodeArgs: words, script: absolute(script) }
-}
-
-function absolute(path: string): string {
-  return isAbsolute(path) ? path : join(ROOT, path)
+  const [, assignments = '', options = '', script = ''] = match
+  const env = Object.fromEntries(
+    assignments
+      .split(/\s+/)
+      .filter(Boolean)
+      .map((a) => a.split(/=(.*)/, 2)),
+  )
+  return { env, nodeArgs: options.split(/\s+/).filter(Boolean), script }
 }

@@ -7,6 +7,7 @@
  * passes the signal on and exits when every worker has finished.
  */
 import cluster from 'node:cluster'
+import { flushCompileCache } from 'node:module'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import Fastify from 'fastify'
@@ -39,6 +40,9 @@ async function serve(config: Config): Promise<void> {
   })
 
   await app.listen({ port: config.port, host: config.host })
+  // Node writes its compile cache (NODE_COMPILE_CACHE, set by `npm start`) at exit; write it now,
+  // so that a process that is later killed, not stopped, still leaves it for the next start.
+  flushCompileCache()
 }
 
 async function supervise(config: Config): Promise<void> {

@@ -54,6 +54,12 @@ function spawnNode(args: string[], env: Record<string, string>, timeout?: number
   return { child, output, exited }
 }
 
+/** `node`'s arguments that run the server as `npm start` does (package.json's start script); its environment is startCommand().env. */
+export function serverArgs(): string[] {
+  const { nodeArgs, script } = startCommand()
+  return [...nodeArgs, script]
+}
+
 /** Runs `node <args>` to completion, killed after `timeout` ms; never rejects on a non-zero exit. */
 export function runNode(args: string[], env: Record<string, string>, timeout = 20_000): Promise<Exit> {
   return spawnNode(args, env, timeout).exited
@@ -108,9 +114,8 @@ export async function startServer(
   { ready = '/healthz' }: StartOptions = {},
 ): Promise<ServerProcess> {
   const port = await freePort()
-  const command = startCommand()
-  const { child, output, exited } = spawnNode([...command.nodeArgs, command.script], {
-    ...command.env,
+  const { child, output, exited } = spawnNode(serverArgs(), {
+    ...startCommand().env,
     HOST: '127.0.0.1',
     PORT: String(port),
     LOG_LEVEL: 'warn',

@@ -7,6 +7,7 @@
  * in the next transaction (group commit), each in its own savepoint so that one failing write does
  * not undo the others. A result is posted back only after its COMMIT returned, i.e. is on disk.
  */
+import { flushCompileCache } from 'node:module'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { parentPort, workerData } from 'node:worker_threads'
 import { randomId } from '../api-keys.ts'
@@ -195,6 +196,8 @@ function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): vo
     }
   })
   port.postMessage('ready')
+  // This thread's share of the compile cache (see src/server.ts).
+  flushCompileCache()
 }
 
 if (parentPort) startWriter(parentPort, workerData as WriterData)
