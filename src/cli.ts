@@ -147,7 +147,7 @@ export async function run(argv: string[], config: Config, print: Print): Promise
           k.expiresAt ?? '-',
           k.lastUsedAt ?? '-',
         ])
-        return printTable(['ID', 'NAME', 'PREFIX', 'STATE', 'CREATED', 'EXPIRES', 'LAST USED'], rows, say)
+        return printTable(['ID', 'NAME', 'PREFIX', 'STATE', 'CREATED', 'EXPIRES', 'LAST USED'], rows, print)
       }
       case 'keys revoke': {
         if (arg === undefined) throw new CliError('A key id (key_…) is required. See "animal-store keys list <email>".')
@@ -161,8 +161,8 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   }
 }
 
+/** Prints a table of `cells`, escaped (printable) before measuring, so that the columns line up as printed. */
 function printTable(header: string[], cells: string[][], print: Print): void {
-  // Escaped before measuring, so that the columns line up as printed.
   const rows = cells.map((row) => row.map(printable))
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] as string).length)))
   for (const row of [header, ...rows])

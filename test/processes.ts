@@ -54,10 +54,15 @@ function spawnNode(args: string[], env: Record<string, string>, timeout?: number
   return { child, output, exited }
 }
 
-/** `node`'s arguments that run the server as `npm start` does (package.json's start script); its environment is startCommand().env. */
-export function serverArgs(): string[] {
-  const { nodeArgs, script } = startCommand()
-  return [...nodeArgs, script]
+/** `node`'s arguments and environment that run the server as `npm start` does (package.json's start script), plus `env`. */
+function serverCommand(env: Record<string, string>): [string[], Record<string, string>] {
+  const { env: scriptEnv, nodeArgs, script } = startCommand()
+  return [[...nodeArgs, script], { ...scriptEnv, ...env }]
+}
+
+/** Runs the server as `npm start` does until it exits, killed after `timeout` ms; never rejects on a non-zero exit. */
+export function runServer(env: Record<string, string>, timeout: number): Promise<Exit> {
+  return runNode(...serverCommand(env), timeout)
 }
 
 /** Runs `node <args>` to completion, killed after `timeout` ms; never rejects on a non-zero exit. */
@@ -114,13 +119,9 @@ export async function startServer(
   { ready = '/healthz' }: StartOptions = {},
 ): Promise<ServerProcess> {
   const port = await freePort()
-  const { child, output, exited } = spawnNode(serverArgs(), {
-    ...startCommand().env,
-    HOST: '127.0.0.1',
-    PORT: String(port),
-    LOG_LEVEL: 'warn',
-    ...env,
-  })
+  const { child, output, exited } = spawnNode(
+    ...serverCommand({ HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'warn', ...env }),
+  )
   const running = () => child.exitCode === null && child.signalCode === null
   t.after(() => {
     if (running()) child.kill('SIGKILL')

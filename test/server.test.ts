@@ -12,17 +12,7 @@ import { join } from 'node:path'
 import { describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { startCommand } from '../scripts/start-command.ts'
-import {
-  childEnv,
-  cliKey,
-  type Exit,
-  freePort,
-  ROOT,
-  runNode,
-  type ServerProcess,
-  serverArgs,
-  startServer,
-} from './processes.ts'
+import { childEnv, cliKey, type Exit, freePort, ROOT, runServer, type ServerProcess, startServer } from './processes.ts'
 
 /** How many leading characters of a key are public (`as_test_AbCd`); the rest is the secret part. */
 const SHOWN = 12
@@ -500,7 +490,7 @@ describe('server: bad configuration', () => {
     it(`exits non-zero with one line on stderr naming ${name} for ${what} (${name}=${value})`, async (t) => {
       const env: Record<string, string> = { PORT: String(await freePort()), DATABASE_URL: newDatabase(t) }
       env[name] = value
-      const exit = await runNode(serverArgs(), { ...startCommand().env, ...env }, 10_000)
+      const exit = await runServer(env, 10_000)
       assert.notEqual(exit.code, 0)
       assert.equal(exit.signal, null, 'killed by the timeout: the process did not exit by itself')
       assert.equal(exit.stdout, '')
@@ -515,11 +505,7 @@ describe('server: bad configuration', () => {
     await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve))
     t.after(() => blocker.close())
     const { port } = blocker.address() as net.AddressInfo
-    const exit = await runNode(
-      serverArgs(),
-      { ...startCommand().env, PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: newDatabase(t) },
-      15_000,
-    )
+    const exit = await runServer({ PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: newDatabase(t) }, 15_000)
     assert.notEqual(exit.code, 0)
     assert.equal(exit.signal, null, 'killed by the timeout: the process did not exit by itself')
     assert.match(`${exit.stdout}${exit.stderr}`, /EADDRINUSE/)

@@ -74,7 +74,8 @@ export function rawErrorResponses(server: Server): void {
 }
 
 /** Under /v1 the key is checked before anything else about a request, even on unknown routes. */
-function needsKey(path: string): boolean {
+function needsKey(url: string): boolean {
+  const path = url.split('?')[0] as string
   return path.startsWith('/v1/') && path !== OPENAPI_PATH
 }
 
@@ -141,7 +142,7 @@ export default fp(
     await app.register(
       async (v1) => {
         v1.addHook('onRequest', (request, reply, done) => {
-          if (!needsKey(request.url.split('?')[0] as string)) return done()
+          if (!needsKey(request.url)) return done()
           app.authenticate(request, reply).then(() => done(), done)
         })
         v1.setNotFoundHandler(notFound)

@@ -120,14 +120,12 @@ type Run = <T>(name: Statement, values: unknown[]) => Promise<T[]>
 
 export class PostgresStore implements Store {
   #pool: Pool
-  #poolSize: number
   #closing: Promise<void> | null = null
   /** Statements under way, so that close() lets them finish. */
   #inflight = new Set<Promise<unknown>>()
 
-  private constructor(pool: Pool, poolSize: number) {
+  private constructor(pool: Pool) {
     this.#pool = pool
-    this.#poolSize = poolSize
   }
 
   /** Connects, applies pending migrations, and returns the store. */
@@ -162,7 +160,7 @@ export class PostgresStore implements Store {
     // An idle connection that dies (restart, pg_terminate_backend) is dropped by the pool; without
     // a listener its 'error' event would crash the process.
     pool.on('error', () => {})
-    const store = new PostgresStore(pool, options.poolSize)
+    const store = new PostgresStore(pool)
     try {
       await store.#migrate()
     } catch (error) {
@@ -342,7 +340,7 @@ export class PostgresStore implements Store {
           return await this.#pool.query(config)
         } catch (error) {
           if (!isUnavailable(error)) throw error
-          const retries = isStaleConnection(error) ? this.#poolSize : 1
+          const retries = isStaleConnection(error) ? (this.#pool.options.max ?? 1) : 1
           if (kind === 'write' || attempt > retries) throw new DatabaseUnavailableError(String(error))
         }
       }
