@@ -96,6 +96,12 @@ function postgresMethod(input: DocumentInput, postgres: string[]): string {
   }`
 }
 
+/** The start script's settings as written: its environment settings, then its node options. */
+function scriptSettings(): string {
+  const { env, nodeArgs } = startCommand()
+  return [...Object.entries(env).map(([name, value]) => `${name}=${value}`), ...nodeArgs].join(' ')
+}
+
 export function documentation(input: DocumentInput): string {
   const { settings, started, host, markdown, verdict, labels, workloads, measurements, contention } = input
   const primary = settings.targets[0] as string
@@ -136,10 +142,10 @@ ${postgresResults(input, postgres)}
   store with common pet names, 70% available, 15% pending, 15% sold; one account and API key made
   with the CLI (\`animal-store keys create\`). POST workloads add rows as they run.
 - **Start:** each service target runs \`src/server.ts\` as \`npm start\` does (package.json's start
-  script: \`${startCommand().nodeArgs.join(' ')}\` and Node's compile cache), and is started once
-  before the measured start, as a deployment's first start fills that cache. The ceiling runs with
-  V8's defaults.
-  \`BENCH_TARGETS=sqlite,sqlite-v8-defaults,ceiling\` adds the service with V8's defaults too (decision 54).
+  script: \`${scriptSettings()}\`), and is started once before the measured start, as a deployment's
+  first start fills Node's compile cache. The ceiling runs with Node's defaults.
+  \`BENCH_TARGETS=sqlite,sqlite-v8-defaults,ceiling\` adds the service without the script's memory
+  settings too (decision 54).
 - **Workloads**, each with a valid key: ${workloads.map((w) => `**${w.name}** ${w.description}`).join('; ')}.
 - **Load:** \`wrk -t1 -c${settings.connections} -d${settings.seconds}s --latency\` (Debian's wrk; Lua scripts in bench/lua) pinned
   to CPU ${settings.clientCpu} with taskset; every single-process server pinned to CPU ${settings.serverCpu}.${nice} Before any measuring, one

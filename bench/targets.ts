@@ -81,7 +81,7 @@ function baseEnv(databaseUrl: string, logLevel: string): Record<string, string> 
 export function sqliteService(name: string, logLevel: string, scriptOptions = true): Target {
   return {
     name,
-    label: `sqlite, LOG_LEVEL=${logLevel}${scriptOptions ? '' : ", V8's default heap"}`,
+    label: `sqlite, LOG_LEVEL=${logLevel}${scriptOptions ? '' : ', default memory settings'}`,
     kind: 'service',
     database: 'sqlite',
     async start(context) {
@@ -173,8 +173,9 @@ export async function startPostgresService(
 
 /**
  * Starts the service as `npm start` does (package.json's start script: its node options and its
- * compile cache), pinned to `cpus`, on `port`, with `settings` as its configuration; without the
- * script's node options when `scriptOptions` is false (V8's defaults, to compare). It is started
+ * environment settings), pinned to `cpus`, on `port`, with `settings` as its configuration; when
+ * `scriptOptions` is false, without the script's memory settings (its node options and every
+ * setting but the compile cache: V8's and glibc's defaults, to compare). It is started
  * twice: the first start fills Node's compile cache, as a deployment's first start does, so that
  * what is measured is every later start (no TypeScript stripper loaded, less memory).
  */
@@ -186,7 +187,11 @@ async function startService(
   scriptOptions = true,
 ): Promise<Started> {
   const command = startCommand()
-  const env = serviceEnv({ ...command.env, ...settings, PORT: String(port) })
+  // The comparison keeps the compile cache: where stripped code is kept is not a memory setting.
+  const scriptEnv = scriptOptions
+    ? command.env
+    : Object.fromEntries(Object.entries(command.env).filter(([name]) => name === 'NODE_COMPILE_CACHE'))
+  const env = serviceEnv({ ...scriptEnv, ...settings, PORT: String(port) })
   const options = scriptOptions ? command.nodeArgs : []
   const first = startPinned(cpus, process.execPath, [...options, command.script], env)
   await waitReady(first, `http://127.0.0.1:${port}/healthz`)

@@ -12,7 +12,17 @@ import { join } from 'node:path'
 import { describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { startCommand } from '../scripts/start-command.ts'
-import { childEnv, cliKey, type Exit, freePort, ROOT, runServer, type ServerProcess, startServer } from './processes.ts'
+import {
+  childEnv,
+  cliKey,
+  type Exit,
+  freePort,
+  ROOT,
+  runNode,
+  runServer,
+  type ServerProcess,
+  startServer,
+} from './processes.ts'
 
 /** How many leading characters of a key are public (`as_test_AbCd`); the rest is the secret part. */
 const SHOWN = 12
@@ -380,6 +390,16 @@ describe('server: npm start', () => {
     assert.ok(refused, 'the server still accepts connections 10 s after SIGTERM to npm')
     assert.ok(!groupAlive(group), 'a process of `npm start` is still running 10 s after SIGTERM to npm')
     assert.match(stderr, new RegExp(`\\[compile cache\\].*${cache.replaceAll('.', '\\.')}`), stderr.slice(0, 2000))
+  })
+})
+
+describe('server: memory', () => {
+  it("loading the app does not load Node's bundled undici (fetch and web streams), which it never uses", async () => {
+    // An ES import of node:http reads its lazy WebSocket export, which loads undici: ~13 MB of RSS.
+    const script = "await import('./src/app.ts'); console.log(process.moduleLoadList.filter((m) => /undici/.test(m)))"
+    const { code, stdout, stderr } = await runNode(['--input-type=module', '-e', script], {})
+    assert.equal(code, 0, stderr)
+    assert.equal(stdout.trim(), '[]')
   })
 })
 

@@ -4,7 +4,7 @@
  * known paths with the wrong method (405 + Allow) and unexpected failures (500, masked, logged).
  */
 import { randomUUID } from 'node:crypto'
-import { type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from 'node:http'
+import type { IncomingMessage, Server, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
@@ -12,6 +12,11 @@ import fp from 'fastify-plugin'
 import { redactApiKeys } from '../api-keys.ts'
 import { ApiError, ERRORS, type ErrorCode, toApiError, toErrorBody } from '../errors.ts'
 import { OPENAPI_PATH } from './openapi.ts'
+
+// Not `import { STATUS_CODES } from 'node:http'`: building node:http's ES module namespace reads
+// its lazy WebSocket export, which loads Node's bundled undici (fetch) and web streams, about
+// 13 MB of RSS that nothing here uses. The CommonJS exports object reads no export.
+const { STATUS_CODES } = process.getBuiltinModule('node:http')
 
 /** How long a socket answered by hand may take to receive its answer before it is destroyed. */
 const RAW_SOCKET_GRACE_MS = 5000
