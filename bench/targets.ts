@@ -78,33 +78,33 @@ function baseEnv(databaseUrl: string, logLevel: string): Record<string, string> 
 }
 
 /** The service on a fresh, seeded SQLite database. stdout (the request log) goes to /dev/null. */
-export function sqliteService(name: string, logLevel: string, scriptOptions = true): Target {
+export function sqliteService(name: string, logLevel: string, memorySettings = true): Target {
   return {
     name,
-    label: `sqlite, LOG_LEVEL=${logLevel}${scriptOptions ? '' : ', default memory settings'}`,
+    label: `sqlite, LOG_LEVEL=${logLevel}${memorySettings ? '' : ', default memory settings'}`,
     kind: 'service',
     database: 'sqlite',
     async start(context) {
       const databaseUrl = `sqlite:${join(context.dir, `${name}.db`)}`
       await seedPets(databaseUrl, context.pets)
-      return startSqliteService(context, databaseUrl, logLevel, scriptOptions)
+      return startSqliteService(context, databaseUrl, logLevel, memorySettings)
     },
   }
 }
 
 /**
  * The service on an existing SQLite database, pinned to the servers' CPU, with a new API key;
- * without the start script's node options when `scriptOptions` is false.
+ * without the start script's memory settings when `memorySettings` is false.
  */
 export async function startSqliteService(
   context: BenchContext,
   databaseUrl: string,
   logLevel = 'info',
-  scriptOptions = true,
+  memorySettings = true,
 ): Promise<RunningTarget> {
   const key = await createKey(databaseUrl)
   const port = await freePort()
-  const server = await startService(context, context.serverCpu, port, baseEnv(databaseUrl, logLevel), scriptOptions)
+  const server = await startService(context, context.serverCpu, port, baseEnv(databaseUrl, logLevel), memorySettings)
   return running(server, port, key, context.serverCpu)
 }
 
@@ -174,8 +174,8 @@ export async function startPostgresService(
 /**
  * Starts the service as `npm start` does (package.json's start script: its node options and its
  * environment settings), pinned to `cpus`, on `port`, with `settings` as its configuration; when
- * `scriptOptions` is false, without the script's memory settings (its node options and every
- * setting but the compile cache: V8's and glibc's defaults, to compare). It is started
+ * `memorySettings` is false, without the script's memory settings (its node options and every
+ * environment setting but the compile cache: V8's and glibc's defaults, to compare). It is started
  * twice: the first start fills Node's compile cache, as a deployment's first start does, so that
  * what is measured is every later start (no TypeScript stripper loaded, less memory).
  */
@@ -184,15 +184,15 @@ async function startService(
   cpus: string,
   port: number,
   settings: Record<string, string>,
-  scriptOptions = true,
+  memorySettings = true,
 ): Promise<Started> {
   const command = startCommand()
   // The comparison keeps the compile cache: where stripped code is kept is not a memory setting.
-  const scriptEnv = scriptOptions
+  const scriptEnv = memorySettings
     ? command.env
     : Object.fromEntries(Object.entries(command.env).filter(([name]) => name === 'NODE_COMPILE_CACHE'))
   const env = serviceEnv({ ...scriptEnv, ...settings, PORT: String(port) })
-  const options = scriptOptions ? command.nodeArgs : []
+  const options = memorySettings ? command.nodeArgs : []
   const first = startPinned(cpus, process.execPath, [...options, command.script], env)
   await waitReady(first, `http://127.0.0.1:${port}/healthz`)
   await stop(first)
@@ -222,7 +222,7 @@ export const ceiling: Target = {
 export const TARGETS: Record<string, Target> = {
   sqlite: sqliteService('sqlite', 'info'),
   'sqlite-warn': sqliteService('sqlite-warn', 'warn'),
-  // Not run by default: the service without the start script's node options (decision 54).
+  // Not run by default: the service without the start script's memory settings (decision 54).
   'sqlite-v8-defaults': sqliteService('sqlite-v8-defaults', 'info', false),
   'postgres-1': postgresService('postgres-1', 1),
   'postgres-2': postgresService('postgres-2', 2),
