@@ -19,7 +19,8 @@ export interface Caller {
   accountId: number
 }
 
-type Hook = (request: FastifyRequest, reply: FastifyReply) => Promise<void>
+type Done = (error?: Error) => void
+type Hook = (request: FastifyRequest, reply: FastifyReply, done: Done) => void
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -92,24 +93,23 @@ export default fp<{ config: Config }>(
     /** Addresses that sent too many bad keys, and until when they get 429 (this process's view). */
     const blocked = new BoundedMap<string, number>(CACHE_ENTRIES)
 
-    async function verify(header: string, now: number): Promise<CachedKey | ApiError> {
+    /**
+     * What the cache alone says about an Authorization header: the key's entry, or why it is
+     * refused; or, when only the store can tell, the key's hash to look up.
+     */
+    function verifyCached(header: string, now: number): CachedKey | ApiError | string {
       const secret = BEARER.exec(header)?.[1]
       if (!secret) return refused('invalid_api_key', 'The Authorization header must be: Bearer <API_KEY>.')
       const hash = hashApiKey(secret)
-      let entry = cache.get(hash)
+      const entry = cache.get(hash)
       // A fresh cache entry is a key already found valid for this deployment: skip straight to its state.
-      if (!entry || now - entry.verifiedAtMs >= config.apiKeyCacheMs) {
-        const deployment = apiKeyDeployment(secret)
-        if (!deployment) return refused('invalid_api_key', 'The API key is malformed.')
-        if (deployment !== config.deployment) {
-          return refused('invalid_api_key', `This is a ${deployment} key; this is the ${config.deployment} deployment.`)
-        }
-        entry = (await lookup(hash, now)) ?? undefined
+      if (entry && now - entry.verifiedAtMs < config.apiKeyCacheMs) return keyState(entry, now)
+      const deployment = apiKeyDeployment(secret)
+      if (!deployment) return refused('invalid_api_key', 'The API key is malformed.')
+      if (deployment !== config.deployment) {
+        return refused('invalid_api_key', `This is a ${deployment} key; this is the ${config.deployment} deployment.`)
       }
-      if (!entry) return refused('invalid_api_key', 'The API key is not known.')
-      if (entry.key.revokedAt) return refused('revoked_api_key')
-      if (now >= entry.expiresAtMs) return refused('expired_api_key')
-      return entry
+      return hash
     }
 
     /** Counts a bad key against the client's address; past the limit the address is refused for the window. */
@@ -121,29 +121,48 @@ export default fp<{ config: Config }>(
       return tooManyFailures(resetMs)
     }
 
+    /** Admits the request as the key's caller, or refuses it (a bad key also counts against the address). */
+    function settle(request: FastifyRequest, verdict: CachedKey | ApiError, now: number, done: Done): void {
+      if (verdict instanceof ApiError) {
+        countFailure(request.ip, now).then((tooMany) => done(tooMany ?? verdict), done)
+        return
+      }
+      request.caller = { keyId: verdict.key.id, accountId: verdict.key.accountId }
+      if (now - verdict.touchedAtMs >= TOUCH_INTERVAL_MS) {
+        verdict.touchedAtMs = now
+        usage.set(verdict.key.id, new Date(now).toISOString())
+      }
+      done()
+    }
+
     app.decorateRequest('caller', null as unknown as Caller)
-    app.decorate('authenticate', async (request: FastifyRequest) => {
+    // Callback style, and synchronous for a cached key: almost every request costs no promise here.
+    app.decorate('authenticate', (request: FastifyRequest, _reply: FastifyReply, done: Done) => {
       const now = Date.now()
       const blockedUntil = blocked.get(request.ip)
       if (blockedUntil !== undefined) {
-        if (blockedUntil > now) throw tooManyFailures(blockedUntil - now)
+        if (blockedUntil > now) return done(tooManyFailures(blockedUntil - now))
         blocked.delete(request.ip)
       }
       const header = request.headers.authorization
       if (!header) {
-        throw new ApiError('missing_api_key', undefined, { 'www-authenticate': `Bearer realm="${REALM}"` })
+        return done(new ApiError('missing_api_key', undefined, { 'www-authenticate': `Bearer realm="${REALM}"` }))
       }
-      const result = await verify(header, now)
-      if (result instanceof ApiError) throw (await countFailure(request.ip, now)) ?? result
-      request.caller = { keyId: result.key.id, accountId: result.key.accountId }
-      if (now - result.touchedAtMs >= TOUCH_INTERVAL_MS) {
-        result.touchedAtMs = now
-        usage.set(result.key.id, new Date(now).toISOString())
-      }
+      const verdict = verifyCached(header, now)
+      if (typeof verdict !== 'string') return settle(request, verdict, now, done)
+      lookup(verdict, now).then((entry) => settle(request, keyState(entry, now), now, done), done)
     })
   },
   { name: 'auth', dependencies: ['store', 'rate-limit'] },
 )
+
+/** A cached or looked-up key's state now: admitted, or why not. */
+function keyState(entry: CachedKey | null, now: number): CachedKey | ApiError {
+  if (!entry) return refused('invalid_api_key', 'The API key is not known.')
+  if (entry.key.revokedAt) return refused('revoked_api_key')
+  if (now >= entry.expiresAtMs) return refused('expired_api_key')
+  return entry
+}
 
 function refused(code: ErrorCode, message?: string): ApiError {
   const error = new ApiError(code, message)

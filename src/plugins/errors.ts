@@ -148,7 +148,7 @@ export default fp(
       async (v1) => {
         v1.addHook('onRequest', (request, reply, done) => {
           if (!needsKey(request.url)) return done()
-          app.authenticate(request, reply).then(() => done(), done)
+          app.authenticate(request, reply, done)
         })
         v1.setNotFoundHandler(notFound)
       },
@@ -158,10 +158,7 @@ export default fp(
     app.setErrorHandler(sendError)
     answerUnrouted(app.server, '/v1/', (error, request, reply) => {
       if (!needsKey(request.url)) return void sendError(error, request, reply)
-      app.authenticate(request, reply).then(
-        () => sendError(error, request, reply),
-        (refused: unknown) => sendError(refused, request, reply),
-      )
+      app.authenticate(request, reply, (refused) => sendError(refused ?? error, request, reply))
     })
   },
   { name: 'errors' },
