@@ -5,7 +5,10 @@
  * cannot change what a test sees.
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process'
+import { mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import type { TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { startCommand } from '../scripts/start-command.ts'
@@ -13,7 +16,35 @@ import { EnvSchema } from '../src/config.ts'
 
 export const ROOT = new URL('..', import.meta.url).pathname
 
+/**
+ * Ports handed out lately by any test process on this machine. Test files run two at a time, and
+ * the kernel may hand the same free port to both while neither server listens yet: then one
+ * server fails to bind, and its test's readiness check is answered by the other file's server.
+ */
+const RESERVED_PORTS = join(tmpdir(), 'animal-store-test-ports')
+/** Long enough for any test to finish with its port; an older reservation is stale. */
+const RESERVATION_MS = 10 * 60_000
+
+/** A port no process listens on, and that no other test process was given in the last minutes. */
 export async function freePort(): Promise<number> {
+  mkdirSync(RESERVED_PORTS, { recursive: true })
+  for (;;) {
+    const port = await unusedPort()
+    const reservation = join(RESERVED_PORTS, String(port))
+    try {
+      writeFileSync(reservation, '', { flag: 'wx' })
+      return port
+    } catch {
+      // Given to another test lately: ask for another, and clear the reservation if it is stale.
+      const reservedAt = statSync(reservation, { throwIfNoEntry: false })?.mtimeMs ?? 0
+      if (Date.now() - reservedAt > RESERVATION_MS) {
+        rmSync(reservation, { force: true })
+      }
+    }
+  }
+}
+
+async function unusedPort(): Promise<number> {
   const server = createServer().listen(0, '127.0.0.1')
   await new Promise((resolve) => server.once('listening', resolve))
   const { port } = server.address() as { port: number }
