@@ -11,8 +11,8 @@ import { flushCompileCache } from 'node:module'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import Fastify from 'fastify'
-import pino from 'pino'
 import { type Config, ConfigError, loadConfig } from './config.ts'
+import { bufferedLogStream } from './log-stream.ts'
 import { openStore } from './store/index.ts'
 
 /** A worker that dies sooner than this after starting is restarted only after a pause. */
@@ -28,7 +28,9 @@ const LOG_FLUSH_MS = 1000
 async function serve(config: Config): Promise<void> {
   // Imported here, not at the top: a cluster primary never serves, and need not load the app.
   const { default: animalStore, serverOptions } = await import('./app.ts')
-  const logStream = pino.destination({ dest: 1, minLength: LOG_BUFFER_BYTES, periodicFlush: LOG_FLUSH_MS, sync: true })
+  const logStream = bufferedLogStream(1, LOG_BUFFER_BYTES, LOG_FLUSH_MS)
+  // Whatever way the process ends, the lines still gathered are written first.
+  process.on('exit', () => logStream.flushSync())
   const app = Fastify(serverOptions(config, logStream))
   await app.register(animalStore, { config })
 
