@@ -3,18 +3,23 @@
  * Run as `npx animal-store <command>`. Errors print one line to stderr and exit non-zero.
  */
 import { existsSync } from 'node:fs'
+import { createInterface } from 'node:readline'
+import { Writable } from 'node:stream'
 import { parseArgs } from 'node:util'
 import Value from 'typebox/value'
 import {
   AccountRuleError,
   createAccount,
   DEFAULT_KEY_NAME,
+  hashPassword,
   isEmail,
   issueApiKey,
   KEY_NAME_DESCRIPTION,
   KeyNameSchema,
   keyState,
   MAX_LIFETIME_DESCRIPTION,
+  PASSWORD_DESCRIPTION,
+  PasswordSchema,
   parseDuration,
 } from './accounts.ts'
 import { type Config, loadConfig } from './config.ts'
@@ -24,6 +29,8 @@ import { openStore, type Store } from './store/index.ts'
 const USAGE = `Usage: animal-store <command>
 
   accounts create <email>                         Create an account.
+  accounts set-password <email>                   Set an account's portal password, read from standard
+                                                  input (typed without echo, or piped); ends its sessions.
   keys create <email> [--name <name>] [--expires-in <duration>]
                                                   Generate an API key (printed once, alone on the last line).
                                                   duration: a number and s, m, h, d or w, e.g. 30d;
@@ -75,9 +82,11 @@ async function account(store: Store, address: string) {
 }
 
 type Print = (line: string) => void
+/** Reads a secret the operator types or pipes (the password of `accounts set-password`). */
+type ReadSecret = (prompt: string) => Promise<string>
 
 /** Runs one command. Exported so the tests can drive it in-process as well as through the bin. */
-export async function run(argv: string[], config: Config, print: Print): Promise<void> {
+export async function run(argv: string[], config: Config, print: Print, readSecret = readStdin): Promise<void> {
   const { positionals, values, tokens } = parseArgs({
     args: argv,
     allowPositionals: true,
@@ -96,7 +105,7 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   if (values.help || group === undefined || group === 'help') return print(USAGE)
   if (extra.length > 0) throw new CliError(`Unexpected argument "${extra[0]}". Run "animal-store help".`)
   const command = `${group} ${action ?? ''}`.trim()
-  const known = ['accounts create', 'keys create', 'keys list', 'keys revoke']
+  const known = ['accounts create', 'accounts set-password', 'keys create', 'keys list', 'keys revoke']
   if (!known.includes(command)) throw new CliError(`Unknown command "${command}". Run "animal-store help".`)
   if (command !== 'keys create' && (values.name !== undefined || values['expires-in'] !== undefined)) {
     throw new CliError(`--name and --expires-in apply only to "keys create".`)
@@ -106,6 +115,7 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   const lifetimeMs = values['expires-in'] === undefined ? undefined : lifetime(values['expires-in'])
   const name = values.name ?? DEFAULT_KEY_NAME
   if (!Value.Check(KeyNameSchema, name)) throw new CliError(`--name must be ${KEY_NAME_DESCRIPTION}`)
+  const password = command === 'accounts set-password' ? await readPassword(readSecret) : undefined
   // Only "accounts create" may start a database: the others need an account or a key in it, and a
   // mistyped DATABASE_URL must not leave an empty database (and its folders) behind.
   if (command !== 'accounts create' && config.databaseUrl.startsWith('sqlite:')) {
@@ -124,6 +134,11 @@ export async function run(argv: string[], config: Config, print: Print): Promise
         const created = await createAccount(store, address as string)
         if (!created) throw new CliError(`An account for ${address} already exists.`)
         return say(`Created account ${created.id} for ${created.email}.`)
+      }
+      case 'accounts set-password': {
+        const owner = await account(store, address as string)
+        await store.setAccountPassword(owner.id, await hashPassword(password as string))
+        return say(`Set the password of ${owner.email}; any portal sessions it had are ended.`)
       }
       case 'keys create': {
         const owner = await account(store, address as string)
@@ -158,6 +173,40 @@ export async function run(argv: string[], config: Config, print: Print): Promise
     }
   } finally {
     await store.close()
+  }
+}
+
+/** The new password: one line, checked against the portal's rule before anything is stored. */
+async function readPassword(readSecret: ReadSecret): Promise<string> {
+  const password = await readSecret('New password: ')
+  if (!Value.Check(PasswordSchema, password)) throw new CliError(`The password must be ${PASSWORD_DESCRIPTION}.`)
+  return password
+}
+
+/**
+ * The first line of standard input. At a terminal it is typed after a prompt (on stderr) and not
+ * echoed; otherwise it is piped, e.g. `printf '%s' "$PASSWORD" | animal-store accounts set-password …`,
+ * so that it never appears in the command line (shell history, `ps`).
+ */
+async function readStdin(prompt: string): Promise<string> {
+  const terminal = process.stdin.isTTY === true
+  if (terminal) process.stderr.write(prompt)
+  // At a terminal, readline echoes what is typed to its output: give it one that shows nothing.
+  const silent = new Writable({ write: (_chunk, _encoding, done) => done() })
+  const lines = createInterface({ input: process.stdin, output: silent, terminal })
+  // In raw mode Ctrl-C reaches readline, not the process: end the prompt with it.
+  let cancelled = false
+  lines.on('SIGINT', () => {
+    cancelled = true
+    lines.close()
+  })
+  try {
+    for await (const line of lines) return line
+    if (cancelled) throw new CliError('Cancelled: no password was set.')
+    return ''
+  } finally {
+    lines.close()
+    if (terminal) process.stderr.write('\n')
   }
 }
 

@@ -13,6 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { generateApiKey } from '../src/api-keys.ts'
 import { openStore } from '../src/store/index.ts'
 import { bearer, build, errorBody, type TestApp } from './helper.ts'
+import { FormBrowser, PASSWORD } from './portal/browser.ts'
 import { cli, type Exit } from './processes.ts'
 
 const STAGING_KEY = /^as_test_[0-9A-Za-z]{38}$/
@@ -30,22 +31,22 @@ function rawControls(text: string): string[] {
 /** A key name that, printed raw, retitles the terminal, turns it red and forges a row of `keys list`. */
 const EVIL_NAME = 'evil\u001b]0;pwned\u0007\u001b[31mRED\nfake row'
 
-/** Runs `animal-store <args>` on `databaseUrl` and collects its exit code and output. */
-function cliOn(databaseUrl: string, args: string[], env: Record<string, string> = {}): Promise<Exit> {
-  return cli(args, { DATABASE_URL: databaseUrl, ...env })
+/** Runs `animal-store <args>` on `databaseUrl` (with `input` piped to it) and collects its exit code and output. */
+function cliOn(databaseUrl: string, args: string[], env: Record<string, string> = {}, input?: string): Promise<Exit> {
+  return cli(args, { DATABASE_URL: databaseUrl, ...env }, input)
 }
 
 /** A run that must succeed: exit 0, nothing on stderr. */
-async function ok(databaseUrl: string, args: string[], env: Record<string, string> = {}): Promise<Exit> {
-  const run = await cliOn(databaseUrl, args, env)
+async function ok(databaseUrl: string, args: string[], env: Record<string, string> = {}, input?: string) {
+  const run = await cliOn(databaseUrl, args, env, input)
   assert.equal(run.code, 0, `animal-store ${args.join(' ')} failed: ${run.stderr}`)
   assert.equal(run.stderr, '', `animal-store ${args.join(' ')} wrote to stderr`)
   return run
 }
 
 /** A run that must fail: non-zero exit, exactly one line on stderr, nothing on stdout. */
-async function fails(databaseUrl: string, args: string[], env: Record<string, string> = {}): Promise<string> {
-  const run = await cliOn(databaseUrl, args, env)
+async function fails(databaseUrl: string, args: string[], env: Record<string, string> = {}, input?: string) {
+  const run = await cliOn(databaseUrl, args, env, input)
   const what = `animal-store ${args.join(' ')}`
   assert.notEqual(run.code, 0, `${what} exited 0`)
   assert.equal(run.stdout, '', `${what} wrote to stdout`)
@@ -125,6 +126,55 @@ describe('CLI: accounts create', () => {
     const { url } = await withAccount(t)
     const message = await fails(url, ['accounts', 'create', 'alice@example.com'])
     assert.match(message, /alice@example\.com/)
+  })
+})
+
+describe('CLI: accounts set-password', () => {
+  const NEW_PASSWORD = 'another horse battery staple'
+
+  it('gives an account made by the CLI a portal password, piped on standard input: it can then sign in', async (t) => {
+    const { url, email } = await withAccount(t)
+    const run = await ok(url, ['accounts', 'set-password', email], {}, `${PASSWORD}\n`)
+    assert.match(run.stdout, /alice@example\.com/)
+    assert.doesNotMatch(run.stdout + run.stderr, new RegExp(PASSWORD), 'the password was echoed')
+    const { app } = await build(t, { DATABASE_URL: url })
+    assert.equal((await new FormBrowser(app).signIn(email, PASSWORD)).statusCode, 303)
+    assert.notEqual((await new FormBrowser(app).signIn(email, NEW_PASSWORD)).statusCode, 303, 'another password works')
+  })
+
+  it('a new password ends the portal sessions the account had, and only the new one signs in', async (t) => {
+    const { url, email } = await withAccount(t)
+    await ok(url, ['accounts', 'set-password', email], {}, PASSWORD)
+    const { app } = await build(t, { DATABASE_URL: url })
+    const browser = new FormBrowser(app)
+    assert.equal((await browser.signIn(email, PASSWORD)).statusCode, 303)
+    assert.equal((await browser.get('/portal/keys')).statusCode, 200)
+
+    await ok(url, ['accounts', 'set-password', email], {}, `${NEW_PASSWORD}\r\n`)
+    const after = await browser.get('/portal/keys')
+    assert.equal(after.statusCode, 303, 'the session outlived the password')
+    assert.match(String(after.headers.location), /^\/portal\/sign-in/)
+    assert.notEqual((await new FormBrowser(app).signIn(email, PASSWORD)).statusCode, 303, 'the old password works')
+    assert.equal((await new FormBrowser(app).signIn(email, NEW_PASSWORD)).statusCode, 303)
+  })
+
+  for (const [what, input] of [
+    ['a password shorter than the portal allows', 'too short\n'],
+    ['a password of spaces only', `${' '.repeat(20)}\n`],
+    ['an empty standard input', ''],
+  ] as const) {
+    it(`refuses ${what} in one line, and stores nothing`, async (t) => {
+      const { url, email } = await withAccount(t)
+      assert.match(await fails(url, ['accounts', 'set-password', email], {}, input), /15 to 256 characters/)
+      const store = await openStore({ databaseUrl: url, poolSize: 1, timeoutMs: 5000 })
+      t.after(() => store.close())
+      assert.equal((await store.findAccountLogin(email))?.passwordHash, null)
+    })
+  }
+
+  it('refuses an unknown account in one line naming it', async (t) => {
+    const { url } = await withAccount(t)
+    assert.match(await fails(url, ['accounts', 'set-password', 'bob@example.com'], {}, PASSWORD), /bob@example\.com/)
   })
 })
 

@@ -68,9 +68,13 @@ export interface Exit {
   stderr: string
 }
 
-/** Spawns `node <args>` in ROOT and collects its output; `exited` resolves once it has all been read. */
-function spawnNode(args: string[], env: Record<string, string>, timeout?: number) {
+/**
+ * Spawns `node <args>` in ROOT and collects its output; `exited` resolves once it has all been read.
+ * `input`, when given, is written to its standard input, which is then closed.
+ */
+function spawnNode(args: string[], env: Record<string, string>, timeout?: number, input?: string) {
   const child = spawn(process.execPath, args, { cwd: ROOT, env: childEnv(env), timeout })
+  if (input !== undefined) child.stdin.end(input)
   const output = { stdout: '', stderr: '', both: '' }
   for (const stream of ['stdout', 'stderr'] as const) {
     child[stream].setEncoding('utf8').on('data', (chunk: string) => {
@@ -97,13 +101,13 @@ export function runServer(env: Record<string, string>, timeout: number): Promise
 }
 
 /** Runs `node <args>` to completion, killed after `timeout` ms; never rejects on a non-zero exit. */
-export function runNode(args: string[], env: Record<string, string>, timeout = 20_000): Promise<Exit> {
-  return spawnNode(args, env, timeout).exited
+export function runNode(args: string[], env: Record<string, string>, timeout = 20_000, input?: string): Promise<Exit> {
+  return spawnNode(args, env, timeout, input).exited
 }
 
-/** Runs the CLI (`animal-store <args>`); resolves with its exit code and output. */
-export function cli(args: string[], env: Record<string, string>): Promise<Exit> {
-  return runNode(['bin/animal-store.ts', ...args], env)
+/** Runs the CLI (`animal-store <args>`), with `input` piped to it; resolves with its exit code and output. */
+export function cli(args: string[], env: Record<string, string>, input?: string): Promise<Exit> {
+  return runNode(['bin/animal-store.ts', ...args], env, undefined, input)
 }
 
 /** Creates an account (if needed) and a key with the CLI; returns the key. */

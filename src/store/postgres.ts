@@ -84,7 +84,10 @@ const SQL = {
   getAccountByEmail: 'SELECT id, email, created_at AS "createdAt" FROM accounts WHERE email = $1',
   getAccountLogin:
     'SELECT id, email, created_at AS "createdAt", password_hash AS "passwordHash" FROM accounts WHERE email = $1',
-  setPassword: 'UPDATE accounts SET password_hash = $1 WHERE id = $2',
+  // One statement, so one transaction: the sessions end with the old password.
+  setPassword: `WITH updated AS (UPDATE accounts SET password_hash = $1 WHERE id = $2 RETURNING id),
+    ended AS (DELETE FROM sessions WHERE account_id IN (SELECT id FROM updated))
+    SELECT id FROM updated`,
   insertSession: 'INSERT INTO sessions (id, account_id, created_at, expires_at) VALUES ($1, $2, now(), $3)',
   getSession: `SELECT s.account_id AS "accountId", a.email, s.expires_at AS "expiresAt"
     FROM sessions s JOIN accounts a ON a.id = s.account_id WHERE s.id = $1 AND s.expires_at > now()`,

@@ -43,6 +43,7 @@ function prepareWrites(db: DatabaseSync) {
     insertAccount: s(`INSERT INTO accounts (email, password_hash, created_at) VALUES (?, ?, ?)
       ON CONFLICT (email) DO NOTHING RETURNING id, email, created_at AS createdAt`),
     setPassword: s('UPDATE accounts SET password_hash = ? WHERE id = ?'),
+    deleteAccountSessions: s('DELETE FROM sessions WHERE account_id = ?'),
     insertSession: s('INSERT INTO sessions (id, account_id, created_at, expires_at) VALUES (?, ?, ?, ?)'),
     deleteSession: s('DELETE FROM sessions WHERE id = ?'),
     insertKey: s(`INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at, expires_at)
@@ -86,7 +87,9 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       return (sql.insertAccount.get(email, passwordHash, now()) as Account | undefined) ?? null
     },
     setAccountPassword(accountId: number, passwordHash: string): boolean {
-      return sql.setPassword.run(passwordHash, accountId).changes > 0
+      if (sql.setPassword.run(passwordHash, accountId).changes === 0) return false
+      sql.deleteAccountSessions.run(accountId)
+      return true
     },
     createSession(hash: string, accountId: number, expiresAt: string): void {
       sql.insertSession.run(hash, accountId, now(), expiresAt)

@@ -127,7 +127,10 @@ export interface Store {
   findAccountByEmail(email: string): Promise<Account | null>
   /** The account and its password hash (null when it has none, e.g. made by the CLI), or null. */
   findAccountLogin(email: string): Promise<{ account: Account; passwordHash: string | null } | null>
-  /** Sets or replaces an account's password hash; false when no such account. */
+  /**
+   * Sets or replaces an account's password hash and ends the account's portal sessions, in one
+   * transaction (a new password signs every browser out); false when no such account.
+   */
   setAccountPassword(accountId: number, passwordHash: string): Promise<boolean>
 
   // ─── SESSIONS ────────────────────────────────────────────────────────────────────────────────

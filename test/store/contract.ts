@@ -158,8 +158,13 @@ export function storeContract(name: string, open: OpenStore): void {
         passwordHash: null,
       })
       assert.equal(await store.findAccountLogin('nobody@example.com'), null)
+      const later = new Date(Date.now() + 3_600_000).toISOString()
+      await store.createSession({ hash: 'cli-session', accountId: cliMade.id, expiresAt: later })
+      await store.createSession({ hash: 'web-session', accountId: withPassword.id, expiresAt: later })
       assert.equal(await store.setAccountPassword(cliMade.id, 'scrypt$new'), true)
       assert.equal((await store.findAccountLogin('cli@example.com'))?.passwordHash, 'scrypt$new')
+      assert.equal(await store.findSession('cli-session'), null, "a new password leaves the account's sessions")
+      assert.ok(await store.findSession('web-session'), "another account's session ended")
       assert.equal(await store.setAccountPassword(cliMade.id + 1000, 'x'), false)
     })
 
