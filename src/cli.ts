@@ -86,7 +86,12 @@ type Print = (line: string) => void
 type ReadSecret = (prompt: string) => Promise<string>
 
 /** Runs one command. Exported so the tests can drive it in-process as well as through the bin. */
-export async function run(argv: string[], config: Config, print: Print, readSecret = readStdin): Promise<void> {
+export async function run(
+  argv: string[],
+  config: Config,
+  print: Print,
+  readSecret: ReadSecret = readStdin,
+): Promise<void> {
   const { positionals, values, tokens } = parseArgs({
     args: argv,
     allowPositionals: true,
@@ -184,16 +189,21 @@ async function readPassword(readSecret: ReadSecret): Promise<string> {
 }
 
 /**
- * The first line of standard input. At a terminal it is typed after a prompt (on stderr) and not
- * echoed; otherwise it is piped, e.g. `printf '%s' "$PASSWORD" | animal-store accounts set-password …`,
- * so that it never appears in the command line (shell history, `ps`).
+ * The first line of `input` (standard input). At a terminal it is typed after a prompt (on
+ * `prompts`, stderr) and not echoed; otherwise it is piped, e.g.
+ * `printf '%s' "$PASSWORD" | animal-store accounts set-password …`, so that it never appears in
+ * the command line (shell history, `ps`). Exported for the tests, which type into a fake terminal.
  */
-async function readStdin(prompt: string): Promise<string> {
-  const terminal = process.stdin.isTTY === true
-  if (terminal) process.stderr.write(prompt)
+export async function readStdin(
+  prompt: string,
+  input: NodeJS.ReadableStream & { isTTY?: boolean } = process.stdin,
+  prompts: NodeJS.WritableStream = process.stderr,
+): Promise<string> {
+  const terminal = input.isTTY === true
+  if (terminal) prompts.write(prompt)
   // At a terminal, readline echoes what is typed to its output: give it one that shows nothing.
   const silent = new Writable({ write: (_chunk, _encoding, done) => done() })
-  const lines = createInterface({ input: process.stdin, output: silent, terminal })
+  const lines = createInterface({ input, output: silent, terminal })
   // In raw mode Ctrl-C reaches readline, not the process: end the prompt with it.
   let cancelled = false
   lines.on('SIGINT', () => {
@@ -206,7 +216,7 @@ async function readStdin(prompt: string): Promise<string> {
     return ''
   } finally {
     lines.close()
-    if (terminal) process.stderr.write('\n')
+    if (terminal) prompts.write('\n')
   }
 }
 

@@ -8,9 +8,11 @@ import { createHash } from 'node:crypto'
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { PassThrough } from 'node:stream'
 import { after, before, describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { generateApiKey } from '../src/api-keys.ts'
+import { readStdin } from '../src/cli.ts'
 import { openStore } from '../src/store/index.ts'
 import { bearer, build, errorBody, type TestApp } from './helper.ts'
 import { FormBrowser, PASSWORD } from './portal/browser.ts'
@@ -136,7 +138,6 @@ describe('CLI: accounts set-password', () => {
     const { url, email } = await withAccount(t)
     const run = await ok(url, ['accounts', 'set-password', email], {}, `${PASSWORD}\n`)
     assert.match(run.stdout, /alice@example\.com/)
-    assert.doesNotMatch(run.stdout + run.stderr, new RegExp(PASSWORD), 'the password was echoed')
     const { app } = await build(t, { DATABASE_URL: url })
     assert.equal((await new FormBrowser(app).signIn(email, PASSWORD)).statusCode, 303)
     assert.notEqual((await new FormBrowser(app).signIn(email, NEW_PASSWORD)).statusCode, 303, 'another password works')
@@ -171,6 +172,29 @@ describe('CLI: accounts set-password', () => {
       assert.equal((await store.findAccountLogin(email))?.passwordHash, null)
     })
   }
+
+  it('at a terminal, prompts on stderr and does not echo what is typed; Ctrl-C cancels', async () => {
+    const typed = async (keys: string) => {
+      const terminal = Object.assign(new PassThrough(), { isTTY: true, setRawMode: () => terminal })
+      const shown = new PassThrough()
+      let output = ''
+      shown.on('data', (chunk) => {
+        output += chunk
+      })
+      const line = readStdin('New password: ', terminal, shown)
+      terminal.write(keys)
+      const result = await line.then(
+        (value) => ({ value }),
+        (error: Error) => ({ error }),
+      )
+      return { ...result, output }
+    }
+    const entered = await typed(`${PASSWORD}\r`)
+    assert.deepEqual(entered, { value: PASSWORD, output: 'New password: \n' })
+    const cancelled = await typed('half typed\u0003')
+    assert.match(String('error' in cancelled && cancelled.error.message), /Cancelled/)
+    assert.equal(cancelled.output, 'New password: \n')
+  })
 
   it('refuses an unknown account in one line naming it', async (t) => {
     const { url } = await withAccount(t)

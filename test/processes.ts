@@ -5,7 +5,16 @@
  * cannot change what a test sees.
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process'
-import { mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -34,7 +43,8 @@ export async function freePort(): Promise<number> {
     try {
       writeFileSync(reservation, '', { flag: 'wx' })
       return port
-    } catch {
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
       // Given to another test lately: ask for another, and clear the reservation if it is stale.
       const reservedAt = statSync(reservation, { throwIfNoEntry: false })?.mtimeMs ?? 0
       if (Date.now() - reservedAt > RESERVATION_MS) {
@@ -50,6 +60,35 @@ async function unusedPort(): Promise<number> {
   const { port } = server.address() as { port: number }
   await new Promise((resolve) => server.close(resolve))
   return port
+}
+
+/**
+ * Whether process `pid` holds the listening socket of 127.0.0.1:`port` (from /proc: the LISTEN row
+ * of /proc/net/tcp and the process's file descriptors). True where there is no /proc to ask.
+ */
+export function listens(pid: number, port: number): boolean {
+  if (!existsSync('/proc/net/tcp')) return true
+  const local = `0100007F:${port.toString(16).toUpperCase().padStart(4, '0')}`
+  const inodes = readFileSync('/proc/net/tcp', 'utf8')
+    .split('\n')
+    .map((row) => row.trim().split(/\s+/))
+    .filter((fields) => fields[1] === local && fields[3] === '0A')
+    .map((fields) => `socket:[${fields[9]}]`)
+  if (inodes.length === 0) return false
+  const fds = `/proc/${pid}/fd`
+  try {
+    return readdirSync(fds).some((fd) => inodes.includes(safeReadlink(join(fds, fd))))
+  } catch {
+    return false // the process is gone
+  }
+}
+
+function safeReadlink(path: string): string {
+  try {
+    return readlinkSync(path)
+  } catch {
+    return ''
+  }
 }
 
 /** A child's environment: ours without any of the service's variables, plus `overrides`. */
@@ -205,7 +244,8 @@ export async function startServer(
   for (let i = 0; ready; i++) {
     if (!running()) throw new Error(`server exited with ${child.exitCode ?? child.signalCode}:\n${output.both}`)
     const response = await fetch(`${url}${ready}`).catch(() => null)
-    if (response?.ok) break
+    // Another test's server may hold the port (this one then fails to bind): it must be ours that answered.
+    if (response?.ok && listens(child.pid as number, port)) break
     if (i > 200) throw new Error(`server did not start:\n${output.both}`)
     await sleep(50)
   }
