@@ -64,12 +64,18 @@ export function isEmail(text: string): boolean {
 }
 
 /** Creates an account (with a password hash for the portal); null when the email is taken. */
-export async function createAccount(store: Store, email: string, password?: string): Promise<Account | null> {
+export async function createAccount(
+  store: Store,
+  email: string,
+  password?: string,
+): Promise<(Account & { passwordHash: string | null }) | null> {
   if (!isEmail(email)) throw new AccountRuleError(`"${email}" is not ${EMAIL_DESCRIPTION}`)
   if (password !== undefined && !Value.Check(PasswordSchema, password)) {
     throw new AccountRuleError(`The password must be ${PASSWORD_DESCRIPTION}.`)
   }
-  return store.createAccount(email, password === undefined ? undefined : await hashPassword(password))
+  const passwordHash = password === undefined ? null : await hashPassword(password)
+  const account = await store.createAccount(email, passwordHash ?? undefined)
+  return account && { ...account, passwordHash }
 }
 
 export interface IssuedKey {

@@ -39,19 +39,29 @@ export function cookieOptions(request: FastifyRequest, maxAgeMs?: number): Cooki
 export const randomToken = () => randomBytes(32).toString('base64url')
 const tokenHash = (token: string) => hash('sha256', token, 'base64url')
 
-/** Signs an account in: a new session (never a reused token), in the database and in the cookie. */
+/**
+ * Signs an account in: a new session (never a reused token), in the database and in the cookie.
+ * `passwordHash` is the hash the password was checked against: if the password was set anew
+ * meanwhile (`accounts set-password`), no session starts and this returns false.
+ */
 export async function startSession(
   app: FastifyInstance,
   request: FastifyRequest,
   reply: FastifyReply,
-  accountId: number,
-): Promise<void> {
+  account: { id: number; passwordHash: string | null },
+): Promise<boolean> {
   const previous = request.cookies[SESSION_COOKIE]
   if (previous) await app.store.deleteSession(tokenHash(previous))
   const token = randomToken()
   const expiresAt = new Date(Date.now() + SESSION_LIFETIME_MS).toISOString()
-  await app.store.createSession({ hash: tokenHash(token), accountId, expiresAt })
-  reply.setCookie(SESSION_COOKIE, token, cookieOptions(request, SESSION_LIFETIME_MS))
+  const stored = await app.store.createSession({
+    hash: tokenHash(token),
+    accountId: account.id,
+    expiresAt,
+    passwordHash: account.passwordHash,
+  })
+  if (stored) reply.setCookie(SESSION_COOKIE, token, cookieOptions(request, SESSION_LIFETIME_MS))
+  return stored
 }
 
 /** The unexpired session of this request's cookie, or null. */

@@ -24,6 +24,7 @@ import {
   type IdempotencyState,
   type ListPetsOptions,
   type NewApiKey,
+  type NewSession,
   type PetPage,
   type Session,
   type Store,
@@ -84,11 +85,13 @@ const SQL = {
   getAccountByEmail: 'SELECT id, email, created_at AS "createdAt" FROM accounts WHERE email = $1',
   getAccountLogin:
     'SELECT id, email, created_at AS "createdAt", password_hash AS "passwordHash" FROM accounts WHERE email = $1',
-  // One statement, so one transaction: the sessions end with the old password.
-  setPassword: `WITH updated AS (UPDATE accounts SET password_hash = $1 WHERE id = $2 RETURNING id),
-    ended AS (DELETE FROM sessions WHERE account_id IN (SELECT id FROM updated))
-    SELECT id FROM updated`,
-  insertSession: 'INSERT INTO sessions (id, account_id, created_at, expires_at) VALUES ($1, $2, now(), $3)',
+  // setAccountPassword runs these two in one transaction, as separate statements: under READ
+  // COMMITTED the DELETE then sees a session committed while the UPDATE waited for the row lock.
+  setPassword: 'UPDATE accounts SET password_hash = $1 WHERE id = $2 RETURNING id',
+  deleteAccountSessions: 'DELETE FROM sessions WHERE account_id = $1',
+  // FOR SHARE: a password being set makes this wait, then re-check the hash on the new row.
+  insertSession: `INSERT INTO sessions (id, account_id, created_at, expires_at)
+    SELECT $1, id, now(), $3 FROM accounts WHERE id = $2 AND password_hash IS NOT DISTINCT FROM $4 FOR SHARE`,
   getSession: `SELECT s.account_id AS "accountId", a.email, s.expires_at AS "expiresAt"
     FROM sessions s JOIN accounts a ON a.id = s.account_id WHERE s.id = $1 AND s.expires_at > now()`,
   deleteSession: 'DELETE FROM sessions WHERE id = $1',
@@ -233,13 +236,18 @@ export class PostgresStore implements Store {
   }
 
   async setAccountPassword(accountId: number, passwordHash: string): Promise<boolean> {
-    return (await this.#result('setPassword', [passwordHash, accountId])).rowCount === 1
+    return this.#transaction(async (run) => {
+      if ((await run('setPassword', [passwordHash, accountId])).length === 0) return false
+      await run('deleteAccountSessions', [accountId])
+      return true
+    })
   }
 
   // ─── SESSIONS ──────────────────────────────────────────────────────────────────────────────
 
-  async createSession(session: { hash: string; accountId: number; expiresAt: string }): Promise<void> {
-    await this.#query('insertSession', [session.hash, session.accountId, session.expiresAt], 'write')
+  async createSession(session: NewSession): Promise<boolean> {
+    const values = [session.hash, session.accountId, session.expiresAt, session.passwordHash]
+    return (await this.#result('insertSession', values)).rowCount === 1
   }
 
   async findSession(hash: string): Promise<Session | null> {

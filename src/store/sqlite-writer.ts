@@ -44,7 +44,8 @@ function prepareWrites(db: DatabaseSync) {
       ON CONFLICT (email) DO NOTHING RETURNING id, email, created_at AS createdAt`),
     setPassword: s('UPDATE accounts SET password_hash = ? WHERE id = ?'),
     deleteAccountSessions: s('DELETE FROM sessions WHERE account_id = ?'),
-    insertSession: s('INSERT INTO sessions (id, account_id, created_at, expires_at) VALUES (?, ?, ?, ?)'),
+    insertSession: s(`INSERT INTO sessions (id, account_id, created_at, expires_at)
+      SELECT ?, id, ?, ? FROM accounts WHERE id = ? AND password_hash IS ?`),
     deleteSession: s('DELETE FROM sessions WHERE id = ?'),
     insertKey: s(`INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at, expires_at)
       VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING ${KEY_COLUMNS}`),
@@ -91,8 +92,8 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       sql.deleteAccountSessions.run(accountId)
       return true
     },
-    createSession(hash: string, accountId: number, expiresAt: string): void {
-      sql.insertSession.run(hash, accountId, now(), expiresAt)
+    createSession(hash: string, accountId: number, expiresAt: string, passwordHash: string | null): boolean {
+      return sql.insertSession.run(hash, now(), expiresAt, accountId, passwordHash).changes > 0
     },
     deleteSession(hash: string): void {
       sql.deleteSession.run(hash)

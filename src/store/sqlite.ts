@@ -23,6 +23,7 @@ import {
   type IdempotencyState,
   type ListPetsOptions,
   type NewApiKey,
+  type NewSession,
   type PetPage,
   type Session,
   type Store,
@@ -211,8 +212,8 @@ export class SqliteStore implements Store {
 
   // ─── SESSIONS ──────────────────────────────────────────────────────────────────────────────
 
-  createSession(session: { hash: string; accountId: number; expiresAt: string }): Promise<void> {
-    return this.#write('createSession', session.hash, session.accountId, session.expiresAt)
+  createSession(session: NewSession): Promise<boolean> {
+    return this.#write('createSession', session.hash, session.accountId, session.expiresAt, session.passwordHash)
   }
 
   findSession(hash: string): Promise<Session | null> {

@@ -64,6 +64,13 @@ export interface NewApiKey {
   expiresAt: string | null
 }
 
+export interface NewSession {
+  hash: string
+  accountId: number
+  expiresAt: string
+  passwordHash: string | null
+}
+
 export interface Session {
   accountId: number
   email: string
@@ -134,8 +141,13 @@ export interface Store {
   setAccountPassword(accountId: number, passwordHash: string): Promise<boolean>
 
   // ─── SESSIONS ────────────────────────────────────────────────────────────────────────────────
-  /** Stores a portal session under the hash of its token. */
-  createSession(session: { hash: string; accountId: number; expiresAt: string }): Promise<void>
+  /**
+   * Stores a portal session under the hash of its token, if the account's password hash is still
+   * `passwordHash` (the one the password was checked against; null: none). A password set since
+   * then wins: no session is stored, and false is returned. Together with setAccountPassword this
+   * leaves no session made with a password that was replaced, however the two interleave.
+   */
+  createSession(session: NewSession): Promise<boolean>
   /** The unexpired session with this token hash, or null. */
   findSession(hash: string): Promise<Session | null>
   deleteSession(hash: string): Promise<void>

@@ -201,6 +201,7 @@ describe('Portal sessions', () => {
       hash: hash('sha256', token, 'base64url'),
       accountId,
       expiresAt: new Date(Date.now() - 1000).toISOString(),
+      passwordHash: null,
     })
     const response = await test.app.inject({ url: '/portal/keys', headers: { cookie: `as_session=${token}` } })
     assert.equal(response.statusCode, 303)

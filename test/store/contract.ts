@@ -159,12 +159,20 @@ export function storeContract(name: string, open: OpenStore): void {
       })
       assert.equal(await store.findAccountLogin('nobody@example.com'), null)
       const later = new Date(Date.now() + 3_600_000).toISOString()
-      await store.createSession({ hash: 'cli-session', accountId: cliMade.id, expiresAt: later })
-      await store.createSession({ hash: 'web-session', accountId: withPassword.id, expiresAt: later })
+      const session = (hash: string, accountId: number, passwordHash: string | null) =>
+        store.createSession({ hash, accountId, expiresAt: later, passwordHash })
+      assert.equal(await session('cli-session', cliMade.id, null), true)
+      assert.equal(await session('web-session', withPassword.id, 'scrypt$hash'), true)
       assert.equal(await store.setAccountPassword(cliMade.id, 'scrypt$new'), true)
       assert.equal((await store.findAccountLogin('cli@example.com'))?.passwordHash, 'scrypt$new')
       assert.equal(await store.findSession('cli-session'), null, "a new password leaves the account's sessions")
       assert.ok(await store.findSession('web-session'), "another account's session ended")
+      // A sign-in that checked the old password (or none) before it was set starts no session.
+      assert.equal(await session('late-session', cliMade.id, null), false)
+      assert.equal(await session('late-web-session', withPassword.id, 'scrypt$old'), false)
+      assert.equal(await store.findSession('late-session'), null)
+      assert.equal(await store.findSession('late-web-session'), null)
+      assert.equal(await session('new-session', cliMade.id, 'scrypt$new'), true)
       assert.equal(await store.setAccountPassword(cliMade.id + 1000, 'x'), false)
     })
 
@@ -173,11 +181,12 @@ export function storeContract(name: string, open: OpenStore): void {
       const account = await store.createAccount('session@example.com')
       assert.ok(account)
       const expiresAt = new Date(Date.now() + 3_600_000).toISOString()
-      await store.createSession({ hash: 'h1', accountId: account.id, expiresAt })
+      await store.createSession({ hash: 'h1', accountId: account.id, expiresAt, passwordHash: null })
       await store.createSession({
         hash: 'h2',
         accountId: account.id,
         expiresAt: new Date(Date.now() - 1000).toISOString(),
+        passwordHash: null,
       })
       assert.deepEqual(plain(await store.findSession('h1')), {
         accountId: account.id,

@@ -2,6 +2,8 @@ import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { describe, it, type TestContext } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import pg from 'pg'
 import { readMigrations } from '../../src/store/migrations.ts'
 import { PostgresStore } from '../../src/store/postgres.ts'
 import { DatabaseUnavailableError } from '../../src/store/types.ts'
@@ -92,5 +94,56 @@ describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () 
     assert.equal((await store.listPets({ limit: 10 })).pets.length, 1)
     await store.createPet({ name: 'after', categoryId: 1 })
     assert.equal((await store.listPets({ limit: 10 })).pets.length, 2)
+  })
+})
+
+describe('PostgreSQL store: a password set while a sign-in starts its session (row locks)', () => {
+  const later = new Date(Date.now() + 3_600_000).toISOString()
+  /** Another connection, for a transaction the test holds open. */
+  const connect = async (t: TestContext, url: string) => {
+    const client = new pg.Client({ connectionString: url })
+    await client.connect()
+    t.after(() => client.end())
+    return client
+  }
+
+  it('a session insert that waits on a password being set re-checks the hash, and stores nothing', async (t) => {
+    const url = await testDatabaseUrl(t)
+    const store = await open(t, url)
+    const account = await store.createAccount('race@example.com', 'scrypt$old')
+    assert.ok(account)
+    const setter = await connect(t, url)
+    await setter.query('BEGIN')
+    await setter.query("UPDATE accounts SET password_hash = 'scrypt$new' WHERE id = $1", [account.id])
+    const inserted = store.createSession({
+      hash: 's1',
+      accountId: account.id,
+      expiresAt: later,
+      passwordHash: 'scrypt$old',
+    })
+    await sleep(200) // the insert now waits for the row
+    await setter.query('DELETE FROM sessions WHERE account_id = $1', [account.id])
+    await setter.query('COMMIT')
+    assert.equal(await inserted, false)
+    assert.equal(await store.findSession('s1'), null)
+  })
+
+  it('a password set while a session insert holds the row ends that session too', async (t) => {
+    const url = await testDatabaseUrl(t)
+    const store = await open(t, url)
+    const account = await store.createAccount('race@example.com', 'scrypt$old')
+    assert.ok(account)
+    const signIn = await connect(t, url)
+    await signIn.query('BEGIN')
+    await signIn.query(
+      `INSERT INTO sessions (id, account_id, created_at, expires_at)
+       SELECT 's2', id, now(), $2 FROM accounts WHERE id = $1 AND password_hash = 'scrypt$old' FOR SHARE`,
+      [account.id, later],
+    )
+    const set = store.setAccountPassword(account.id, 'scrypt$new')
+    await sleep(200) // the update now waits for the row
+    await signIn.query('COMMIT')
+    assert.equal(await set, true)
+    assert.equal(await store.findSession('s2'), null, 'a session made with the old password outlived it')
   })
 })

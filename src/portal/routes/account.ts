@@ -54,7 +54,7 @@ const account: FastifyPluginAsyncTypebox<{ portal: Portal }> = async (app, { por
       }
       const created = await createAccount(app.store, request.body.email, password)
       if (!created) return refuse('email', 'An account with this email already exists. Sign in instead.')
-      await startSession(app, request, reply, created.id)
+      await startSession(app, request, reply, created)
       return reply.redirect('/portal/keys', 303)
     },
   )
@@ -87,7 +87,10 @@ const account: FastifyPluginAsyncTypebox<{ portal: Portal }> = async (app, { por
       if (!login?.passwordHash || !matches) {
         return refuse('The email or the password is wrong.')
       }
-      await startSession(app, request, reply, login.account.id)
+      // A password set since it was checked: this one no longer signs in.
+      if (!(await startSession(app, request, reply, { id: login.account.id, passwordHash: login.passwordHash }))) {
+        return refuse('The email or the password is wrong.')
+      }
       return reply.redirect('/portal/keys', 303)
     },
   )
