@@ -82,16 +82,9 @@ async function account(store: Store, address: string) {
 }
 
 type Print = (line: string) => void
-/** Reads a secret the operator types or pipes (the password of `accounts set-password`). */
-type ReadSecret = (prompt: string) => Promise<string>
 
 /** Runs one command. Exported so the tests can drive it in-process as well as through the bin. */
-export async function run(
-  argv: string[],
-  config: Config,
-  print: Print,
-  readSecret: ReadSecret = readStdin,
-): Promise<void> {
+export async function run(argv: string[], config: Config, print: Print): Promise<void> {
   const { positionals, values, tokens } = parseArgs({
     args: argv,
     allowPositionals: true,
@@ -120,7 +113,7 @@ export async function run(
   const lifetimeMs = values['expires-in'] === undefined ? undefined : lifetime(values['expires-in'])
   const name = values.name ?? DEFAULT_KEY_NAME
   if (!Value.Check(KeyNameSchema, name)) throw new CliError(`--name must be ${KEY_NAME_DESCRIPTION}`)
-  const password = command === 'accounts set-password' ? await readPassword(readSecret) : undefined
+  const password = command === 'accounts set-password' ? await readPassword() : undefined
   // Only "accounts create" may start a database: the others need an account or a key in it, and a
   // mistyped DATABASE_URL must not leave an empty database (and its folders) behind.
   if (command !== 'accounts create' && config.databaseUrl.startsWith('sqlite:')) {
@@ -182,8 +175,8 @@ export async function run(
 }
 
 /** The new password: one line, checked against the portal's rule before anything is stored. */
-async function readPassword(readSecret: ReadSecret): Promise<string> {
-  const password = await readSecret('New password: ')
+async function readPassword(): Promise<string> {
+  const password = await readStdin('New password: ')
   if (!Value.Check(PasswordSchema, password)) throw new CliError(`The password must be ${PASSWORD_DESCRIPTION}.`)
   return password
 }

@@ -5,8 +5,7 @@
  * buffer on every line, a Buffer.byteLength of a growing string; an array joined once per chunk
  * does not, and made the request log's line cost several times less.
  */
-import type { DestinationStream } from 'pino'
-import pino from 'pino'
+import pino, { type DestinationStream } from 'pino'
 
 export interface LogStream extends DestinationStream {
   /** Writes what is gathered, and waits until it is written (at shutdown, at exit). */

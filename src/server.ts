@@ -29,7 +29,7 @@ async function serve(config: Config): Promise<void> {
   // Imported here, not at the top: a cluster primary never serves, and need not load the app.
   const { default: animalStore, serverOptions } = await import('./app.ts')
   const logStream = bufferedLogStream(1, LOG_BUFFER_BYTES, LOG_FLUSH_MS)
-  // Whatever way the process ends, the lines still gathered are written first.
+  // However the process ends (close-with-grace below exits too), the lines still gathered are written first.
   process.on('exit', () => logStream.flushSync())
   const app = Fastify(serverOptions(config, logStream))
   await app.register(animalStore, { config })
@@ -38,7 +38,6 @@ async function serve(config: Config): Promise<void> {
     if (err) app.log.error({ err }, 'shutting down after an uncaught error')
     else app.log.info({ signal }, 'shutting down')
     await app.close()
-    logStream.flushSync()
   })
 
   await app.listen({ port: config.port, host: config.host })

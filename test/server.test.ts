@@ -227,6 +227,19 @@ describe('server: request ids and JSON logs', () => {
     assert.equal(server.stderr(), '')
   })
 
+  it('writes the log lines still buffered when it stops: the last request and "shutting down"', async (t) => {
+    const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
+    const id = (await fetch(`${server.url}/healthz`)).headers.get('x-request-id')
+    // Stopped at once, well within the 1 s flush interval: only the flush at exit writes these.
+    assert.equal(await server.stop('SIGTERM'), 0)
+    const logs = server.logs()
+    assert.equal(logs.filter((l) => l.requestId === id).length, 1, `no line for request ${id}`)
+    assert.ok(
+      logs.some((l) => l.msg === 'shutting down'),
+      'no "shutting down" line',
+    )
+  })
+
   it('echoes a client-supplied X-Request-Id (abc-123) and logs under it', async (t) => {
     const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
     const response = await fetch(`${server.url}/healthz`, { headers: { 'x-request-id': 'abc-123' } })

@@ -103,7 +103,7 @@ export default fp<{ config: Config }>(
       const hash = hashApiKey(secret)
       const entry = cache.get(hash)
       // A fresh cache entry is a key already found valid for this deployment: skip straight to its state.
-      if (entry && now - entry.verifiedAtMs < config.apiKeyCacheMs) return keyState(entry, now)
+      if (entry && now - entry.verifiedAtMs < config.apiKeyCacheMs) return admission(entry, now)
       const deployment = apiKeyDeployment(secret)
       if (!deployment) return refused('invalid_api_key', 'The API key is malformed.')
       if (deployment !== config.deployment) {
@@ -150,14 +150,14 @@ export default fp<{ config: Config }>(
       }
       const verdict = verifyCached(header, now)
       if (typeof verdict !== 'string') return settle(request, verdict, now, done)
-      lookup(verdict, now).then((entry) => settle(request, keyState(entry, now), now, done), done)
+      lookup(verdict, now).then((entry) => settle(request, admission(entry, now), now, done), done)
     })
   },
   { name: 'auth', dependencies: ['store', 'rate-limit'] },
 )
 
-/** A cached or looked-up key's state now: admitted, or why not. */
-function keyState(entry: CachedKey | null, now: number): CachedKey | ApiError {
+/** What a cached or looked-up key gets now: admitted (its entry), or why not. */
+function admission(entry: CachedKey | null, now: number): CachedKey | ApiError {
   if (!entry) return refused('invalid_api_key', 'The API key is not known.')
   if (entry.key.revokedAt) return refused('revoked_api_key')
   if (now >= entry.expiresAtMs) return refused('expired_api_key')

@@ -99,20 +99,20 @@ describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () 
 
 describe('PostgreSQL store: a password set while a sign-in starts its session (row locks)', () => {
   const later = new Date(Date.now() + 3_600_000).toISOString()
-  /** Another connection, for a transaction the test holds open. */
-  const connect = async (t: TestContext, url: string) => {
-    const client = new pg.Client({ connectionString: url })
-    await client.connect()
-    t.after(() => client.end())
-    return client
-  }
-
-  it('a session insert that waits on a password being set re-checks the hash, and stores nothing', async (t) => {
+  /** A store with an account whose password hash is scrypt$old, and another connection, for a transaction the test holds open. */
+  const setUp = async (t: TestContext) => {
     const url = await testDatabaseUrl(t)
     const store = await open(t, url)
     const account = await store.createAccount('race@example.com', 'scrypt$old')
     assert.ok(account)
-    const setter = await connect(t, url)
+    const other = new pg.Client({ connectionString: url })
+    await other.connect()
+    t.after(() => other.end())
+    return { store, account, other }
+  }
+
+  it('a session insert that waits on a password being set re-checks the hash, and stores nothing', async (t) => {
+    const { store, account, other: setter } = await setUp(t)
     await setter.query('BEGIN')
     await setter.query("UPDATE accounts SET password_hash = 'scrypt$new' WHERE id = $1", [account.id])
     const inserted = store.createSession({
@@ -129,11 +129,7 @@ describe('PostgreSQL store: a password set while a sign-in starts its session (r
   })
 
   it('a password set while a session insert holds the row ends that session too', async (t) => {
-    const url = await testDatabaseUrl(t)
-    const store = await open(t, url)
-    const account = await store.createAccount('race@example.com', 'scrypt$old')
-    assert.ok(account)
-    const signIn = await connect(t, url)
+    const { store, account, other: signIn } = await setUp(t)
     await signIn.query('BEGIN')
     await signIn.query(
       `INSERT INTO sessions (id, account_id, created_at, expires_at)
