@@ -20,7 +20,8 @@ const CRASH_LOOP_MS = 5000
 
 /**
  * Log lines are buffered and written in chunks of 4 KiB, at least every second: one write per line
- * would cost a fifth of the throughput. A crash can lose up to that last second of log lines.
+ * would cost a fifth of the throughput. The rest is written at exit; only a process killed outright
+ * (SIGKILL) loses up to that last second of log lines.
  */
 const LOG_BUFFER_BYTES = 4096
 const LOG_FLUSH_MS = 1000
