@@ -44,6 +44,8 @@ export function hashApiKey(secret: string): string {
 
 /** Replaces anything that looks like one of our keys, for logs. */
 export function redactApiKeys(text: string): string {
+  // Almost no text holds a key: a plain search is much cheaper than running the pattern over it.
+  if (!text.includes('as_')) return text
   return text.replace(/as_(live|test)_[0-9A-Za-z]+/g, 'as_$1_[REDACTED]')
 }
 

@@ -2,9 +2,10 @@
  * Bearer API keys (RFC 6750). `app.authenticate` is an onRequest hook: it runs before the body is
  * read or validated, so a bad key gets 401 whatever else is wrong with the request.
  *
- * Verified keys are cached in memory for `apiKeyCacheMs`, so a request costs one SHA-256 and a map
- * lookup, not a database round-trip. That bounds how long another process's revocation takes to be
- * seen; a revocation through this process (`app.forgetApiKey`) and an expiry take effect at once.
+ * Verified keys are cached in memory for `apiKeyCacheMs`, by the key itself: a request with a cached
+ * key costs a map lookup, neither a SHA-256 nor a database round-trip (decision 56). That bounds
+ * how long another process's revocation takes to be seen; a revocation through this process
+ * (`app.forgetApiKey`) and an expiry take effect at once.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
@@ -52,14 +53,15 @@ const BEARER = /^Bearer +([^\s]+) *$/i
 
 export default fp<{ config: Config }>(
   async (app, { config }) => {
+    /** Keys found valid, by the key (only valid keys get an entry, so clients cannot fill it with junk). */
     const cache = new BoundedMap<string, CachedKey>(CACHE_ENTRIES)
 
-    async function lookup(hash: string, now: number): Promise<CachedKey | null> {
-      const cached = cache.get(hash)
+    async function lookup(secret: string, now: number): Promise<CachedKey | null> {
+      const cached = cache.get(secret)
       if (cached && now - cached.verifiedAtMs < config.apiKeyCacheMs) return cached
-      const key = await app.store.findApiKeyByHash(hash)
+      const key = await app.store.findApiKeyByHash(hashApiKey(secret))
       if (!key) {
-        cache.delete(hash)
+        cache.delete(secret)
         return null
       }
       const entry = {
@@ -68,12 +70,12 @@ export default fp<{ config: Config }>(
         verifiedAtMs: now,
         touchedAtMs: cached?.touchedAtMs ?? 0,
       }
-      cache.set(hash, entry)
+      cache.set(secret, entry)
       return entry
     }
 
     app.decorate('forgetApiKey', (keyId: string) => {
-      for (const [hash, entry] of cache) if (entry.key.id === keyId) cache.delete(hash)
+      for (const [secret, entry] of cache) if (entry.key.id === keyId) cache.delete(secret)
     })
 
     // Last use of each key, written in batches: at most once per key per TOUCH_INTERVAL_MS.
@@ -95,13 +97,12 @@ export default fp<{ config: Config }>(
 
     /**
      * What the cache alone says about an Authorization header: the key's entry, or why it is
-     * refused; or, when only the store can tell, the key's hash to look up.
+     * refused; or, when only the store can tell, the key to look up.
      */
     function verifyCached(header: string, now: number): CachedKey | ApiError | string {
       const secret = BEARER.exec(header)?.[1]
       if (!secret) return refused('invalid_api_key', 'The Authorization header must be: Bearer <API_KEY>.')
-      const hash = hashApiKey(secret)
-      const entry = cache.get(hash)
+      const entry = cache.get(secret)
       // A fresh cache entry is a key already found valid for this deployment: skip straight to its state.
       if (entry && now - entry.verifiedAtMs < config.apiKeyCacheMs) return admission(entry, now)
       const deployment = apiKeyDeployment(secret)
@@ -109,7 +110,7 @@ export default fp<{ config: Config }>(
       if (deployment !== config.deployment) {
         return refused('invalid_api_key', `This is a ${deployment} key; this is the ${config.deployment} deployment.`)
       }
-      return hash
+      return secret
     }
 
     /** Counts a bad key against the client's address; past the limit the address is refused for the window. */
