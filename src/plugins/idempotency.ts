@@ -6,17 +6,19 @@
  * nothing; the same key for a different request is 422; a retry while the first is still running
  * is 409. Records are kept for IDEMPOTENCY_TTL_MS.
  *
- * `app.idempotent` is a preHandler: it runs after validation, so a refused request claims nothing.
+ * `app.idempotent` holds the route hooks, to spread into the options of each POST route that takes
+ * the header: a preHandler, which runs after validation, so a refused request claims nothing; and an
+ * onResponse hook that releases the claim of a request that failed.
  */
 import { hash } from 'node:crypto'
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError } from '../errors.ts'
 import type { IdempotencyRef } from '../store/types.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
-    idempotent: (request: FastifyRequest, reply: FastifyReply) => Promise<void>
+    idempotent: { preHandler: RouteHook; onResponse: RouteHook }
   }
   interface FastifyRequest {
     /** Set when this request holds an Idempotency-Key claim; pass it to the store's write. */
@@ -27,6 +29,8 @@ declare module 'fastify' {
     replayLocation?: (body: never, request: FastifyRequest) => string
   }
 }
+
+type RouteHook = (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) => void
 
 /** How long a key is remembered: a day, like Stripe, long enough for any client's retries. */
 export const IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000
@@ -53,9 +57,8 @@ export default fp(
   async (app) => {
     app.decorateRequest('idempotency', null)
 
-    app.decorate('idempotent', async (request: FastifyRequest, reply: FastifyReply) => {
-      const header = request.headers['idempotency-key']
-      if (typeof header !== 'string') return
+    /** Claims the key (false), or replays the stored response (true); 409 and 422 are thrown. */
+    async function claim(request: FastifyRequest, reply: FastifyReply, header: string): Promise<boolean> {
       // The draft sends the key as a structured-field string ("…"); plain tokens are accepted too.
       const key = header.length > 1 && header.startsWith('"') && header.endsWith('"') ? header.slice(1, -1) : header
       const scope = request.caller.keyId
@@ -70,29 +73,36 @@ export default fp(
       })
       if (state.state === 'claimed') {
         request.idempotency = { scope, key }
-      } else if (state.state === 'in_progress') {
-        throw new ApiError('idempotency_conflict')
-      } else if (state.state === 'mismatch') {
-        throw new ApiError('idempotency_key_reused')
-      } else {
-        const body = JSON.parse(state.body)
-        const location = request.routeOptions.config.replayLocation?.(body as never, request)
-        if (location) reply.header('location', location)
-        return reply.code(state.status).header('idempotent-replayed', 'true').send(body)
+        return false
       }
-    })
+      if (state.state === 'in_progress') throw new ApiError('idempotency_conflict')
+      if (state.state === 'mismatch') throw new ApiError('idempotency_key_reused')
+      const body = JSON.parse(state.body)
+      const location = request.routeOptions.config.replayLocation?.(body as never, request)
+      if (location) reply.header('location', location)
+      reply.code(state.status).header('idempotent-replayed', 'true').send(body)
+      return true
+    }
 
-    // A claimed request that did not succeed wrote nothing (the write completes the claim in its own
-    // transaction), so its key is released for the client's retry.
-    // Callback style: this runs after every request, and almost always has nothing to do.
-    app.addHook('onResponse', (request, reply, done) => {
-      if (request.idempotency && reply.statusCode >= 400) {
-        app.store
-          .releaseIdempotencyKey(request.idempotency)
-          .catch((err) => request.log.warn({ err }, 'could not release an idempotency key'))
-      }
-      done()
-    })
+    app.decorate('idempotent', {
+      // Callback style: most requests send no key, and then cost no promise here.
+      preHandler(request, reply, done) {
+        const header = request.headers['idempotency-key']
+        if (typeof header !== 'string') return done()
+        // A hook that answers the request itself must not call done().
+        claim(request, reply, header).then((replayed) => replayed || done(), done)
+      },
+      // A claimed request that did not succeed wrote nothing (the write completes the claim in its
+      // own transaction), so its key is released for the client's retry.
+      onResponse(request, reply, done) {
+        if (request.idempotency && reply.statusCode >= 400) {
+          app.store
+            .releaseIdempotencyKey(request.idempotency)
+            .catch((err) => request.log.warn({ err }, 'could not release an idempotency key'))
+        }
+        done()
+      },
+    } satisfies FastifyInstance['idempotent'])
 
     const purge = setInterval(() => {
       app.store.purgeExpired(new Date().toISOString()).catch((err) => app.log.warn({ err }, 'purge failed'))

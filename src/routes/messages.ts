@@ -33,7 +33,7 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
           ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503),
         },
       },
-      preHandler: app.idempotent,
+      ...app.idempotent,
     },
     async (request, reply) => {
       const { accountId } = request.caller

@@ -107,7 +107,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         },
       },
       config: { replayLocation: petLocation },
-      preHandler: app.idempotent,
+      ...app.idempotent,
     },
     async (request, reply) => {
       const pet = await app.store.createPet(request.body, request.idempotency ?? undefined)

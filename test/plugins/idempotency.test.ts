@@ -1,9 +1,20 @@
 import assert from 'node:assert/strict'
+import { DatabaseSync } from 'node:sqlite'
 import { describe, it } from 'node:test'
 import { requestFingerprint } from '../../src/plugins/idempotency.ts'
-import { bearer, build, errorBody, type TestApp } from '../helper.ts'
+import { sqlitePath } from '../../src/store/sqlite.ts'
+import { bearer, build, DATABASE, errorBody, postgres, type TestApp, testDatabaseUrl } from '../helper.ts'
 
 const json = { 'content-type': 'application/json' }
+
+/** Runs SQL on the app's database from a connection of its own: a real fault, injected from outside. */
+function runSql(url: string, sqlite: string, pg: string): Promise<unknown> {
+  if (DATABASE === 'postgres') return postgres(pg, url)
+  const db = new DatabaseSync(sqlitePath(url))
+  db.exec(sqlite)
+  db.close()
+  return Promise.resolve()
+}
 
 const postPet = (test: TestApp, headers: Record<string, string>, payload: string | object) =>
   test.app.inject({ method: 'POST', url: '/v1/pets', headers, payload })
@@ -123,6 +134,31 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
     const good = await postPet(test, headers, { name: 'Rex', categoryId: 1 })
     assert.equal(good.statusCode, 201)
     assert.equal(good.headers['idempotent-replayed'], undefined)
+  })
+
+  it('a claimed request whose write fails releases its key: the retry is done, not 409', async (t) => {
+    const url = await testDatabaseUrl(t)
+    const test = await build(t, { DATABASE_URL: url })
+    const { secret } = await test.newKey()
+    const headers = { ...bearer(secret), 'idempotency-key': 'retry-me' }
+    // The database refuses this one insert, after the key was claimed.
+    await runSql(
+      url,
+      "CREATE TRIGGER refuse_boom BEFORE INSERT ON pets WHEN NEW.name = 'Boom' BEGIN SELECT RAISE(ABORT, 'refused'); END",
+      `CREATE FUNCTION refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$;
+       CREATE TRIGGER refuse_boom BEFORE INSERT ON pets FOR EACH ROW WHEN (NEW.name = 'Boom') EXECUTE FUNCTION refuse_boom()`,
+    )
+    const failed = await postPet(test, headers, { name: 'Boom', categoryId: 1 })
+    assert.equal(failed.statusCode, 500)
+    await runSql(url, 'DROP TRIGGER refuse_boom', 'DROP TRIGGER refuse_boom ON pets')
+    const retry = await postPet(test, headers, { name: 'Boom', categoryId: 1 })
+    assert.equal(retry.statusCode, 201)
+    assert.equal(retry.headers['idempotent-replayed'], undefined)
+    const pets = (await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).json()
+    assert.deepEqual(
+      pets.map((pet: { name: string }) => pet.name),
+      ['Boom'],
+    )
   })
 
   it('refuses a malformed Idempotency-Key with 400 naming the header', async (t) => {
