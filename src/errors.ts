@@ -57,15 +57,15 @@ export class ApiError extends Error {
   }
 }
 
-/** Fastify's own error codes, mapped onto ours. */
-const FASTIFY_CODES: Record<string, ErrorCode> = {
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported_media_type',
-  FST_ERR_CTP_BODY_TOO_LARGE: 'payload_too_large',
-  FST_ERR_CTP_EMPTY_JSON_BODY: 'invalid_json',
-  FST_ERR_CTP_INVALID_JSON_BODY: 'invalid_json',
-  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'bad_request',
-  FST_ERR_BAD_URL: 'bad_request',
-  FST_ERR_VALIDATION: 'validation_failed',
+/** Fastify's own error codes, mapped onto ours, with a message where the code's own says too little. */
+const FASTIFY_CODES: Record<string, [ErrorCode, string?]> = {
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: ['unsupported_media_type'],
+  FST_ERR_CTP_BODY_TOO_LARGE: ['payload_too_large'],
+  FST_ERR_CTP_EMPTY_JSON_BODY: ['invalid_json'],
+  FST_ERR_CTP_INVALID_JSON_BODY: ['invalid_json'],
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: ['bad_request', 'The Content-Length header does not match the body.'],
+  FST_ERR_BAD_URL: ['bad_request', 'The URL is malformed: a "%" must be followed by two hexadecimal digits.'],
+  FST_ERR_VALIDATION: ['validation_failed'],
 }
 
 /** Code to use for an error that carries only a 4xx status. */
@@ -97,7 +97,9 @@ export function toApiError(err: unknown): ApiError {
   if (e.validation) return new ApiError('validation_failed', String(e.message))
   // The JSON parser raises a plain SyntaxError marked 400 (also for __proto__ keys).
   if (err instanceof SyntaxError && status === 400) return new ApiError('invalid_json')
-  const mapped = (typeof e.code === 'string' && FASTIFY_CODES[e.code]) || STATUS_CODES[status]
+  const fastify = typeof e.code === 'string' ? FASTIFY_CODES[e.code] : undefined
+  if (fastify && status < 500) return new ApiError(...fastify)
+  const mapped = STATUS_CODES[status]
   if (mapped && status < 500) return new ApiError(mapped)
   if (status >= 400 && status < 500) return new ApiError('bad_request')
   return new ApiError('internal_error')

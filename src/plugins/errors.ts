@@ -16,7 +16,7 @@ import { OPENAPI_PATH } from './openapi.ts'
 // Not `import { STATUS_CODES } from 'node:http'`: building node:http's ES module namespace reads
 // its lazy WebSocket export, which loads Node's bundled undici (fetch) and web streams, about
 // 13 MB of RSS that nothing here uses. The CommonJS exports object reads no export.
-const { STATUS_CODES } = process.getBuiltinModule('node:http')
+const { STATUS_CODES, maxHeaderSize } = process.getBuiltinModule('node:http')
 
 /** How long a socket answered by hand may take to receive its answer before it is destroyed. */
 const RAW_SOCKET_GRACE_MS = 5000
@@ -49,13 +49,11 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Soc
     socket.destroy()
     return
   }
-  const code: ErrorCode =
-    error.code === 'HPE_HEADER_OVERFLOW'
-      ? 'headers_too_large'
-      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-        ? 'request_timeout'
-        : 'bad_request'
-  socket.end(rawErrorResponse(code))
+  if (error.code === 'HPE_HEADER_OVERFLOW') {
+    const message = `The request line and headers are larger than the limit of ${maxHeaderSize} bytes.`
+    return void socket.end(rawErrorResponse('headers_too_large', message))
+  }
+  socket.end(rawErrorResponse(error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'request_timeout' : 'bad_request'))
 }
 
 /**
@@ -76,6 +74,15 @@ export function rawErrorResponses(server: Server): void {
     )
     setTimeout(() => socket.destroy(), RAW_SOCKET_GRACE_MS).unref()
   })
+}
+
+/**
+ * `/v1/pets/` matches `/v1/pets/:petId` with an empty id, which fails validation: but no such
+ * path is documented, so it is 404 like any other unknown path (decision 26).
+ */
+function emptyPathParameter(error: unknown, request: FastifyRequest): boolean {
+  if ((error as { validationContext?: unknown } | null)?.validationContext !== 'params') return false
+  return Object.values(request.params as Record<string, unknown>).includes('')
 }
 
 /** Under /v1 the key is checked before anything else about a request, even on unknown routes. */
@@ -109,7 +116,12 @@ export function frameworkError(error: Error, request: FastifyRequest, reply: Fas
  * Sends any error as the Error body, logging 5xx at error (with the cause) and 4xx at info.
  */
 export function sendError(error: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  const sent = toApiError(error)
+  const sent = emptyPathParameter(error, request)
+    ? new ApiError('not_found', `No route for ${request.method} ${request.url.split('?')[0]}.`)
+    : toApiError(error)
+  if (sent.code === 'payload_too_large') {
+    sent.message = `The request body is larger than this operation's limit of ${request.routeOptions.bodyLimit} bytes.`
+  }
   if (sent.statusCode >= 500) request.log.error({ err: error }, 'request failed')
   // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.
   else request.log.info({ code: sent.code, detail: redactApiKeys(sent.message) }, 'request refused')
@@ -148,7 +160,7 @@ export default fp(
       async (v1) => {
         v1.addHook('onRequest', (request, reply, done) => {
           if (!needsKey(request.url)) return done()
-          app.authenticate(request, reply, done)
+          app.authenticate(request, reply, (refused) => (refused ? done(refused) : app.rateLimit(request, reply, done)))
         })
         v1.setNotFoundHandler(notFound)
       },
@@ -158,7 +170,10 @@ export default fp(
     app.setErrorHandler(sendError)
     answerUnrouted(app.server, '/v1/', (error, request, reply) => {
       if (!needsKey(request.url)) return void sendError(error, request, reply)
-      app.authenticate(request, reply, (refused) => sendError(refused ?? error, request, reply))
+      app.authenticate(request, reply, (refused) => {
+        if (refused) return void sendError(refused, request, reply)
+        app.rateLimit(request, reply, (limited) => sendError(limited ?? error, request, reply))
+      })
     })
   },
   { name: 'errors' },

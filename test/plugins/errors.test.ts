@@ -7,11 +7,54 @@ describe('Errors: every error is application/json {code, message, status} (point
   it('unknown route: 404 not_found, with or without /v1 (with a key)', async (t) => {
     const test = await build(t)
     const { secret } = await test.newKey()
-    for (const url of ['/', '/v1', '/v1/pet', '/v2/pets', '/v1/pets/1/owner', '/v1/orders']) {
+    for (const url of [
+      '/',
+      '/v1',
+      '/v1/pet',
+      '/v2/pets',
+      '/v1/pets/1/owner',
+      '/v1/orders',
+      '/v1/pets/',
+      '/v1/pets/?x=1',
+    ]) {
       const response = await test.app.inject({ url, headers: bearer(secret) })
       assert.equal(response.statusCode, 404, url)
       assert.equal(errorBody(response).code, 'not_found')
     }
+  })
+
+  it('a wrong path or method with a valid key is counted like any request, with the RateLimit headers', async (t) => {
+    const test = await build(t, { RATE_LIMIT: '3' })
+    const { secret } = await test.newKey()
+    const statuses = []
+    for (const [method, url] of [
+      ['GET', '/v1/orders'],
+      ['DELETE', '/v1/pets/1'],
+      ['GET', '/v1/pets/%zz'],
+      ['GET', '/v1/pets'],
+    ] as const) {
+      const response = await test.app.inject({ method, url, headers: bearer(secret) })
+      statuses.push(response.statusCode)
+      assert.match(String(response.headers.ratelimit), /^"default";r=\d+;t=\d+$/, `${method} ${url}`)
+      assert.equal(response.headers['ratelimit-policy'], '"default";q=3;w=60')
+    }
+    assert.deepEqual(statuses, [404, 405, 400, 429])
+  })
+
+  it('says what to fix: a malformed URL, a body over the limit', async (t) => {
+    const test = await build(t, { BODY_LIMIT: '2048' })
+    const { secret } = await test.newKey()
+    const badUrl = await test.app.inject({ url: '/v1/pets/%zz', headers: bearer(secret) })
+    assert.equal(badUrl.statusCode, 400)
+    assert.match(errorBody(badUrl).message, /URL is malformed: a "%" must be followed by two hexadecimal digits/)
+    const big = await test.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers: { ...bearer(secret), 'content-type': 'application/json' },
+      payload: JSON.stringify({ name: 'x'.repeat(3000), categoryId: 1 }),
+    })
+    assert.equal(big.statusCode, 413)
+    assert.match(errorBody(big).message, /limit of 2048 bytes/)
   })
 
   it('under /v1 the key comes first: an unknown path, a wrong method or an undecodable URL without a key is 401', async (t) => {
@@ -362,12 +405,15 @@ describe('Errors: every error is application/json {code, message, status} (point
       ['NOT HTTP AT ALL\r\n\r\n', 400, 'bad_request'],
       [`GET /v1/pets HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431, 'headers_too_large'],
     ]
+    const messages = []
     for (const [request, status, code] of cases) {
       const response = await raw(request)
       const [head, body] = response.split('\r\n\r\n') as [string, string]
       assert.match(head, new RegExp(`^HTTP/1.1 ${status} `))
       assert.match(head, /content-type: application\/json/i)
       assert.deepEqual(JSON.parse(body), { code, message: JSON.parse(body).message, status })
+      messages.push(JSON.parse(body).message)
     }
+    assert.match(messages[1], /larger than the limit of 16384 bytes/)
   })
 })
