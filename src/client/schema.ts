@@ -167,6 +167,8 @@ export interface operations {
           RateLimit?: string
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -176,6 +178,12 @@ export interface operations {
       /** @description The request is invalid (see `code` and `message`). */
       400: {
         headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -187,6 +195,8 @@ export interface operations {
         headers: {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent (RFC 6750). */
           'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -198,6 +208,12 @@ export interface operations {
         headers: {
           /** @description Seconds until the limit resets. */
           'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -207,6 +223,8 @@ export interface operations {
       /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
       500: {
         headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -218,6 +236,19 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417 or 431. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -253,6 +284,8 @@ export interface operations {
           RateLimit?: string
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -262,6 +295,12 @@ export interface operations {
       /** @description The request is invalid (see `code` and `message`). */
       400: {
         headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -273,6 +312,8 @@ export interface operations {
         headers: {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent (RFC 6750). */
           'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -282,6 +323,12 @@ export interface operations {
       /** @description A request with this Idempotency-Key is still in progress. */
       409: {
         headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -291,6 +338,12 @@ export interface operations {
       /** @description The body is larger than the limit (BODY_LIMIT). */
       413: {
         headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -300,6 +353,12 @@ export interface operations {
       /** @description The body is not JSON in UTF-8 (`Content-Type: application/json`, no `Content-Encoding`). */
       415: {
         headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -309,6 +368,12 @@ export interface operations {
       /** @description This Idempotency-Key was used for a different request. */
       422: {
         headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -320,6 +385,12 @@ export interface operations {
         headers: {
           /** @description Seconds until the limit resets. */
           'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -329,6 +400,8 @@ export interface operations {
       /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
       500: {
         headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -340,6 +413,19 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417 or 431. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -373,6 +459,8 @@ export interface operations {
           RateLimit?: string
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -382,6 +470,12 @@ export interface operations {
       /** @description The request is invalid (see `code` and `message`). */
       400: {
         headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -393,6 +487,8 @@ export interface operations {
         headers: {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent (RFC 6750). */
           'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -412,6 +508,8 @@ export interface operations {
           RateLimit?: string
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -423,6 +521,12 @@ export interface operations {
         headers: {
           /** @description Seconds until the limit resets. */
           'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -432,6 +536,8 @@ export interface operations {
       /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
       500: {
         headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -443,6 +549,19 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417 or 431. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -476,6 +595,8 @@ export interface operations {
           RateLimit?: string
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -485,6 +606,12 @@ export interface operations {
       /** @description The request is invalid (see `code` and `message`). */
       400: {
         headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -496,6 +623,8 @@ export interface operations {
         headers: {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent (RFC 6750). */
           'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -505,6 +634,12 @@ export interface operations {
       /** @description A request with this Idempotency-Key is still in progress. */
       409: {
         headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -514,6 +649,12 @@ export interface operations {
       /** @description The body is larger than the limit (BODY_LIMIT). */
       413: {
         headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -523,6 +664,12 @@ export interface operations {
       /** @description The body is not JSON in UTF-8 (`Content-Type: application/json`, no `Content-Encoding`). */
       415: {
         headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -532,6 +679,12 @@ export interface operations {
       /** @description This Idempotency-Key was used for a different request. */
       422: {
         headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -543,6 +696,12 @@ export interface operations {
         headers: {
           /** @description Seconds until the limit resets. */
           'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -552,6 +711,8 @@ export interface operations {
       /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
       500: {
         headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {
@@ -563,6 +724,19 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417 or 431. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
           [name: string]: unknown
         }
         content: {

@@ -32,33 +32,46 @@ export const Int64Param = (options: { description: string }) => Type.Integer({ f
 
 type Headers = Record<string, { type: 'string'; description: string }>
 
+export const header = (description: string) => ({ type: 'string' as const, description })
+
+/** On every response (src/app.ts). */
+const REQUEST_ID_HEADER = {
+  'X-Request-Id': header('Identifies this request in our logs: yours when you sent a sane one, else a UUID.'),
+}
+
 /**
  * A documented JSON response: the schema Fastify serializes with, plus the description and headers
  * that @fastify/swagger puts in the OpenAPI document.
  */
 export function jsonResponse<T extends TSchema>(description: string, schema: T, headers?: Headers) {
-  return { description, ...(headers && { headers }), content: { 'application/json': { schema } } }
+  return { description, headers: { ...headers, ...REQUEST_ID_HEADER }, content: { 'application/json': { schema } } }
 }
 
-export const header = (description: string) => ({ type: 'string' as const, description })
+/** Rate-limit headers on every response to a valid key (draft-ietf-httpapi-ratelimit-headers). */
+export const RATE_LIMIT_HEADERS = {
+  RateLimit: header('`"default";r=<remaining>;t=<seconds until reset>` (IETF draft).'),
+  'RateLimit-Policy': header('`"default";q=<requests>;w=<window seconds>` (IETF draft).'),
+}
 
 const ERROR_RESPONSES = {
-  400: jsonResponse('The request is invalid (see `code` and `message`).', ErrorSchema),
+  400: jsonResponse('The request is invalid (see `code` and `message`).', ErrorSchema, RATE_LIMIT_HEADERS),
   401: jsonResponse('The API key is missing or invalid.', ErrorSchema, {
     'WWW-Authenticate': header(
       '`Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent (RFC 6750).',
     ),
   }),
-  404: jsonResponse('Not found.', ErrorSchema),
-  409: jsonResponse('A request with this Idempotency-Key is still in progress.', ErrorSchema),
-  413: jsonResponse('The body is larger than the limit (BODY_LIMIT).', ErrorSchema),
+  404: jsonResponse('Not found.', ErrorSchema, RATE_LIMIT_HEADERS),
+  409: jsonResponse('A request with this Idempotency-Key is still in progress.', ErrorSchema, RATE_LIMIT_HEADERS),
+  413: jsonResponse('The body is larger than the limit (BODY_LIMIT).', ErrorSchema, RATE_LIMIT_HEADERS),
   415: jsonResponse(
     'The body is not JSON in UTF-8 (`Content-Type: application/json`, no `Content-Encoding`).',
     ErrorSchema,
+    RATE_LIMIT_HEADERS,
   ),
-  422: jsonResponse('This Idempotency-Key was used for a different request.', ErrorSchema),
+  422: jsonResponse('This Idempotency-Key was used for a different request.', ErrorSchema, RATE_LIMIT_HEADERS),
   429: jsonResponse('Too many requests for this API key (or bad keys from this address).', ErrorSchema, {
     'Retry-After': header('Seconds until the limit resets.'),
+    ...RATE_LIMIT_HEADERS,
   }),
   500: jsonResponse(
     'Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it.',
@@ -67,12 +80,22 @@ const ERROR_RESPONSES = {
   503: jsonResponse('The database is unreachable; retry after `Retry-After` seconds.', ErrorSchema, {
     'Retry-After': header('Seconds to wait before retrying.'),
   }),
+  default: jsonResponse(
+    'Any other error, for any request: 405 (with `Allow`), 408, 417 or 431. The body is still the Error object.',
+    ErrorSchema,
+  ),
 }
 
-/** The Error responses of an operation, by status, for its route schema (and its OpenAPI document). */
-export function errorResponses<const S extends readonly (keyof typeof ERROR_RESPONSES)[]>(...statuses: S) {
-  return Object.fromEntries(statuses.map((status) => [status, ERROR_RESPONSES[status]])) as {
-    [K in S[number]]: (typeof ERROR_RESPONSES)[K]
+/**
+ * The Error responses of an operation, by status, for its route schema (and its OpenAPI document),
+ * and the `default` response that covers what any request can get.
+ */
+export function errorResponses<const S extends readonly Exclude<keyof typeof ERROR_RESPONSES, 'default'>[]>(
+  ...statuses: S
+) {
+  const responses = Object.fromEntries(statuses.map((status) => [status, ERROR_RESPONSES[status]]))
+  return { ...responses, default: ERROR_RESPONSES.default } as {
+    [K in S[number] | 'default']: (typeof ERROR_RESPONSES)[K]
   }
 }
 
@@ -91,9 +114,3 @@ export const IdempotencyHeadersSchema = Type.Object({
     }),
   ),
 })
-
-/** Rate-limit headers on every authenticated response (draft-ietf-httpapi-ratelimit-headers). */
-export const RATE_LIMIT_HEADERS = {
-  RateLimit: header('`"default";r=<remaining>;t=<seconds until reset>` (IETF draft).'),
-  'RateLimit-Policy': header('`"default";q=<requests>;w=<window seconds>` (IETF draft).'),
-}

@@ -69,6 +69,31 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     }
   })
 
+  it('every operation documents X-Request-Id on each response, and a default Error response for the rest', async (t) => {
+    const doc = await document(t)
+    type Response = {
+      headers?: Record<string, unknown>
+      content: { 'application/json': { schema: { $ref?: string } } }
+    }
+    type Operation = { responses: Record<string, Response> }
+    for (const [path, item] of Object.entries(doc.paths as Record<string, Record<string, Operation>>)) {
+      for (const [method, operation] of Object.entries(item)) {
+        if (path === '/openapi.json') continue
+        const name = `${method.toUpperCase()} ${path}`
+        assert.equal(
+          operation.responses.default?.content['application/json'].schema.$ref,
+          '#/components/schemas/Error',
+          name,
+        )
+        for (const [status, response] of Object.entries(operation.responses)) {
+          assert.ok(response.headers?.['X-Request-Id'], `${name} ${status}`)
+        }
+        // A request with a valid key is counted, whatever its answer (400 included).
+        assert.ok(operation.responses['400']?.headers?.RateLimit, name)
+      }
+    }
+  })
+
   it('marks getPet deprecated and documents its 200, 401 and 404', async (t) => {
     const doc = await document(t)
     const getPet = doc.paths['/pets/{petId}'].get
