@@ -2,6 +2,7 @@
  * Configuration: read from the environment once, validated, and passed in.
  * Nothing else in src/ reads process.env (enforced by Biome's noProcessEnv).
  */
+import { isIP } from 'node:net'
 import { Ajv } from 'ajv'
 import Type from 'typebox'
 
@@ -51,7 +52,13 @@ export const EnvSchema = Type.Object({
     default: 'info',
     description: 'one of fatal, error, warn, info, debug, trace, silent',
   }),
-  TRUST_PROXY: Type.Boolean({ default: false, description: 'true or false' }),
+  TRUST_PROXY: Type.String({
+    pattern:
+      '^(false|true|(loopback|linklocal|uniquelocal|[0-9A-Fa-f:.]+(/[0-9]{1,3})?)( *, *(loopback|linklocal|uniquelocal|[0-9A-Fa-f:.]+(/[0-9]{1,3})?))*)$',
+    default: 'false',
+    description:
+      'false, the addresses or CIDR ranges of your proxies separated by commas (or loopback, linklocal, uniquelocal), or true (trust every hop)',
+  }),
   BODY_LIMIT: Type.Integer({
     minimum: 1024,
     maximum: 10_485_760,
@@ -113,7 +120,11 @@ export interface Config {
   /** Public base URLs (each ending in /v1) of the two deployments, for the OpenAPI `servers`. */
   servers: Record<Deployment, string>
   logLevel: string
-  trustProxy: boolean
+  /**
+   * Which X-Forwarded-* hops to believe (Fastify's trustProxy): none, those added by these
+   * addresses (the client is the first hop from the right not among them), or all of them.
+   */
+  trustProxy: boolean | string[]
   bodyLimit: number
   /** How long a verified API key is trusted without asking the database again (bounds revocation delay). */
   apiKeyCacheMs: number
@@ -148,16 +159,37 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const e: Record<string, unknown> = { ...raw }
   if (!validateEnv(e)) {
     const name = validateEnv.errors?.[0]?.instancePath.slice(1) as keyof Env
-    const { description } = EnvSchema.properties[name] as unknown as { description: string }
-    throw new ConfigError(`Invalid configuration: ${name} must be ${description} (got ${JSON.stringify(raw[name])})`)
+    throw new ConfigError(invalid(name, raw[name]))
   }
-  return toConfig(e as Env)
+  const trustProxy = parseTrustProxy(String(e.TRUST_PROXY))
+  if (trustProxy === null) throw new ConfigError(invalid('TRUST_PROXY', raw.TRUST_PROXY))
+  return toConfig(e as Env, trustProxy)
+}
+
+function invalid(name: keyof Env, value: string | undefined): string {
+  const { description } = EnvSchema.properties[name] as unknown as { description: string }
+  return `Invalid configuration: ${name} must be ${description} (got ${JSON.stringify(value)})`
+}
+
+/** TRUST_PROXY as Fastify takes it, or null when an address in the list is not one. */
+function parseTrustProxy(text: string): Config['trustProxy'] | null {
+  if (text === 'false') return false
+  if (text === 'true') return true
+  const entries = text.split(',').map((entry) => entry.trim())
+  const valid = entries.every((entry) => {
+    if (['loopback', 'linklocal', 'uniquelocal'].includes(entry)) return true
+    const [address = '', bits, ...rest] = entry.split('/')
+    const version = isIP(address)
+    if (version === 0 || rest.length > 0) return false
+    return bits === undefined || Number(bits) <= (version === 4 ? 32 : 128)
+  })
+  return valid ? entries : null
 }
 
 // Environment values are text: Ajv turns "8080" into 8080 and "true" into true, and refuses "80.5" for an integer.
 const validateEnv = new Ajv({ coerceTypes: true, useDefaults: true, allErrors: false }).compile(EnvSchema)
 
-function toConfig(e: Env): Config {
+function toConfig(e: Env, trustProxy: Config['trustProxy']): Config {
   return {
     port: e.PORT,
     host: e.HOST,
@@ -167,7 +199,7 @@ function toConfig(e: Env): Config {
     deployment: e.DEPLOYMENT,
     servers: { production: e.PRODUCTION_URL, staging: e.STAGING_URL },
     logLevel: e.LOG_LEVEL,
-    trustProxy: e.TRUST_PROXY,
+    trustProxy,
     bodyLimit: e.BODY_LIMIT,
     apiKeyCacheMs: e.API_KEY_CACHE_SECONDS * 1000,
     headersTimeoutMs: e.HEADERS_TIMEOUT_SECONDS * 1000,

@@ -53,6 +53,16 @@ describe('Configuration: read and validated once (point 9)', () => {
     )
   })
 
+  it("TRUST_PROXY takes the proxies' addresses and ranges, or true or false", () => {
+    assert.deepEqual(loadConfig({ TRUST_PROXY: '10.0.0.0/8, ::1,loopback' }).trustProxy, [
+      '10.0.0.0/8',
+      '::1',
+      'loopback',
+    ])
+    assert.equal(loadConfig({ TRUST_PROXY: 'false' }).trustProxy, false)
+    assert.equal(loadConfig({}).trustProxy, false)
+  })
+
   it('treats an empty variable as unset', () => {
     assert.equal(loadConfig({ PORT: '', DEPLOYMENT: ' ' }).port, 8080)
   })
@@ -68,6 +78,9 @@ describe('Configuration: read and validated once (point 9)', () => {
     ['STAGING_URL', 'ftp://staging.pets.test/v1'],
     ['LOG_LEVEL', 'loud'],
     ['TRUST_PROXY', 'maybe'],
+    ['TRUST_PROXY', '1'],
+    ['TRUST_PROXY', '10.0.0.0/33'],
+    ['TRUST_PROXY', '10.0.0.1, proxy.internal'],
     ['BODY_LIMIT', '10'],
     ['API_KEY_CACHE_SECONDS', '-1'],
   ]

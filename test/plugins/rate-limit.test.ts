@@ -73,6 +73,23 @@ describe('Rate limits per API key (RateLimit / RateLimit-Policy, IETF draft)', (
     assert.equal((await from('10.0.0.2', `Bearer ${secret}`)).statusCode, 200)
   })
 
+  it('behind a listed proxy, the client is the hop the proxy added: entries the client forged change nothing', async (t) => {
+    const test = await build(t, { AUTH_FAILURE_LIMIT: '3', TRUST_PROXY: '10.0.0.0/8' })
+    const { secret } = await test.newKey()
+    // The proxy (10.0.0.9) appends the address it saw; whatever came before is the client's own text.
+    const viaProxy = (forged: string, client: string, authorization: string) =>
+      test.app.inject({
+        url: '/v1/pets',
+        remoteAddress: '10.0.0.9',
+        headers: { authorization, 'x-forwarded-for': `${forged}, ${client}` },
+      })
+    for (let i = 1; i <= 3; i++)
+      assert.equal((await viaProxy(`198.51.100.${i}`, '203.0.113.7', 'Bearer x')).statusCode, 401)
+    assert.equal((await viaProxy('198.51.100.4', '203.0.113.7', 'Bearer x')).statusCode, 429)
+    // Nor can a client get someone else blocked by naming them.
+    assert.equal((await viaProxy('203.0.113.7', '192.0.2.50', `Bearer ${secret}`)).statusCode, 200)
+  })
+
   it('with REDIS_URL, instances share one counter per key', async (t) => {
     const skip = await redisSkip()
     if (skip) return t.skip(skip)
