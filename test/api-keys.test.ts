@@ -50,5 +50,9 @@ describe('API key format (point 3)', () => {
   it('redacts keys from log text', () => {
     const { secret } = generateApiKey('production')
     assert.equal(redactApiKeys(`/v1/pets?key=${secret}&x=1`), '/v1/pets?key=as_live_[REDACTED]&x=1')
+    // Percent-escapes hide nothing: the key is found in the unescaped text, which is what is logged.
+    const escaped = `%61s%5Flive_${secret.slice(8, 20)}%${secret.charCodeAt(20).toString(16)}${secret.slice(21)}`
+    assert.equal(redactApiKeys(`/v1/pets/${escaped}?x=%20`), '/v1/pets/as_live_[REDACTED]?x= ')
+    assert.equal(redactApiKeys('/v1/pets?status=a%20b'), '/v1/pets?status=a%20b')
   })
 })
