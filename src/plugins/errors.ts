@@ -85,6 +85,15 @@ function emptyPathParameter(error: unknown, request: FastifyRequest): boolean {
   return Object.values(request.params as Record<string, unknown>).includes('')
 }
 
+function decodedPath(path: string): string {
+  if (!path.includes('%')) return path
+  try {
+    return decodeURI(path)
+  } catch {
+    return path
+  }
+}
+
 /** Under /v1 the key is checked before anything else about a request, even on unknown routes. */
 function needsKey(url: string): boolean {
   const path = url.split('?')[0] as string
@@ -142,25 +151,37 @@ export default fp(
       else routes.push({ pattern, methods })
     })
 
-    const notFound = async (request: FastifyRequest) => {
+    /** 405 with Allow when the path exists with other methods, else 404. */
+    const routeError = (request: FastifyRequest): ApiError => {
       const path = request.url.split('?')[0] as string
-      const allowed = routes.find((r) => r.pattern.test(path))?.methods
+      // The router matched the decoded path (`/v1/%70ets` is `/v1/pets`): so do we.
+      const allowed = routes.find((r) => r.pattern.test(decodedPath(path)))?.methods
       if (allowed && !allowed.includes(request.method)) {
         const allow = [...new Set(allowed)].sort().join(', ')
-        throw new ApiError('method_not_allowed', `${request.method} is not allowed on ${path}; allowed: ${allow}.`, {
-          allow,
-        })
+        const message = `${request.method} is not allowed on ${path}; allowed: ${allow}.`
+        return new ApiError('method_not_allowed', message, { allow })
       }
-      throw new ApiError('not_found', `No route for ${request.method} ${path}.`)
+      return new ApiError('not_found', `No route for ${request.method} ${path}.`)
     }
-    app.setNotFoundHandler(notFound)
-    // Under /v1 an unknown route checks the key first, before its body is read: the same handler in
-    // a scope of its own, whose onRequest hook the real routes never run.
+    const notFound = async (request: FastifyRequest) => {
+      throw routeError(request)
+    }
+    // Unknown routes are answered from an onRequest hook, before any body is read or parsed: what
+    // a body holds cannot change a 404 or 405, and no one gets to make us parse it. Each scope
+    // below holds only a not-found handler, so the real routes never run its hook.
+    await app.register(async (root) => {
+      root.addHook('onRequest', (request, _reply, done) => done(routeError(request)))
+      root.setNotFoundHandler(notFound)
+    })
+    // Under /v1 the key comes first (and a valid key's request is counted, as any other).
     await app.register(
       async (v1) => {
         v1.addHook('onRequest', (request, reply, done) => {
-          if (!needsKey(request.url)) return done()
-          app.authenticate(request, reply, (refused) => (refused ? done(refused) : app.rateLimit(request, reply, done)))
+          if (!needsKey(request.url)) return done(routeError(request))
+          app.authenticate(request, reply, (refused) => {
+            if (refused) return done(refused)
+            app.rateLimit(request, reply, (limited?: Error) => done(limited ?? routeError(request)))
+          })
         })
         v1.setNotFoundHandler(notFound)
       },

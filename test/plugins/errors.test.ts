@@ -104,6 +104,28 @@ describe('Errors: every error is application/json {code, message, status} (point
     }
   })
 
+  it('an unknown route or a wrong method is 404 or 405 whatever the body: it is never read', async (t) => {
+    const test = await build(t, { BODY_LIMIT: '2048' })
+    const { secret } = await test.newKey()
+    const json = { 'content-type': 'application/json' }
+    const cases = [
+      ['DELETE', '/v1/pets/1', bearer(secret), '{bad', 405],
+      ['PUT', '/v1/pets', bearer(secret), `"${'x'.repeat(5000)}"`, 405],
+      ['POST', '/v1/nope', bearer(secret), '{bad', 404],
+      ['POST', '/healthz', {}, '{bad', 405],
+      ['POST', '/nowhere', {}, `"${'x'.repeat(5000)}"`, 404],
+      ['POST', '/v1/openapi.json', {}, '{bad', 405],
+    ] as const
+    for (const [method, url, headers, payload, status] of cases) {
+      const response = await test.app.inject({ method, url, headers: { ...headers, ...json }, payload })
+      assert.equal(response.statusCode, status, `${method} ${url}`)
+    }
+    // The router decodes the path; so does the 405's check.
+    const escaped = await test.app.inject({ method: 'OPTIONS', url: '/v1/%70ets', headers: bearer(secret) })
+    assert.equal(escaped.statusCode, 405)
+    assert.equal(escaped.headers.allow, 'GET, HEAD, POST')
+  })
+
   it('malformed JSON: 400 invalid_json', async (t) => {
     const test = await build(t)
     const { secret } = await test.newKey()
