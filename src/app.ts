@@ -4,6 +4,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { Server } from 'node:http'
+import { isIPv6 } from 'node:net'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { FastifyHttpOptions, FastifyInstance, FastifyRequest } from 'fastify'
 import pino, { type DestinationStream } from 'pino'
@@ -38,7 +39,14 @@ const REQUEST_ID = /^[\w.:-]{1,128}$/
  * A Host (or, behind a trusted proxy, X-Forwarded-Host): a name or an IP literal, and a port. It is
  * copied into Location and Link, so anything else could forge link values there.
  */
-const HOST = /^(?:[\w.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{0,5})?$/
+const HOST = /^(?:[\w-]+(?:\.[\w-]+)*\.?|\[([0-9A-Fa-f:.]+)\])(?::([0-9]{0,5}))?$/
+
+function validHost(host: string): boolean {
+  const match = HOST.exec(host)
+  if (!match) return false
+  const [, ipv6, port] = match
+  return (ipv6 === undefined || isIPv6(ipv6)) && (port === undefined || Number(port) <= 65_535)
+}
 
 /** Why a request cannot be taken whatever its route: a bad Host, Host or Authorization sent twice. */
 function framingError(request: FastifyRequest): ApiError | undefined {
@@ -46,8 +54,14 @@ function framingError(request: FastifyRequest): ApiError | undefined {
   if (!request.headers.host && raw.httpVersionMajor === 1 && raw.httpVersionMinor === 1) {
     return new ApiError('bad_request', 'The Host header is required (HTTP/1.1).')
   }
+  const target = raw.url as string
+  if (target.charCodeAt(0) !== 47 /* / */ && target !== '*') {
+    const refused = absoluteForm(request, target)
+    if (refused) return refused
+  }
+  if (target.includes('#')) return new ApiError('bad_request', 'The request target must not hold a fragment ("#").')
   const host = request.host
-  if (host && !HOST.test(host)) return new ApiError('bad_request', 'The Host header is malformed.')
+  if (host && !validHost(host)) return new ApiError('bad_request', 'The Host header is malformed.')
   // Behind a trusted proxy the scheme comes from X-Forwarded-Proto, and goes into links as well.
   if (
     request.headers['x-forwarded-proto'] !== undefined &&
@@ -67,6 +81,19 @@ function framingError(request: FastifyRequest): ApiError | undefined {
       return sentTwice('Authorization')
     }
   }
+  return undefined
+}
+
+/**
+ * A request target in absolute form (`GET http://host/v1/pets`, as sent to proxies): its host is
+ * the one to use, whatever Host says (RFC 9112 §3.2.2), so it takes Host's place.
+ */
+function absoluteForm(request: FastifyRequest, target: string): ApiError | undefined {
+  const url = URL.parse(target)
+  if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || !url.host) {
+    return new ApiError('bad_request', 'The request target must be a path, or an absolute http(s) URL.')
+  }
+  request.headers.host = url.host
   return undefined
 }
 

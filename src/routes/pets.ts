@@ -174,7 +174,8 @@ function petLocation(pet: { id: number }, request: FastifyRequest): string {
 /** Scheme and host the client used (X-Forwarded-* honoured when TRUST_PROXY is on), for absolute links. */
 function origin(request: FastifyRequest): string {
   // An HTTP/1.0 client may send no Host: then the address it reached us at stands in.
-  const host = request.host || `${request.socket.localAddress}:${request.socket.localPort}`
+  const { localAddress = '', localPort } = request.socket
+  const host = request.host || `${localAddress.includes(':') ? `[${localAddress}]` : localAddress}:${localPort}`
   return `${request.protocol}://${host}`
 }
 

@@ -241,35 +241,75 @@ describe('Errors: every error is application/json {code, message, status} (point
     assert.match(String(replaced.headers['x-request-id']), /^[0-9a-f-]{36}$/)
   })
 
-  it('an HTTP/1.0 request without Host still gets absolute links built from the address it reached', async (t) => {
+  for (const [listen, linkHost] of [
+    ['127.0.0.1', '127\\.0\\.0\\.1'],
+    ['::1', '\\[::1\\]'],
+  ]) {
+    it(`an HTTP/1.0 request without Host still gets absolute links built from the address it reached (${listen})`, async (t) => {
+      const test = await build(t)
+      const { secret } = await test.newKey()
+      await test.app.listen({ port: 0, host: listen })
+      const { port } = test.app.server.address() as { port: number }
+      const body = '{"name":"Rex","categoryId":1}'
+      const response = await new Promise<string>((resolve, reject) => {
+        // Written, not ended: HTTP/1.0 means the server closes the connection once it has answered.
+        const socket = connect(port, listen, () =>
+          socket.write(
+            `POST /v1/pets HTTP/1.0\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\n` +
+              `Content-Length: ${body.length}\r\n\r\n${body}`,
+          ),
+        )
+        let data = ''
+        socket.on('data', (chunk) => {
+          data += chunk
+        })
+        socket.on('close', () => resolve(data))
+        socket.on('error', reject)
+      })
+      assert.match(response, /^HTTP\/1.1 201 /)
+      // An IPv6 address is bracketed in a URL (RFC 3986 §3.2.2).
+      assert.match(response, new RegExp(`location: http://${linkHost}:${port}/v1/pets/1\r\n`, 'i'))
+    })
+  }
+
+  it('an absolute-form target names the host, whatever Host says (RFC 9112 §3.2.2); a fragment is 400', async (t) => {
     const test = await build(t)
     const { secret } = await test.newKey()
+    for (const name of ['Rex', 'Tom']) {
+      const headers = { ...bearer(secret), 'content-type': 'application/json' }
+      await test.app.inject({ method: 'POST', url: '/v1/pets', headers, payload: { name, categoryId: 1 } })
+    }
     await test.app.listen({ port: 0, host: '127.0.0.1' })
     const { port } = test.app.server.address() as { port: number }
-    const body = '{"name":"Rex","categoryId":1}'
-    const response = await new Promise<string>((resolve, reject) => {
-      // Written, not ended: HTTP/1.0 means the server closes the connection once it has answered.
-      const socket = connect(port, '127.0.0.1', () =>
-        socket.write(
-          `POST /v1/pets HTTP/1.0\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\n` +
-            `Content-Length: ${body.length}\r\n\r\n${body}`,
-        ),
-      )
-      let data = ''
-      socket.on('data', (chunk) => {
-        data += chunk
-      })
-      socket.on('close', () => resolve(data))
-      socket.on('error', reject)
-    })
-    assert.match(response, /^HTTP\/1.1 201 /)
-    assert.match(response, new RegExp(`location: http://127\\.0\\.0\\.1:${port}/v1/pets/1\r\n`, 'i'))
+    const [absolute, fragment, notHttp] = await Promise.all(
+      ['http://x.example/v1/pets?limit=1', '/v1/pets#limit=1', 'ftp://x.example/v1/pets'].map((target) =>
+        rawExchange(port, [
+          `GET ${target} HTTP/1.1\r\nHost: h.example\r\nAuthorization: Bearer ${secret}\r\nConnection: close\r\n\r\n`,
+        ]),
+      ),
+    )
+    assert.match(absolute, /^HTTP\/1.1 200 /)
+    assert.match(absolute, /link: <http:\/\/x\.example\/v1\/pets\?limit=1&cursor=/i)
+    assert.match(fragment, /^HTTP\/1.1 400 /)
+    assert.match(fragment, /must not hold a fragment/)
+    assert.match(notHttp, /^HTTP\/1.1 400 /)
   })
 
   it('Host is checked before it is copied into Location and Link: malformed or missing is 400', async (t) => {
     const test = await build(t)
     const { secret } = await test.newKey()
-    for (const host of ['evil.example/x>; rel="next", <http://evil.example', 'e>;rel=x', 'a b', 'x:1:2', 'x"y']) {
+    for (const host of [
+      'evil.example/x>; rel="next", <http://evil.example',
+      'e>;rel=x',
+      'a b',
+      'x:1:2',
+      'x"y',
+      '[:]',
+      '[::1',
+      'api.example:99999',
+      '.',
+      'a..b',
+    ]) {
       const response = await test.app.inject({ url: '/v1/pets?limit=1', headers: { ...bearer(secret), host } })
       assert.equal(response.statusCode, 400, host)
       assert.equal(errorBody(response).message, 'The Host header is malformed.')
