@@ -60,6 +60,11 @@ function framingError(request: FastifyRequest): ApiError | undefined {
     if (refused) return refused
   }
   if (target.includes('#')) return new ApiError('bad_request', 'The request target must not hold a fragment ("#").')
+  // Node frames a body by its final coding, chunked, and would hand over whatever the others made of it.
+  const coding = request.headers['transfer-encoding']
+  if (coding !== undefined && coding.trim().toLowerCase() !== 'chunked') {
+    return new ApiError('not_implemented', 'Transfer-Encoding other than "chunked" is not supported (RFC 9112 §6.1).')
+  }
   const host = request.host
   if (host && !validHost(host)) return new ApiError('bad_request', 'The Host header is malformed.')
   // Behind a trusted proxy the scheme comes from X-Forwarded-Proto, and goes into links as well.

@@ -29,6 +29,7 @@ export const ERRORS = {
     500,
     'Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.',
   ],
+  not_implemented: [501, 'This method or Transfer-Encoding is not supported.'],
   service_unavailable: [503, 'The service is temporarily unavailable; retry after the time in Retry-After.'],
 } as const satisfies Record<string, readonly [number, string]>
 

@@ -126,7 +126,7 @@ export interface components {
       message: string
     }
     Error: {
-      /** @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, not_found, pet_not_found, method_not_allowed, request_timeout, idempotency_conflict, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, service_unavailable. */
+      /** @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, not_found, pet_not_found, method_not_allowed, request_timeout, idempotency_conflict, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable. */
       code: string
       /** @description Human-readable description. */
       message: string
@@ -244,7 +244,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417 or 431. The body is still the Error object. */
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417, 431 or 501. The body is still the Error object. */
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
@@ -421,7 +421,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417 or 431. The body is still the Error object. */
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417, 431 or 501. The body is still the Error object. */
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
@@ -557,7 +557,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417 or 431. The body is still the Error object. */
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417, 431 or 501. The body is still the Error object. */
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
@@ -732,7 +732,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417 or 431. The body is still the Error object. */
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417, 431 or 501. The body is still the Error object. */
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */

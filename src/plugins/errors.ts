@@ -18,6 +18,9 @@ import { OPENAPI_PATH } from './openapi.ts'
 // 13 MB of RSS that nothing here uses. The CommonJS exports object reads no export.
 const { STATUS_CODES, maxHeaderSize } = process.getBuiltinModule('node:http')
 
+/** A well-formed request line: when its method is unknown to Node, that is 501, not malformed HTTP. */
+const REQUEST_LINE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ \r\n]+ HTTP\/1\.[01]\r\n/
+
 /** How long a socket answered by hand may take to receive its answer before it is destroyed. */
 const RAW_SOCKET_GRACE_MS = 5000
 
@@ -52,6 +55,9 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Soc
   if (error.code === 'HPE_HEADER_OVERFLOW') {
     const message = `The request line and headers are larger than the limit of ${maxHeaderSize} bytes.`
     return void socket.end(rawErrorResponse('headers_too_large', message))
+  }
+  if (error.code === 'HPE_INVALID_METHOD' && REQUEST_LINE.test(String((error as { rawPacket?: unknown }).rawPacket))) {
+    return void socket.end(rawErrorResponse('not_implemented', 'This method is not supported (RFC 9110 §9.1).'))
   }
   socket.end(rawErrorResponse(error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'request_timeout' : 'bad_request'))
 }

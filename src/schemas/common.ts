@@ -81,7 +81,7 @@ const ERROR_RESPONSES = {
     'Retry-After': header('Seconds to wait before retrying.'),
   }),
   default: jsonResponse(
-    'Any other error, for any request: 405 (with `Allow`), 408, 417 or 431. The body is still the Error object.',
+    'Any other error, for any request: 405 (with `Allow`), 408, 417, 431 or 501. The body is still the Error object.',
     ErrorSchema,
   ),
 }

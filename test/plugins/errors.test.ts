@@ -466,6 +466,13 @@ describe('Errors: every error is application/json {code, message, status} (point
     const cases: [string, number, string][] = [
       ['NOT HTTP AT ALL\r\n\r\n', 400, 'bad_request'],
       [`GET /v1/pets HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431, 'headers_too_large'],
+      // A well-formed request with a method HTTP does not define (RFC 9110 §9.1), or a coding we cannot undo.
+      ['FOO /v1/pets HTTP/1.1\r\nHost: x\r\n\r\n', 501, 'not_implemented'],
+      [
+        'POST /v1/pets HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n',
+        501,
+        'not_implemented',
+      ],
     ]
     const messages = []
     for (const [request, status, code] of cases) {
