@@ -8,7 +8,9 @@
  *
  * - bytes that are not UTF-8, and `\uD800`-style escapes of lone surrogates, are 400 `invalid_json`
  *   instead of turning silently into U+FFFD when stored;
- * - a `charset` other than UTF-8, or any `Content-Encoding`, is 415: we would decode it wrongly.
+ * - a `charset` other than UTF-8, or any `Content-Encoding`, is 415: we would decode it wrongly;
+ * - a number that is not an integer but reads as one (`1.0000000000000001` parses to 1) is made
+ *   NaN, so that an integer field refuses it instead of storing the rounded value.
  */
 import { isUtf8 } from 'node:buffer'
 import type { IncomingHttpHeaders } from 'node:http'
@@ -19,6 +21,8 @@ import { ApiError } from '../errors.ts'
 
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
 const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)/i
+/** A digit then a decimal point or an exponent: only then can a number have been rounded to an integer. */
+const FRACTION_OR_EXPONENT = /\d[.eE]/
 /** A JSON escape of a surrogate code unit: only then can parsed text hold a lone one. */
 const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
 
@@ -64,7 +68,8 @@ export default fp<{ config: Config }>(
             new ApiError('invalid_json', 'The request body holds a lone surrogate escape (\\uD800 to \\uDFFF).'),
           )
         }
-        done(null, value)
+        // Parsed again, only when it may matter: the first parse has already refused what it must.
+        done(null, FRACTION_OR_EXPONENT.test(text) ? JSON.parse(text, inexactToNaN) : value)
       })
     })
   },
@@ -83,6 +88,17 @@ function encodingError(headers: IncomingHttpHeaders): ApiError | undefined {
     return new ApiError('unsupported_media_type', 'Send the body as application/json in UTF-8 (charset=utf-8).')
   }
   return undefined
+}
+
+/** A JSON.parse reviver: an integer-valued number whose text is not an integer (1.0000000000000001) becomes NaN. */
+function inexactToNaN(_key: string, value: unknown, context?: { source?: string }): unknown {
+  if (typeof value !== 'number' || !Number.isInteger(value) || context?.source === undefined) return value
+  const [, whole = '', fraction = '', exponent = '0'] =
+    /^-?(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(context.source) ?? []
+  // The digits that are still after the decimal point once the exponent has moved it must all be 0.
+  const digits = whole + fraction
+  const point = whole.length + Number(exponent)
+  return /^0*$/.test(digits.slice(Math.max(point, 0))) ? value : Number.NaN
 }
 
 /** Whether every string in a parsed JSON value, keys included, is well-formed Unicode (walked without recursion: depth is the client's). */

@@ -87,6 +87,38 @@ describe('createPet: POST /v1/pets (point 1)', () => {
     )
   })
 
+  it('refuses a number that only rounds to an integer (1.0000000000000001); takes one written another way (1.0, 10e-1)', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    const post = (categoryId: string) =>
+      app.app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers: { ...bearer(secret), 'content-type': 'application/json' },
+        payload: `{"name":"Rex 2e.5","categoryId":${categoryId}}`,
+      })
+    for (const inexact of [
+      '1.0000000000000001',
+      '0.99999999999999999',
+      '2.00000000000000000001e0',
+      '123456789012345678.5',
+    ]) {
+      const response = await post(inexact)
+      assert.equal(response.statusCode, 400, inexact)
+      assert.match(errorBody(response).message, /body\.categoryId must be an integer/)
+    }
+    for (const [exact, stored] of [
+      ['1.0', 1],
+      ['10e-1', 1],
+      ['0.2e1', 2],
+      ['3E0', 3],
+    ] as const) {
+      const response = await post(exact)
+      assert.equal(response.statusCode, 201, exact)
+      assert.equal(response.json().categoryId, stored)
+    }
+  })
+
   const invalid: [string, unknown, RegExp][] = [
     ['name missing', { categoryId: 1 }, /body\.name is required/],
     ['categoryId missing', { name: 'Rex' }, /body\.categoryId is required/],
