@@ -13,7 +13,7 @@
  *   NaN, so that an integer field refuses it instead of storing the rounded value.
  */
 import { isUtf8 } from 'node:buffer'
-import type { IncomingHttpHeaders } from 'node:http'
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http'
 import type { preParsingHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
@@ -28,6 +28,24 @@ const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
 
 export default fp<{ config: Config }>(
   async (app, { config }) => {
+    // `Expect: 100-continue`: Node would send 100 Continue at once. It is sent only when the body
+    // is about to be read, so that a refusal the headers decide (401, 404, 405, 413, 429) comes
+    // instead of it and the client never sends the body (RFC 9110 §10.1.1).
+    const awaitingContinue = new WeakSet<IncomingMessage>()
+    app.server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
+      awaitingContinue.add(request)
+      app.server.emit('request', request, response)
+    })
+    const sendContinue: preParsingHookHandler = (request, reply, payload, done) => {
+      if (awaitingContinue.delete(request.raw)) {
+        if (Number(request.headers['content-length']) > request.routeOptions.bodyLimit) {
+          return done(new ApiError('payload_too_large'))
+        }
+        reply.raw.writeContinue()
+      }
+      done(null, payload)
+    }
+
     // Only on routes that take a body: a hook on every route would cost every GET too.
     const deadline: preParsingHookHandler = (request, reply, payload, done) => {
       const headers = request.headers
@@ -43,13 +61,13 @@ export default fp<{ config: Config }>(
       payload.once('close', stop)
       done(null, payload)
     }
-    // REQUEST_TIMEOUT_SECONDS=0: no deadline.
-    if (config.requestTimeoutMs > 0)
-      app.addHook('onRoute', (route) => {
-        const methods = ([] as string[]).concat(route.method)
-        if (!methods.some((method) => BODY_METHODS.has(method))) return
-        route.preParsing = [deadline, ...([] as preParsingHookHandler[]).concat(route.preParsing ?? [])]
-      })
+    app.addHook('onRoute', (route) => {
+      const methods = ([] as string[]).concat(route.method)
+      if (!methods.some((method) => BODY_METHODS.has(method))) return
+      // REQUEST_TIMEOUT_SECONDS=0: no deadline.
+      const own = config.requestTimeoutMs > 0 ? [sendContinue, deadline] : [sendContinue]
+      route.preParsing = [...own, ...([] as preParsingHookHandler[]).concat(route.preParsing ?? [])]
+    })
 
     // Bodies are JSON only: anything else, text/plain included, is 415.
     app.removeContentTypeParser('text/plain')

@@ -377,6 +377,46 @@ describe('Errors: every error is application/json {code, message, status} (point
     }
   })
 
+  it('Expect: 100-continue gets 100 only when the body is wanted: a refusal the headers decide comes instead', async (t) => {
+    const test = await build(t, { BODY_LIMIT: '2048' })
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    /** Sends the head, takes the first answer, then sends the body and takes the rest. */
+    const exchange = (head: string, body: string) =>
+      new Promise<{ first: string; all: string }>((resolve) => {
+        const socket = connect(port, '127.0.0.1', () => socket.write(head))
+        let all = ''
+        let first = ''
+        socket.on('data', (data) => {
+          all += data
+          if (!first) {
+            first = all
+            socket.write(body)
+          }
+        })
+        // The server closes the connection after its final answer (Connection: close).
+        socket.on('error', () => {})
+        socket.on('close', () => resolve({ first, all }))
+      })
+    const head = (authorization: string, length: number, path = '/v1/pets') =>
+      `POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: ${authorization}\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n`
+    const body = '{"name":"Rex","categoryId":1}'
+    const refusals = [
+      [head('Bearer wrong', body.length), 401],
+      [head(`Bearer ${secret}`, 5000), 413],
+      [head(`Bearer ${secret}`, body.length, '/v1/nowhere'), 404],
+    ] as const
+    for (const [request, status] of refusals) {
+      const { first } = await exchange(request, body)
+      assert.match(first, new RegExp(`^HTTP/1.1 ${status} `), request.split('\r\n')[0])
+    }
+    const accepted = await exchange(head(`Bearer ${secret}`, body.length), body)
+    assert.match(accepted.first, /^HTTP\/1.1 100 Continue\r\n\r\n$/)
+    assert.match(accepted.all, /\r\n\r\nHTTP\/1.1 201 /)
+  })
+
   it('a CONNECT socket is answered and closed by the server, and a client that resets it cannot crash the process', async (t) => {
     const test = await build(t, { MAX_CONNECTIONS: '3' })
     await test.app.listen({ port: 0, host: '127.0.0.1' })
