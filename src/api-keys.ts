@@ -46,21 +46,18 @@ const KEY_IN_TEXT = /as_(live|test)_[0-9A-Za-z]+/g
 
 /**
  * Replaces anything that looks like one of our keys, for logs; in a URL, also a key written with
- * percent-escapes (`%61s_test_…`), which is then logged unescaped.
+ * percent-escapes (`%61s_test_…`), and the text is then logged unescaped.
  */
 export function redactApiKeys(text: string): string {
-  if (text.includes('%')) {
-    const unescaped = text.replace(/%([0-7][0-9A-Fa-f])/g, (_, hex: string) =>
-      String.fromCharCode(Number.parseInt(hex, 16)),
-    )
-    if (unescaped !== text && unescaped.includes('as_')) {
-      const redacted = unescaped.replace(KEY_IN_TEXT, 'as_$1_[REDACTED]')
-      if (redacted !== unescaped) return redacted
-    }
-  }
   // Almost no text holds a key: a plain search is much cheaper than running the pattern over it.
-  if (!text.includes('as_')) return text
-  return text.replace(KEY_IN_TEXT, 'as_$1_[REDACTED]')
+  const redacted = text.includes('as_') ? text.replace(KEY_IN_TEXT, 'as_$1_[REDACTED]') : text
+  if (!redacted.includes('%')) return redacted
+  const unescaped = redacted.replace(/%([0-7][0-9A-Fa-f])/g, (_, hex: string) =>
+    String.fromCharCode(Number.parseInt(hex, 16)),
+  )
+  if (!unescaped.includes('as_')) return redacted
+  const hidden = unescaped.replace(KEY_IN_TEXT, 'as_$1_[REDACTED]')
+  return hidden === unescaped ? redacted : hidden
 }
 
 /** A random identifier such as `key_3kTMd9PqLw2xY8aZ` (ids are not secrets, but should not be guessable in sequence). */

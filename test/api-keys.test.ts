@@ -54,5 +54,7 @@ describe('API key format (point 3)', () => {
     const escaped = `%61s%5Flive_${secret.slice(8, 20)}%${secret.charCodeAt(20).toString(16)}${secret.slice(21)}`
     assert.equal(redactApiKeys(`/v1/pets/${escaped}?x=%20`), '/v1/pets/as_live_[REDACTED]?x= ')
     assert.equal(redactApiKeys('/v1/pets?status=a%20b'), '/v1/pets?status=a%20b')
+    // A key in the clear is redacted where it stands, the rest kept as it was sent.
+    assert.equal(redactApiKeys(`/v1/pets?t=Bearer%20${secret}`), '/v1/pets?t=Bearer%20as_live_[REDACTED]')
   })
 })
