@@ -24,11 +24,12 @@ export const PasswordSchema = Type.String({
   description: PASSWORD_DESCRIPTION,
 })
 
-export const KEY_NAME_DESCRIPTION = '1 to 100 characters, not only spaces, no control characters'
+export const KEY_NAME_DESCRIPTION =
+  '1 to 100 characters, not only spaces, no control characters (nor U+FFFD, which bytes that are not UTF-8 become)'
 export const KeyNameSchema = Type.String({
   minLength: 1,
   maxLength: 100,
-  pattern: `^(?=[\\s\\S]*\\S)[^${CONTROL_CHARACTERS}]*$`,
+  pattern: `^(?=[\\s\\S]*\\S)[^${CONTROL_CHARACTERS}\\ufffd]*$`,
   description: KEY_NAME_DESCRIPTION,
 })
 

@@ -64,6 +64,8 @@ describe('Portal: create a key', () => {
     ['an empty name', { name: '', expires: 'never' }, /Give the key a name of 1 to 100 characters/],
     ['a blank name', { name: '   ', expires: 'never' }, /Give the key a name/],
     ['a name of 101 characters', { name: 'x'.repeat(101), expires: 'never' }, /Give the key a name/],
+    // What a form sent in another encoding than UTF-8 (name=%FF%FE) is decoded to.
+    ['a name of bytes that are not UTF-8', { name: 'x\uFFFD\uFFFD', expires: 'never' }, /Give the key a name/],
     ['an expiry that is not offered', { name: 'laptop', expires: '2d' }, /Choose one of the offered expiry times/],
     ['an unknown field', { name: 'laptop', expires: 'never', scope: 'admin' }, /not filled in as expected/],
   ]
