@@ -144,6 +144,13 @@ export function sendError(error: unknown, request: FastifyRequest, reply: Fastif
   return reply.code(sent.statusCode).header('x-request-id', request.id).send(toErrorBody(sent))
 }
 
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Why a request no route takes is refused: 405 with its Allow header when the path exists, else 404. */
+    unroutedError: (request: FastifyRequest) => ApiError
+  }
+}
+
 export default fp(
   async (app) => {
     // Paths and methods of every route, to tell "no such path" (404) from "wrong method" (405).
@@ -169,6 +176,7 @@ export default fp(
       }
       return new ApiError('not_found', `No route for ${request.method} ${path}.`)
     }
+    app.decorate('unroutedError', routeError)
     const notFound = async (request: FastifyRequest) => {
       throw routeError(request)
     }

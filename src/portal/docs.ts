@@ -46,11 +46,14 @@ export default async function docs(app: FastifyInstance): Promise<void> {
   )
   app.get('/', { schema: { hide: true } }, async (_request, reply) => send(reply, 200, reference))
 
-  app.setNotFoundHandler(async (_request, reply) =>
-    send(
+  app.setNotFoundHandler(async (request, reply) => {
+    // A wrong method on /docs is 405 with Allow, as anywhere else.
+    const { statusCode, headers } = app.unroutedError(request)
+    if (headers?.allow) reply.header('allow', headers.allow)
+    return send(
       reply,
-      404,
+      statusCode,
       page('Page not found', html`<h1>Page not found</h1><p>The API reference is at <a href="/docs">/docs</a>.</p>`),
-    ),
-  )
+    )
+  })
 }

@@ -45,8 +45,10 @@ export function htmlErrors(app: FastifyInstance, portal: Portal): void {
   }
 
   app.setNotFoundHandler(async (request, reply) => {
-    const [title, text] = pageFor(404)
-    return portal.send(request, reply, 404, (c) => errorPage(c, title, text))
+    const { statusCode, headers } = app.unroutedError(request)
+    if (headers?.allow) reply.header('allow', headers.allow)
+    const [title, text] = pageFor(statusCode)
+    return portal.send(request, reply, statusCode, (c) => errorPage(c, title, text))
   })
 
   app.setErrorHandler(async (error, request, reply) => {

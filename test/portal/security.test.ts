@@ -208,6 +208,9 @@ describe('Portal failures are HTML pages', () => {
       413,
     ],
     ['a malformed key id', { method: 'GET', url: '/portal/keys/not-a-key/revoke' }, 400],
+    ['a wrong method on a portal page', { method: 'DELETE', url: '/portal/sign-in' }, 405],
+    ['a wrong method on the reference', { method: 'POST', url: '/docs' }, 405],
+    ['a page that does not exist', { method: 'GET', url: '/portal/nowhere' }, 404],
     // Fastify cannot route these, so they never reach the portal's own hooks.
     ['an undecodable URL', { method: 'GET', url: '/portal/%zz' }, 400],
     ['a key id too long to route', { method: 'POST', url: `/portal/keys/${'k'.repeat(5000)}/revoke` }, 400],
@@ -222,6 +225,7 @@ describe('Portal failures are HTML pages', () => {
       assert.match(response.body, /<h1>[^<]+<\/h1>/)
       assertSecurityHeaders(response.headers, request.url)
       assert.match(String(response.headers['x-request-id']), /^[0-9a-f-]{36}$/)
+      if (status === 405) assert.match(String(response.headers.allow), /^GET(, HEAD)?/)
     })
   }
 })
