@@ -37,11 +37,18 @@ const JSON_TYPE = 'application/json; charset=utf-8'
 const CACHED_PAGES = 1000
 const CACHED_PETS = 10_000
 
+/** A serialized page of GET /pets, with the path and query of the next page, for one petsVersion. */
+interface Page {
+  version: number | null
+  body: string
+  next: string | null
+}
+
 const pets: FastifyPluginAsyncTypebox = async (app) => {
   const cursors = cursorCodec(await app.store.secret('cursor', () => randomBytes(32).toString('base64url')))
   // Serialized responses, so that a repeated read costs neither the database nor the serializer.
   // A page is valid for one petsVersion; a pet, forever (pets never change).
-  const pages = new BoundedMap<string, { version: number | null; body: string; next: string | null }>(CACHED_PAGES)
+  const pages = new BoundedMap<string, Page>(CACHED_PAGES)
   const petBodies = new BoundedMap<number, string>(CACHED_PETS)
   app.addHook('onRequest', app.authenticate)
   app.addHook('onRequest', app.rateLimit)
@@ -66,23 +73,27 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         },
       },
     },
-    async (request, reply) => {
+    (request, reply) => {
       // Ajv has filled in the default; the fallback only satisfies the type.
       const { limit = DEFAULT_PAGE_SIZE, status, cursor } = request.query
       // Cached pages are keyed by the cursor text itself: only verified cursors ever get an entry.
       const key = `${limit} ${status} ${cursor}`
       const version = app.store.petsVersion()
-      let page = pages.get(key)
-      if (!page || page.version !== version) {
-        const afterId = cursor === undefined ? undefined : cursors.decode(cursor, status)
-        const { pets, nextAfterId } = await app.store.listPets({ limit, status, afterId })
+      const page = pages.get(key)
+      const send = (page: Page) => {
+        if (page.next) reply.header('link', `<${origin(request)}${page.next}>; rel="next"`)
+        sendSerialized(reply, page.body)
+      }
+      // A cached page is sent at once, without a promise (Fastify takes a handler that sent and returned nothing).
+      if (page && page.version === version) return send(page)
+      const afterId = cursor === undefined ? undefined : cursors.decode(cursor, status)
+      return app.store.listPets({ limit, status, afterId }).then(({ pets, nextAfterId }) => {
         const next = new URLSearchParams({ limit: String(limit), ...(status && { status }) })
         if (nextAfterId !== null) next.set('cursor', cursors.encode(nextAfterId, status))
-        page = { version, body: serialize(reply, pets), next: nextAfterId === null ? null : `/v1/pets?${next}` }
-        if (version !== null) pages.set(key, page)
-      }
-      if (page.next) reply.header('link', `<${origin(request)}${page.next}>; rel="next"`)
-      return sendSerialized(reply, page.body)
+        const fresh = { version, body: serialize(reply, pets), next: nextAfterId === null ? null : `/v1/pets?${next}` }
+        if (version !== null) pages.set(key, fresh)
+        send(fresh)
+      })
     },
   )
 
@@ -134,7 +145,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         },
       },
     },
-    async (request, reply) => {
+    (request, reply) => {
       reply.headers({
         deprecation: DEPRECATED_AT,
         sunset: SUNSET,
@@ -143,14 +154,15 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       const { petId } = request.params
       // Ids run from 1 to MAX_EXACT_INTEGER, so any other (valid int64) id cannot exist.
       if (petId < 1 || petId > MAX_EXACT_INTEGER) throw new ApiError('pet_not_found')
-      let body = petBodies.get(petId)
-      if (body === undefined) {
-        const pet = await app.store.getPet(petId)
+      const body = petBodies.get(petId)
+      // A cached pet is sent at once, without a promise, as a cached page is.
+      if (body !== undefined) return void sendSerialized(reply, body)
+      return app.store.getPet(petId).then((pet) => {
         if (!pet) throw new ApiError('pet_not_found', `No pet with id ${petId}.`)
-        body = serialize(reply, pet)
-        petBodies.set(petId, body)
-      }
-      return sendSerialized(reply, body)
+        const fresh = serialize(reply, pet)
+        petBodies.set(petId, fresh)
+        sendSerialized(reply, fresh)
+      })
     },
   )
 }
