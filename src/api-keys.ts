@@ -51,13 +51,16 @@ const KEY_IN_TEXT = /as_(live|test)_[0-9A-Za-z]+/g
 export function redactApiKeys(text: string): string {
   // Almost no text holds a key: a plain search is much cheaper than running the pattern over it.
   const redacted = text.includes('as_') ? text.replace(KEY_IN_TEXT, 'as_$1_[REDACTED]') : text
-  if (!redacted.includes('%')) return redacted
-  const unescaped = redacted.replace(/%([0-7][0-9A-Fa-f])/g, (_, hex: string) =>
-    String.fromCharCode(Number.parseInt(hex, 16)),
-  )
+  if (!text.includes('%')) return redacted
+  const unescaped = unescapeAscii(text)
   if (!unescaped.includes('as_')) return redacted
+  // Logged as sent unless escapes hid (part of) a key: then unescaped, with the whole key hidden.
   const hidden = unescaped.replace(KEY_IN_TEXT, 'as_$1_[REDACTED]')
-  return hidden === unescaped ? redacted : hidden
+  return hidden === unescapeAscii(redacted) ? redacted : hidden
+}
+
+function unescapeAscii(text: string): string {
+  return text.replace(/%([0-7][0-9A-Fa-f])/g, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)))
 }
 
 /** A random identifier such as `key_3kTMd9PqLw2xY8aZ` (ids are not secrets, but should not be guessable in sequence). */

@@ -91,7 +91,8 @@ function framingError(request: FastifyRequest): ApiError | undefined {
 
 /**
  * A request target in absolute form (`GET http://host/v1/pets`, as sent to proxies): its host is
- * the one to use, whatever Host says (RFC 9112 §3.2.2), so it takes Host's place.
+ * the one to use, whatever Host says (RFC 9112 §3.2.2), so it takes Host's place, and its path
+ * becomes the target.
  */
 function absoluteForm(request: FastifyRequest, target: string): ApiError | undefined {
   const url = URL.parse(target)
@@ -99,6 +100,8 @@ function absoluteForm(request: FastifyRequest, target: string): ApiError | undef
     return new ApiError('bad_request', 'The request target must be a path, or an absolute http(s) URL.')
   }
   request.headers.host = url.host
+  // From here on the target is its path, as the router already read it (404s, 405s, the key check, logs).
+  request.raw.url = `${url.pathname}${url.search}`
   return undefined
 }
 

@@ -65,7 +65,10 @@ const FASTIFY_CODES: Record<string, [ErrorCode, string?]> = {
   FST_ERR_CTP_EMPTY_JSON_BODY: ['invalid_json'],
   FST_ERR_CTP_INVALID_JSON_BODY: ['invalid_json'],
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: ['bad_request', 'The Content-Length header does not match the body.'],
-  FST_ERR_BAD_URL: ['bad_request', 'The URL is malformed: a "%" must be followed by two hexadecimal digits.'],
+  FST_ERR_BAD_URL: [
+    'bad_request',
+    'The URL is malformed: each "%" must start two hexadecimal digits that encode UTF-8, and it must hold no "#".',
+  ],
   FST_ERR_VALIDATION: ['validation_failed'],
 }
 

@@ -56,5 +56,8 @@ describe('API key format (point 3)', () => {
     assert.equal(redactApiKeys('/v1/pets?status=a%20b'), '/v1/pets?status=a%20b')
     // A key in the clear is redacted where it stands, the rest kept as it was sent.
     assert.equal(redactApiKeys(`/v1/pets?t=Bearer%20${secret}`), '/v1/pets?t=Bearer%20as_live_[REDACTED]')
+    // Partly escaped: the part in the clear must not be all that is hidden.
+    const partly = `${secret.slice(0, 9)}%${secret.charCodeAt(9).toString(16)}${secret.slice(10)}`
+    assert.equal(redactApiKeys(`/v1/pets?k=${partly}`), '/v1/pets?k=as_live_[REDACTED]')
   })
 })

@@ -102,8 +102,13 @@ function decodedPath(path: string): string {
 
 /** Under /v1 the key is checked before anything else about a request, even on unknown routes. */
 function needsKey(url: string): boolean {
-  const path = url.split('?')[0] as string
+  const path = originForm(url).split('?')[0] as string
   return path.startsWith('/v1/') && path !== OPENAPI_PATH
+}
+
+/** `http://host/v1/pets` → `/v1/pets`: a target in absolute form, as the router reads it. */
+function originForm(url: string): string {
+  return url.charCodeAt(0) === 47 /* / */ ? url : url.replace(/^https?:\/\/[^/?#]*/i, '')
 }
 
 export type UnroutedHandler = (error: Error, request: FastifyRequest, reply: FastifyReply) => void
@@ -122,7 +127,8 @@ export function answerUnrouted(server: Server, prefix: string, handler: Unrouted
 
 /** Fastify's `frameworkErrors` handler: the part of the app that owns the path answers, or a plain Error 400. */
 export function frameworkError(error: Error, request: FastifyRequest, reply: FastifyReply): void {
-  const owner = unrouted.get(request.server.server)?.find(([prefix]) => request.url.startsWith(prefix))
+  const path = originForm(request.url)
+  const owner = unrouted.get(request.server.server)?.find(([prefix]) => path.startsWith(prefix))
   const handler = owner?.[1] ?? sendError
   handler(error, request, reply)
 }

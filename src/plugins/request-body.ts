@@ -28,21 +28,21 @@ const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
 
 export default fp<{ config: Config }>(
   async (app, { config }) => {
-    // `Expect: 100-continue`: Node would send 100 Continue at once. It is sent only when the body
-    // is about to be read, so that a refusal the headers decide (401, 404, 405, 413, 429) comes
-    // instead of it and the client never sends the body (RFC 9110 §10.1.1).
-    const awaitingContinue = new WeakSet<IncomingMessage>()
+    // `Expect: 100-continue`: Node would send 100 Continue at once. It is sent when something
+    // starts reading the body instead, so that a refusal the headers decide (401, 404, 405, 413 by
+    // Content-Length, 415, 429) comes in its place and the client never sends the body (RFC 9110
+    // §10.1.1). Node's own draining of an unread body after the answer sends nothing.
     app.server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
-      awaitingContinue.add(request)
+      request.once('resume', () => {
+        if (!response.headersSent) response.writeContinue()
+      })
       app.server.emit('request', request, response)
     })
-    const sendContinue: preParsingHookHandler = (request, reply, payload, done) => {
-      if (awaitingContinue.delete(request.raw)) {
-        if (Number(request.headers['content-length']) > request.routeOptions.bodyLimit) {
-          return done(new ApiError('payload_too_large'))
-        }
-        reply.raw.writeContinue()
-      }
+
+    // A coding or charset we cannot read is refused before the body is: it would only be thrown away.
+    const readable: preParsingHookHandler = (request, _reply, payload, done) => {
+      const refused = encodingError(request.headers)
+      if (refused) return done(refused)
       done(null, payload)
     }
 
@@ -65,7 +65,7 @@ export default fp<{ config: Config }>(
       const methods = ([] as string[]).concat(route.method)
       if (!methods.some((method) => BODY_METHODS.has(method))) return
       // REQUEST_TIMEOUT_SECONDS=0: no deadline.
-      const own = config.requestTimeoutMs > 0 ? [sendContinue, deadline] : [sendContinue]
+      const own = config.requestTimeoutMs > 0 ? [readable, deadline] : [readable]
       route.preParsing = [...own, ...([] as preParsingHookHandler[]).concat(route.preParsing ?? [])]
     })
 
@@ -87,7 +87,7 @@ export default fp<{ config: Config }>(
           )
         }
         // Parsed again, only when it may matter: the first parse has already refused what it must.
-        done(null, FRACTION_OR_EXPONENT.test(text) ? JSON.parse(text, inexactToNaN) : value)
+        done(null, FRACTION_OR_EXPONENT.test(text) ? withInexactAsNaN(text, value) : value)
       })
     })
   },
@@ -106,6 +106,19 @@ function encodingError(headers: IncomingHttpHeaders): ApiError | undefined {
     return new ApiError('unsupported_media_type', 'Send the body as application/json in UTF-8 (charset=utf-8).')
   }
   return undefined
+}
+
+/**
+ * The body parsed again with `inexactToNaN`. A reviver recurses, and fails on nesting that plain
+ * parsing takes (thousands of levels): such a body is kept as first parsed, and no schema of ours
+ * takes one anyway.
+ */
+function withInexactAsNaN(text: string, value: unknown): unknown {
+  try {
+    return JSON.parse(text, inexactToNaN)
+  } catch {
+    return value
+  }
 }
 
 /** A JSON.parse reviver: an integer-valued number whose text is not an integer (1.0000000000000001) becomes NaN. */

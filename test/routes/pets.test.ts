@@ -107,6 +107,9 @@ describe('createPet: POST /v1/pets (point 1)', () => {
       assert.equal(response.statusCode, 400, inexact)
       assert.match(errorBody(response).message, /body\.categoryId must be an integer/)
     }
+    // Nesting too deep for a reviver is still refused for what it is, not called invalid JSON.
+    const deep = await post(`1, "extra": ${'['.repeat(8000)}2.5${']'.repeat(8000)}`)
+    assert.equal(errorBody(deep).code, 'validation_failed')
     for (const [exact, stored] of [
       ['1.0', 1],
       ['10e-1', 1],
