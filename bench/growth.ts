@@ -12,6 +12,7 @@
  */
 import { writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
+import { ROOT } from '../scripts/start-command.ts'
 import { cursorSecret, RARE_COUNT, RARE_STATUS, type Seeded, seedPostgres, seedSqlite } from './growth-data.ts'
 import { type GrowthRun, type GrowthTargetInfo, growthSection } from './growth-report.ts'
 import { deepPaths, petsPerPage, rarePaths } from './growth-urls.ts'
@@ -25,7 +26,6 @@ import { type BenchContext, type RunningTarget, startPostgresService, startSqlit
 import type { Workload } from './workloads.ts'
 import { ensureTools } from './wrk.ts'
 
-const ROOT = join(import.meta.dirname, '..')
 const CYCLE = join(import.meta.dirname, 'lua', 'cycle.lua')
 
 function log(line: string): void {

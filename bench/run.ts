@@ -8,6 +8,7 @@
  */
 import { writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
+import { ROOT } from '../scripts/start-command.ts'
 import { documentation } from './document.ts'
 import { cpuTable, limitSentence, type TargetShape } from './limits.ts'
 import { fileBackedMb, measure, probe } from './measure.ts'
@@ -19,8 +20,6 @@ import { readSettings, type Settings } from './settings.ts'
 import { type BenchContext, type RunningTarget, TARGETS } from './targets.ts'
 import { WORKLOADS } from './workloads.ts'
 import { ensureTools } from './wrk.ts'
-
-const ROOT = join(import.meta.dirname, '..')
 
 function log(line: string): void {
   process.stderr.write(`${line}\n`)

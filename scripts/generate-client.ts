@@ -12,8 +12,8 @@ import { join } from 'node:path'
 import Fastify from 'fastify'
 import animalStore, { serverOptions } from '../src/app.ts'
 import { loadConfig } from '../src/config.ts'
+import { ROOT } from './start-command.ts'
 
-const ROOT = new URL('..', import.meta.url).pathname
 export const CLIENT_TYPES_FILE = 'src/client/schema.ts'
 
 // openapi-typescript prints its output with the TypeScript 5 compiler API, which TypeScript 7 (the

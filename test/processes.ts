@@ -20,10 +20,10 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { startCommand } from '../scripts/start-command.ts'
+import { ROOT, startCommand } from '../scripts/start-command.ts'
 import { EnvSchema } from '../src/config.ts'
 
-export const ROOT = new URL('..', import.meta.url).pathname
+export { ROOT }
 
 /**
  * Ports handed out lately by any test process on this machine. Test files run two at a time, and
