@@ -59,8 +59,15 @@ export function redactApiKeys(text: string): string {
   return hidden === unescapeAscii(redacted) ? redacted : hidden
 }
 
+/** ASCII percent-escapes undone, repeatedly (`%2561` → `%61` → `a`), a few times at most. */
 function unescapeAscii(text: string): string {
-  return text.replace(/%([0-7][0-9A-Fa-f])/g, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)))
+  let out = text
+  for (let round = 0; round < 4 && out.includes('%'); round++) {
+    const next = out.replace(/%([0-7][0-9A-Fa-f])/g, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)))
+    if (next === out) break
+    out = next
+  }
+  return out
 }
 
 /** A random identifier such as `key_3kTMd9PqLw2xY8aZ` (ids are not secrets, but should not be guessable in sequence). */

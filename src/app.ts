@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { Server } from 'node:http'
-import { isIPv6 } from 'node:net'
+import { isIPv4, isIPv6 } from 'node:net'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { FastifyHttpOptions, FastifyInstance, FastifyRequest } from 'fastify'
 import pino, { type DestinationStream } from 'pino'
@@ -39,13 +39,20 @@ const REQUEST_ID = /^[\w.:-]{1,128}$/
  * A Host (or, behind a trusted proxy, X-Forwarded-Host): a name or an IP literal, and a port. It is
  * copied into Location and Link, so anything else could forge link values there.
  */
-const HOST = /^(?:[\w-]+(?:\.[\w-]+)*\.?|\[([0-9A-Fa-f:.]+)\])(?::([0-9]{0,5}))?$/
+const HOST = /^(?:([\w-]+(?:\.[\w-]+)*\.?)|\[([0-9A-Fa-f:.]+)\])(?::([0-9]{0,5}))?$/
 
 function validHost(host: string): boolean {
   const match = HOST.exec(host)
   if (!match) return false
-  const [, ipv6, port] = match
-  return (ipv6 === undefined || isIPv6(ipv6)) && (port === undefined || Number(port) <= 65_535)
+  const [, name, ipv6, port] = match
+  if (name !== undefined ? !validName(name) : !isIPv6(ipv6 as string)) return false
+  return port === undefined || Number(port) <= 65_535
+}
+
+/** A name whose last label is a number is an IPv4 address to URL parsers: then it must be one. */
+function validName(name: string): boolean {
+  const last = /(?:^|\.)([^.]+)\.?$/.exec(name)?.[1] ?? ''
+  return !/^\d+$/.test(last) || isIPv4(name.replace(/\.$/, ''))
 }
 
 /** Why a request cannot be taken whatever its route: a bad Host, Host or Authorization sent twice. */
@@ -60,9 +67,16 @@ function framingError(request: FastifyRequest): ApiError | undefined {
     if (refused) return refused
   }
   if (target.includes('#')) return new ApiError('bad_request', 'The request target must not hold a fragment ("#").')
-  // Node frames a body by its final coding, chunked, and would hand over whatever the others made of it.
+  // Node frames a body by its final coding, chunked, and would hand over whatever the others made
+  // of it (501). A final coding other than chunked leaves no way to find the body's end: 400, and
+  // the connection is closed (RFC 9112 §6.1).
   const coding = request.headers['transfer-encoding']
   if (coding !== undefined && coding.trim().toLowerCase() !== 'chunked') {
+    if (!/(?:^|,)\s*chunked\s*$/i.test(coding)) {
+      return new ApiError('bad_request', 'Transfer-Encoding must end in "chunked" (RFC 9112 §6.1).', {
+        connection: 'close',
+      })
+    }
     return new ApiError('not_implemented', 'Transfer-Encoding other than "chunked" is not supported (RFC 9112 §6.1).')
   }
   const host = request.host
@@ -100,8 +114,10 @@ function absoluteForm(request: FastifyRequest, target: string): ApiError | undef
     return new ApiError('bad_request', 'The request target must be a path, or an absolute http(s) URL.')
   }
   request.headers.host = url.host
-  // From here on the target is its path, as the router already read it (404s, 405s, the key check, logs).
-  request.raw.url = `${url.pathname}${url.search}`
+  // From here on the target is its path as sent (not normalized: the router read it so), for
+  // 404s, 405s, the key check and logs.
+  const rest = target.replace(/^https?:\/\/[^/?#]*/i, '')
+  request.raw.url = rest.startsWith('/') ? rest : `/${rest}`
   return undefined
 }
 
@@ -121,7 +137,8 @@ export function serverOptions(
       level: config.logLevel,
       // Requests are logged without headers; anything shaped like a key is masked in URLs too.
       serializers: {
-        req: (req) => ({ method: req.method, url: redactApiKeys(req.url), remoteAddress: req.ip }),
+        // Behind a proxy the address comes from X-Forwarded-For, which the client may have written.
+        req: (req) => ({ method: req.method, url: redactApiKeys(req.url), remoteAddress: redactApiKeys(req.ip) }),
       },
     },
     logController: new RequestLog(logStream, config.logLevel),

@@ -67,7 +67,7 @@ const FASTIFY_CODES: Record<string, [ErrorCode, string?]> = {
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: ['bad_request', 'The Content-Length header does not match the body.'],
   FST_ERR_BAD_URL: [
     'bad_request',
-    'The URL is malformed: each "%" must start two hexadecimal digits that encode UTF-8, and it must hold no "#".',
+    'The request target is malformed: a path (or an absolute http(s) URL with a valid host), whose "%" escapes encode UTF-8, with no "#".',
   ],
   FST_ERR_VALIDATION: ['validation_failed'],
 }

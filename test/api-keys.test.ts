@@ -59,5 +59,7 @@ describe('API key format (point 3)', () => {
     // Partly escaped: the part in the clear must not be all that is hidden.
     const partly = `${secret.slice(0, 9)}%${secret.charCodeAt(9).toString(16)}${secret.slice(10)}`
     assert.equal(redactApiKeys(`/v1/pets?k=${partly}`), '/v1/pets?k=as_live_[REDACTED]')
+    // Escaped twice (%2561 is %61 is a).
+    assert.equal(redactApiKeys(`/v1/pets?x=%2561s_live_${secret.slice(8)}`), '/v1/pets?x=as_live_[REDACTED]')
   })
 })

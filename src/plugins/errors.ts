@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, Server, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import { redactApiKeys } from '../api-keys.ts'
 import { ApiError, ERRORS, type ErrorCode, toApiError, toErrorBody } from '../errors.ts'
@@ -16,10 +16,10 @@ import { OPENAPI_PATH } from './openapi.ts'
 // Not `import { STATUS_CODES } from 'node:http'`: building node:http's ES module namespace reads
 // its lazy WebSocket export, which loads Node's bundled undici (fetch) and web streams, about
 // 13 MB of RSS that nothing here uses. The CommonJS exports object reads no export.
-const { STATUS_CODES, maxHeaderSize } = process.getBuiltinModule('node:http')
+const { STATUS_CODES, METHODS, maxHeaderSize } = process.getBuiltinModule('node:http')
 
 /** A well-formed request line: when its method is unknown to Node, that is 501, not malformed HTTP. */
-const REQUEST_LINE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ \r\n]+ HTTP\/1\.[01]\r\n/
+const REQUEST_LINE = /^(?:\r\n)*([!#$%&'*+.^_`|~0-9A-Za-z-]+) [^ \r\n]+ HTTP\/1\.[01]\r\n/
 
 /** How long a socket answered by hand may take to receive its answer before it is destroyed. */
 const RAW_SOCKET_GRACE_MS = 5000
@@ -52,14 +52,29 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Soc
     socket.destroy()
     return
   }
+  const answer = clientErrorAnswer(error)
+  // Answers go in request order (RFC 9112 §9.3.2): a request before the bad one, still being
+  // answered, is answered first. If that answer closes the connection, there is no one left to tell.
+  const pending = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage
+  const send = () => {
+    if (socket.writable && !socket.writableEnded) socket.end(answer)
+  }
+  if (pending && !pending.writableFinished) pending.once('finish', send)
+  else send()
+}
+
+function clientErrorAnswer(error: Error & { code?: string }): string {
   if (error.code === 'HPE_HEADER_OVERFLOW') {
     const message = `The request line and headers are larger than the limit of ${maxHeaderSize} bytes.`
-    return void socket.end(rawErrorResponse('headers_too_large', message))
+    return rawErrorResponse('headers_too_large', message)
   }
-  if (error.code === 'HPE_INVALID_METHOD' && REQUEST_LINE.test(String((error as { rawPacket?: unknown }).rawPacket))) {
-    return void socket.end(rawErrorResponse('not_implemented', 'This method is not supported (RFC 9110 §9.1).'))
+  // A well-formed request line whose method Node does not know (it checks only the first request
+  // of the bytes it was given; anything else is malformed).
+  const method = REQUEST_LINE.exec(String((error as { rawPacket?: unknown }).rawPacket))?.[1]
+  if (error.code === 'HPE_INVALID_METHOD' && method !== undefined && !METHODS.includes(method)) {
+    return rawErrorResponse('not_implemented', 'This method is not supported (RFC 9110 §9.1).')
   }
-  socket.end(rawErrorResponse(error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'request_timeout' : 'bad_request'))
+  return rawErrorResponse(error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'request_timeout' : 'bad_request')
 }
 
 /**
@@ -102,7 +117,8 @@ function decodedPath(path: string): string {
 
 /** Under /v1 the key is checked before anything else about a request, even on unknown routes. */
 function needsKey(url: string): boolean {
-  const path = originForm(url).split('?')[0] as string
+  // Decoded as the router decodes it: `/%761/pets` is /v1/pets.
+  const path = decodedPath(originForm(url).split('?')[0] as string)
   return path.startsWith('/v1/') && path !== OPENAPI_PATH
 }
 
@@ -161,17 +177,26 @@ export default fp(
   async (app) => {
     // Paths and methods of every route, to tell "no such path" (404) from "wrong method" (405).
     const routes: { pattern: RegExp; methods: string[] }[] = []
-    app.addHook('onRoute', (route) => {
-      const source = route.url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace(/:[^/]+/g, '[^/]+')
+    const addRoute = (url: string, methods: string[]) => {
+      const source = url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace(/:[^/]+/g, '[^/]+')
       const pattern = new RegExp(`^${source}$`)
-      const methods = ([] as string[]).concat(route.method)
       const existing = routes.find((r) => r.pattern.source === pattern.source)
       if (existing) existing.methods.push(...methods)
-      else routes.push({ pattern, methods })
+      else routes.push({ pattern, methods: [...methods] })
+    }
+    app.addHook('onRoute', (route) => {
+      const methods = ([] as string[]).concat(route.method)
+      addRoute(route.url, methods)
+      // A plugin's "/" route answers at its prefix with and without the slash (`/docs`, `/docs/`).
+      if (route.prefix && route.url === route.prefix) addRoute(`${route.prefix}/`, methods)
     })
 
     /** 405 with Allow when the path exists with other methods, else 404. */
     const routeError = (request: FastifyRequest): ApiError => {
+      // RFC 10008 §2: a QUERY request must say what its body is, whatever the path.
+      if (request.method === 'QUERY' && request.headers['content-type'] === undefined) {
+        return new ApiError('bad_request', 'A QUERY request needs a Content-Type (RFC 10008 §2).')
+      }
       const path = request.url.split('?')[0] as string
       // The router matched the decoded path (`/v1/%70ets` is `/v1/pets`): so do we.
       const allowed = routes.find((r) => r.pattern.test(decodedPath(path)))?.methods
@@ -187,26 +212,26 @@ export default fp(
       throw routeError(request)
     }
     // Unknown routes are answered from an onRequest hook, before any body is read or parsed: what
-    // a body holds cannot change a 404 or 405, and no one gets to make us parse it. Each scope
-    // below holds only a not-found handler, so the real routes never run its hook.
-    await app.register(async (root) => {
-      root.addHook('onRequest', (request, _reply, done) => done(routeError(request)))
-      root.setNotFoundHandler(notFound)
-    })
-    // Under /v1 the key comes first (and a valid key's request is counted, as any other).
-    await app.register(
-      async (v1) => {
-        v1.addHook('onRequest', (request, reply, done) => {
-          if (!needsKey(request.url)) return done(routeError(request))
-          app.authenticate(request, reply, (refused) => {
-            if (refused) return done(refused)
-            app.rateLimit(request, reply, (limited?: Error) => done(limited ?? routeError(request)))
-          })
-        })
-        v1.setNotFoundHandler(notFound)
-      },
-      { prefix: '/v1' },
-    )
+    // a body holds cannot change a 404 or 405, and no one gets to make us parse it. Under /v1 the
+    // key comes first (and a valid key's request is counted, as any other). Each scope below holds
+    // only a not-found handler, so the real routes never run this hook.
+    const refuseUnrouted: onRequestHookHandler = (request, reply, done) => {
+      if (!needsKey(request.url)) return done(routeError(request))
+      app.authenticate(request, reply, (refused) => {
+        if (refused) return done(refused)
+        app.rateLimit(request, reply, (limited?: Error) => done(limited ?? routeError(request)))
+      })
+    }
+    // The root's too: the router may take `/%761/pets` for /v1 only once decoded.
+    for (const prefix of ['', '/v1']) {
+      await app.register(
+        async (scope) => {
+          scope.addHook('onRequest', refuseUnrouted)
+          scope.setNotFoundHandler(notFound)
+        },
+        { prefix },
+      )
+    }
 
     app.setErrorHandler(sendError)
     answerUnrouted(app.server, '/v1/', (error, request, reply) => {

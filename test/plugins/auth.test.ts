@@ -144,6 +144,15 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
     }
   })
 
+  it('never logs a key a client put in X-Forwarded-For behind a trusted proxy (it becomes the address)', async (t) => {
+    const test = await build(t, { TRUST_PROXY: 'true' }, { captureLogs: true })
+    const { secret } = await test.newKey()
+    await test.app.inject({ url: '/v1/pets', headers: { ...bearer(secret), 'x-forwarded-for': secret } })
+    await test.app.inject({ url: '/v1/nowhere', headers: { ...bearer(`${secret}x`), 'x-forwarded-for': secret } })
+    assert.ok(test.logs.some((line) => JSON.stringify(line).includes('as_test_[REDACTED]')))
+    assert.ok(!JSON.stringify(test.logs).includes(secret.slice(8)), 'a key reached the logs')
+  })
+
   it('never logs the Authorization header or a key, even one put in the URL', async (t) => {
     const test = await build(t, {}, { captureLogs: true })
     const { secret } = await test.newKey()

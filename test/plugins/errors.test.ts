@@ -46,10 +46,7 @@ describe('Errors: every error is application/json {code, message, status} (point
     const { secret } = await test.newKey()
     const badUrl = await test.app.inject({ url: '/v1/pets/%zz', headers: bearer(secret) })
     assert.equal(badUrl.statusCode, 400)
-    assert.match(
-      errorBody(badUrl).message,
-      /URL is malformed: each "%" must start two hexadecimal digits that encode UTF-8/,
-    )
+    assert.match(errorBody(badUrl).message, /request target is malformed: .*whose "%" escapes encode UTF-8/)
     const big = await test.app.inject({
       method: 'POST',
       url: '/v1/pets',
@@ -127,6 +124,29 @@ describe('Errors: every error is application/json {code, message, status} (point
     const escaped = await test.app.inject({ method: 'OPTIONS', url: '/v1/%70ets', headers: bearer(secret) })
     assert.equal(escaped.statusCode, 405)
     assert.equal(escaped.headers.allow, 'GET, HEAD, POST')
+  })
+
+  it('the key check and the 404/405 read the path as the router does: decoded, and as sent', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    // Without a key, nothing about /v1 shows, however its path is spelled.
+    for (const [method, url] of [
+      ['DELETE', '/%761/pets'],
+      ['GET', '/%761/nope'],
+    ] as const) {
+      assert.equal((await test.app.inject({ method, url })).statusCode, 401, `${method} ${url}`)
+    }
+    const allowed = await test.app.inject({ method: 'DELETE', url: '/%761/pets', headers: bearer(secret) })
+    assert.equal(allowed.statusCode, 405)
+    // A plugin's root page answers with and without the slash: Allow says so for both.
+    for (const url of ['/docs', '/docs/', '/portal', '/portal/']) {
+      const response = await test.app.inject({ method: 'OPTIONS', url })
+      assert.equal(response.statusCode, 405, url)
+      assert.equal(response.headers.allow, 'GET, HEAD', url)
+    }
+    // RFC 10008 §2: QUERY needs a Content-Type, with the key checked first.
+    const query = await test.app.inject({ method: 'QUERY' as 'GET', url: '/v1/pets', headers: bearer(secret) })
+    assert.equal(query.statusCode, 400)
   })
 
   it('malformed JSON: 400 invalid_json', async (t) => {
@@ -301,6 +321,9 @@ describe('Errors: every error is application/json {code, message, status} (point
     const options = await ask('OPTIONS http://x.example/v1/pets', `Authorization: Bearer ${secret}\r\n`)
     assert.match(options, /^HTTP\/1.1 405 /)
     assert.match(options, /allow: GET, HEAD, POST\r\n/i)
+    // Dot segments are not resolved, by the router nor by us: the 404 names the path as sent.
+    const dots = await ask('GET http://x.example/v1/../v1/pets', `Authorization: Bearer ${secret}\r\n`)
+    assert.match(dots, /No route for GET \/v1\/\.\.\/v1\/pets\./)
     assert.match(fragment, /^HTTP\/1.1 400 /)
     assert.match(fragment, /must not hold a fragment/)
     assert.match(notHttp, /^HTTP\/1.1 400 /)
@@ -320,6 +343,9 @@ describe('Errors: every error is application/json {code, message, status} (point
       'api.example:99999',
       '.',
       'a..b',
+      '999.1.1.1',
+      '1.2.3.4.5',
+      'x.1',
     ]) {
       const response = await test.app.inject({ url: '/v1/pets?limit=1', headers: { ...bearer(secret), host } })
       assert.equal(response.statusCode, 400, host)
@@ -545,5 +571,15 @@ describe('Errors: every error is application/json {code, message, status} (point
       messages.push(JSON.parse(body).message)
     }
     assert.match(messages[1], /larger than the limit of 16384 bytes/)
+    // A final coding other than chunked leaves the body unframed: one 400, and the connection closes.
+    const unframed = await raw(
+      'GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n',
+    )
+    assert.equal(unframed.match(/HTTP\/1\.1 \d{3} /g)?.length, 1, unframed)
+    assert.match(unframed, /^HTTP\/1.1 400 /)
+    // Garbage after a request is malformed, not an unknown method: the request is answered, then 400.
+    const garbage = await raw('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n\x01\x02garbage\r\n\r\n')
+    assert.match(garbage, /^HTTP\/1.1 200 /)
+    assert.match(garbage, /HTTP\/1.1 400 [\s\S]*"code":"bad_request"/)
   })
 })
