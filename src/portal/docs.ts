@@ -4,7 +4,7 @@
  * same server: docs.js lists this origin first among the servers. Paste a key under "Authorize".
  */
 import helmet from '@fastify/helmet'
-import type { FastifyInstance, FastifyReply } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ownFile, packageFile, serveAssets } from './assets.ts'
 import { DOCS_HEADERS } from './headers.ts'
 import { type Html, html } from './html.ts'
@@ -46,14 +46,19 @@ export default async function docs(app: FastifyInstance): Promise<void> {
   )
   app.get('/', { schema: { hide: true } }, async (_request, reply) => send(reply, 200, reference))
 
-  app.setNotFoundHandler(async (request, reply) => {
-    // A wrong method on /docs is 405 with Allow, as anywhere else.
+  // A wrong method on /docs is 405 with Allow, as anywhere else; like the API's, it is answered
+  // from an onRequest hook, before any body is read: in a scope that holds only the not-found
+  // handler, so the real pages never run the hook.
+  const notFound = (request: FastifyRequest, reply: FastifyReply) => {
     const { statusCode, headers } = app.unroutedError(request)
     if (headers?.allow) reply.header('allow', headers.allow)
-    return send(
-      reply,
-      statusCode,
-      page('Page not found', html`<h1>Page not found</h1><p>The API reference is at <a href="/docs">/docs</a>.</p>`),
-    )
+    const missing = html`<h1>Page not found</h1><p>The API reference is at <a href="/docs">/docs</a>.</p>`
+    return send(reply, statusCode, page('Page not found', missing))
+  }
+  await app.register(async (scope) => {
+    scope.addHook('onRequest', (request, reply, _done) => {
+      notFound(request, reply)
+    })
+    scope.setNotFoundHandler(async (request, reply) => notFound(request, reply))
   })
 }

@@ -210,6 +210,22 @@ describe('Portal failures are HTML pages', () => {
     ['a malformed key id', { method: 'GET', url: '/portal/keys/not-a-key/revoke' }, 400],
     ['a wrong method on a portal page', { method: 'DELETE', url: '/portal/sign-in' }, 405],
     ['a wrong method on the reference', { method: 'POST', url: '/docs' }, 405],
+    // Answered before any body is read: a broken or oversized JSON body changes nothing.
+    [
+      'a wrong method on the reference, with a broken JSON body',
+      { method: 'POST', url: '/docs', headers: { 'content-type': 'application/json' }, payload: '{bad' },
+      405,
+    ],
+    [
+      'an unknown reference page, with an oversized body',
+      {
+        method: 'POST',
+        url: '/docs/x',
+        headers: { 'content-type': 'application/json' },
+        payload: `"${'x'.repeat(70_000)}"`,
+      },
+      404,
+    ],
     // Fastify cannot route these, so they never reach the portal's own hooks.
     ['an undecodable URL', { method: 'GET', url: '/portal/%zz' }, 400],
     ['a key id too long to route', { method: 'POST', url: `/portal/keys/${'k'.repeat(5000)}/revoke` }, 400],
