@@ -12,7 +12,7 @@ import { redactApiKeys } from './api-keys.ts'
 import type { Config } from './config.ts'
 import { ApiError } from './errors.ts'
 import auth from './plugins/auth.ts'
-import errors, { clientErrorHandler, frameworkError, rawErrorResponses } from './plugins/errors.ts'
+import errors, { clientErrorHandler, frameworkError, originForm, rawErrorResponses } from './plugins/errors.ts'
 import idempotency from './plugins/idempotency.ts'
 import openapi from './plugins/openapi.ts'
 import rateLimit from './plugins/rate-limit.ts'
@@ -116,7 +116,7 @@ function absoluteForm(request: FastifyRequest, target: string): ApiError | undef
   request.headers.host = url.host
   // From here on the target is its path as sent (not normalized: the router read it so), for
   // 404s, 405s, the key check and logs.
-  const rest = target.replace(/^https?:\/\/[^/?#]*/i, '')
+  const rest = originForm(target)
   request.raw.url = rest.startsWith('/') ? rest : `/${rest}`
   return undefined
 }

@@ -123,7 +123,7 @@ function needsKey(url: string): boolean {
 }
 
 /** `http://host/v1/pets` → `/v1/pets`: a target in absolute form, as the router reads it. */
-function originForm(url: string): string {
+export function originForm(url: string): string {
   return url.charCodeAt(0) === 47 /* / */ ? url : url.replace(/^https?:\/\/[^/?#]*/i, '')
 }
 

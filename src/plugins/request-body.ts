@@ -39,19 +39,15 @@ export default fp<{ config: Config }>(
       app.server.emit('request', request, response)
     })
 
-    // A coding or charset we cannot read is refused before the body is: it would only be thrown away.
-    const readable: preParsingHookHandler = (request, _reply, payload, done) => {
-      const refused = encodingError(request.headers)
-      if (refused) return done(refused)
-      done(null, payload)
-    }
-
-    // Only on routes that take a body: a hook on every route would cost every GET too.
-    const deadline: preParsingHookHandler = (request, reply, payload, done) => {
+    // Only on routes that take a body (a hook on every route would cost every GET too). A coding or
+    // charset we cannot read is refused before the body is read: it would only be thrown away.
+    // The body must then arrive within REQUEST_TIMEOUT_SECONDS (0: no deadline).
+    const bodyStart: preParsingHookHandler = (request, reply, payload, done) => {
       const headers = request.headers
-      if (headers['transfer-encoding'] === undefined && (headers['content-length'] ?? '0') === '0') {
-        return done(null, payload)
-      }
+      const refused = encodingError(headers)
+      if (refused) return done(refused)
+      const empty = headers['transfer-encoding'] === undefined && (headers['content-length'] ?? '0') === '0'
+      if (config.requestTimeoutMs === 0 || empty) return done(null, payload)
       const timer = setTimeout(() => {
         if (request.raw.complete || reply.sent) return
         reply.header('connection', 'close').send(new ApiError('request_timeout'))
@@ -64,18 +60,15 @@ export default fp<{ config: Config }>(
     app.addHook('onRoute', (route) => {
       const methods = ([] as string[]).concat(route.method)
       if (!methods.some((method) => BODY_METHODS.has(method))) return
-      // REQUEST_TIMEOUT_SECONDS=0: no deadline.
-      const own = config.requestTimeoutMs > 0 ? [readable, deadline] : [readable]
-      route.preParsing = [...own, ...([] as preParsingHookHandler[]).concat(route.preParsing ?? [])]
+      route.preParsing = [bodyStart, ...([] as preParsingHookHandler[]).concat(route.preParsing ?? [])]
     })
 
     // Bodies are JSON only: anything else, text/plain included, is 415.
     app.removeContentTypeParser('text/plain')
     const parse = app.getDefaultJsonParser('error', 'error')
     app.removeContentTypeParser('application/json')
+    // Routes have refused codings and charsets already (bodyStart).
     app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
-      const refused = encodingError(request.headers)
-      if (refused) return done(refused, undefined)
       const bytes = body as Buffer
       if (!isUtf8(bytes)) return done(new ApiError('invalid_json', 'The request body is not valid UTF-8.'), undefined)
       const text = bytes.toString()
