@@ -41,12 +41,18 @@ const REQUEST_ID = /^[\w.:-]{1,128}$/
  */
 const HOST = /^(?:([\w-]+(?:\.[\w-]+)*\.?)|\[([0-9A-Fa-f:.]+)\])(?::([0-9]{0,5}))?$/
 
+/** The last Host found valid: nearly every request repeats its predecessor's, and need not be parsed again. */
+let lastValidHost = ''
+
 function validHost(host: string): boolean {
+  if (host === lastValidHost) return true
   const match = HOST.exec(host)
   if (!match) return false
   const [, name, ipv6, port] = match
   if (name !== undefined ? !validName(name) : !isIPv6(ipv6 as string)) return false
-  return port === undefined || Number(port) <= 65_535
+  if (port !== undefined && Number(port) > 65_535) return false
+  lastValidHost = host
+  return true
 }
 
 /** A name whose last label is a number is an IPv4 address to URL parsers: then it must be one. */

@@ -31,12 +31,14 @@ declare module 'fastify' {
   }
   interface FastifyRequest {
     /** The verified API key of an authenticated request. */
-    caller: Caller
+    caller: Readonly<Caller>
   }
 }
 
 interface CachedKey {
   key: ApiKey
+  /** What an admitted request's `caller` is: made once per entry, not once per request. */
+  caller: Readonly<Caller>
   expiresAtMs: number
   verifiedAtMs: number
   /** When this process last queued a "last used" update for the key. */
@@ -66,6 +68,7 @@ export default fp<{ config: Config }>(
       }
       const entry = {
         key,
+        caller: Object.freeze({ keyId: key.id, accountId: key.accountId }),
         expiresAtMs: key.expiresAt ? Date.parse(key.expiresAt) : Infinity,
         verifiedAtMs: now,
         touchedAtMs: cached?.touchedAtMs ?? 0,
@@ -128,7 +131,7 @@ export default fp<{ config: Config }>(
         countFailure(request.ip, now).then((tooMany) => done(tooMany ?? verdict), done)
         return
       }
-      request.caller = { keyId: verdict.key.id, accountId: verdict.key.accountId }
+      request.caller = verdict.caller
       if (now - verdict.touchedAtMs >= TOUCH_INTERVAL_MS) {
         verdict.touchedAtMs = now
         usage.set(verdict.key.id, new Date(now).toISOString())
