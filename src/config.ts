@@ -156,6 +156,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     // An empty variable means "not set": `PORT= npm start` uses the default.
     if (value !== undefined && value.trim() !== '') raw[name] = value.trim()
   }
+  // Ajv would take `1e3`, `0x10`, `+80` or `80.0` for integers: only plain decimals are.
+  for (const [name, schema] of Object.entries(EnvSchema.properties)) {
+    const value = raw[name]
+    if ((schema as { type?: string }).type === 'integer' && value !== undefined && !/^[0-9]+$/.test(value)) {
+      throw new ConfigError(invalid(name as keyof Env, value))
+    }
+  }
   const e: Record<string, unknown> = { ...raw }
   if (!validateEnv(e)) {
     const name = validateEnv.errors?.[0]?.instancePath.slice(1) as keyof Env

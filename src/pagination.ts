@@ -25,7 +25,9 @@ export function cursorCodec(secret: string): CursorCodec {
       return `${Buffer.from(payload).toString('base64url')}.${mac(payload).toString('base64url')}`
     },
     decode(cursor, status) {
-      const [encoded = '', signature = ''] = cursor.split('.')
+      const parts = cursor.split('.')
+      if (parts.length !== 2) throw invalid('is not valid')
+      const [encoded = '', signature = ''] = parts
       const payload = Buffer.from(encoded, 'base64url').toString()
       const given = Buffer.from(signature, 'base64url')
       // Only the canonical spelling counts, so that a cursor has exactly one valid form.

@@ -83,6 +83,15 @@ describe('Configuration: read and validated once (point 9)', () => {
     ['TRUST_PROXY', '10.0.0.1, proxy.internal'],
     ['BODY_LIMIT', '10'],
     ['API_KEY_CACHE_SECONDS', '-1'],
+    // Number forms other than plain decimals (Ajv's coercion would take them).
+    ['PORT', '0b1'],
+    ['PORT', '1e3'],
+    ['PORT', '0x1196'],
+    ['PORT', '+4502'],
+    ['PORT', '4502.0'],
+    ['BODY_LIMIT', '1e5'],
+    ['WORKERS', '0x2'],
+    ['RATE_LIMIT', '1e3'],
   ]
   for (const [name, value] of bad) {
     it(`refuses ${name}=${value} with a one-line error naming it`, () => {

@@ -25,5 +25,7 @@ describe('Pagination cursors (point 5)', () => {
     refused(() => codec.decode(cursor, undefined))
     refused(() => codec.decode(`${Buffer.from('11.sold').toString('base64url')}.${cursor.split('.')[1]}`, 'sold'))
     for (const junk of ['', '.', 'abc', 'a.b.c', '....', '🐕']) refused(() => codec.decode(junk, undefined))
+    // A valid cursor with anything after it is an edited one.
+    for (const tail of ['.', '.tampered', '....']) refused(() => codec.decode(`${cursor}${tail}`, 'sold'))
   })
 })

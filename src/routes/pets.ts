@@ -77,7 +77,8 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       // Ajv has filled in the default; the fallback only satisfies the type.
       const { limit = DEFAULT_PAGE_SIZE, status, cursor } = request.query
       // Cached pages are keyed by the cursor text itself: only verified cursors ever get an entry.
-      const key = `${limit} ${status} ${cursor}`
+      // No cursor and the text `undefined` must not share a key.
+      const key = cursor === undefined ? `${limit} ${status}` : `${limit} ${status} ${cursor}`
       const version = app.store.petsVersion()
       const page = pages.get(key)
       const send = (page: Page) => {

@@ -342,6 +342,10 @@ describe('listPets: GET /v1/pets (points 1 and 5)', () => {
       `/v1/pets?cursor=${cursor}&status=available`,
       '/v1/pets?cursor=not-a-cursor',
       `/v1/pets?cursor=${'x'.repeat(150)}`,
+      `/v1/pets?cursor=${cursor}.tampered&status=sold`, // anything after a valid cursor is an edit
+      `/v1/pets?cursor=${cursor}....&status=sold`,
+      // The text `undefined` is not "no cursor", even once the first page is cached (it was, above).
+      '/v1/pets?limit=1&status=sold&cursor=undefined',
     ]) {
       const response = await app.app.inject({ url, headers: bearer(secret) })
       assert.equal(response.statusCode, 400, url)
