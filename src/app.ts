@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { Server } from 'node:http'
-import { isIPv4, isIPv6 } from 'node:net'
+import { isIPv4, isIPv6, type Socket } from 'node:net'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { FastifyHttpOptions, FastifyInstance, FastifyRequest } from 'fastify'
 import pino, { type DestinationStream } from 'pino'
@@ -187,9 +187,19 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
   rawErrorResponses(app.server)
   // Once shutdown starts, answer in-flight requests with Connection: close, so their keep-alive
   // connections end with them instead of holding the process open until the keep-alive timeout.
+  // Connections with no response under way are closed then too: Node closes idle keep-alive ones,
+  // but not one that has sent nothing yet (a preconnect, a balancer's TCP check) or only part of a
+  // request, which would hold the process until the shutdown timeout kills it.
   let closing = false
+  const sockets = new Set<Socket>()
+  app.server.on('connection', (socket: Socket) => {
+    sockets.add(socket)
+    socket.once('close', () => sockets.delete(socket))
+  })
   app.addHook('preClose', (done) => {
     closing = true
+    // `_httpMessage` is the response a socket is writing (Node's own field; http-terminator reads it too).
+    for (const socket of sockets) if (!(socket as Socket & { _httpMessage?: unknown })._httpMessage) socket.destroy()
     done()
   })
   app.addHook('onSend', (_request, reply, payload, done) => {

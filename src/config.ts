@@ -24,6 +24,16 @@ const BaseUrl = (fallback: string) =>
     description: 'an http(s) URL whose path ends in /v1',
   })
 
+/** pino's numbers for LOG_LEVEL's names (`silent` is none: nothing is at or above it). */
+export const LOG_LEVEL_VALUES: Record<string, number> = {
+  trace: 10,
+  debug: 20,
+  info: 30,
+  warn: 40,
+  error: 50,
+  fatal: 60,
+}
+
 /** Each variable, its default and, as `description`, what a valid value looks like (used in start-up errors). */
 export const EnvSchema = Type.Object({
   PORT: Type.Integer({ minimum: 0, maximum: 65_535, default: 8080, description: 'an integer from 0 to 65535' }),

@@ -11,9 +11,9 @@ import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
 import { LogController } from 'fastify'
 import type { Bindings, ChildLoggerOptions, DestinationStream, LevelWithSilent } from 'pino'
 import { redactApiKeys } from './api-keys.ts'
+import { LOG_LEVEL_VALUES } from './config.ts'
 
 const INFO = 30
-const LEVELS: Record<string, number> = { trace: 10, debug: 20, info: 30, warn: 40, error: 50, fatal: 60 }
 
 export class RequestLog extends LogController {
   #stream: DestinationStream
@@ -24,7 +24,7 @@ export class RequestLog extends LogController {
   constructor(stream: DestinationStream, level: string) {
     super({ requestIdLogLabel: 'requestId' })
     this.#stream = stream
-    this.#enabled = (LEVELS[level] ?? Number.POSITIVE_INFINITY) <= INFO
+    this.#enabled = (LOG_LEVEL_VALUES[level] ?? Number.POSITIVE_INFINITY) <= INFO
   }
 
   override incomingRequest(): void {}

@@ -8,10 +8,11 @@
  */
 import cluster from 'node:cluster'
 import { flushCompileCache } from 'node:module'
+import { hostname } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import Fastify from 'fastify'
-import { type Config, ConfigError, loadConfig } from './config.ts'
+import { type Config, ConfigError, LOG_LEVEL_VALUES, loadConfig } from './config.ts'
 import { bufferedLogStream } from './log-stream.ts'
 import { openStore } from './store/index.ts'
 
@@ -35,11 +36,26 @@ async function serve(config: Config): Promise<void> {
   const app = Fastify(serverOptions(config, logStream))
   await app.register(animalStore, { config })
 
-  closeWithGrace({ delay: config.shutdownTimeoutMs, logger: app.log }, async ({ signal, err }) => {
-    if (err) app.log.error({ err }, 'shutting down after an uncaught error')
-    else app.log.info({ signal }, 'shutting down')
-    await app.close()
-  })
+  // SIGTERM and SIGINT are handled here rather than by close-with-grace, which exits at once on a
+  // second one: a signal to the process group (Ctrl-C, systemd) reaches us twice under npm or a
+  // cluster primary, which pass it on, and must not cut the in-flight requests short. Repeats are
+  // ignored; the shutdown timeout is the backstop.
+  const grace = closeWithGrace(
+    { delay: config.shutdownTimeoutMs, logger: app.log, skip: ['SIGTERM', 'SIGINT'] },
+    async ({ err }) => {
+      if (err) app.log.error({ err }, 'shutting down after an uncaught error')
+      await app.close()
+    },
+  )
+  let stopping = false
+  const stop = (signal: NodeJS.Signals) => {
+    if (stopping) return
+    stopping = true
+    app.log.info({ signal }, 'shutting down')
+    grace.close()
+  }
+  process.on('SIGTERM', stop)
+  process.on('SIGINT', stop)
 
   await app.listen({ port: config.port, host: config.host })
   // Node writes its compile cache (NODE_COMPILE_CACHE, set by `npm start`) at exit; write it now,
@@ -52,25 +68,36 @@ async function supervise(config: Config): Promise<void> {
   await (await openStore({ databaseUrl: config.databaseUrl, poolSize: 1, timeoutMs: config.databaseTimeoutMs })).close()
 
   let stopping = false
-  const log = (message: string) =>
-    console.log(JSON.stringify({ level: 30, time: Date.now(), pid: process.pid, msg: message }))
+  // The primary's lines have the workers' shape and honour LOG_LEVEL as theirs do.
+  const threshold = LOG_LEVEL_VALUES[config.logLevel] ?? Number.POSITIVE_INFINITY
+  const host = hostname()
+  const log = (level: number, message: string) => {
+    if (level < threshold) return
+    console.log(JSON.stringify({ level, time: Date.now(), pid: process.pid, hostname: host, msg: message }))
+  }
   const fork = () => {
     const worker = cluster.fork()
     const started = Date.now()
+    let listening = false
+    worker.once('listening', () => (listening = true))
     worker.on('exit', async (code, signal) => {
       if (stopping) return
-      log(`worker ${worker.process.pid} exited (${signal ?? code}); starting another`)
+      // A worker that never got to listen (port taken, database gone) would fail again: stop, as one
+      // process does, and let the supervisor decide (decision 30).
+      if (!listening) {
+        log(50, `worker ${worker.process.pid} could not start (${signal ?? code}); stopping`)
+        return stop('SIGTERM', 1)
+      }
+      log(40, `worker ${worker.process.pid} exited (${signal ?? code}); starting another`)
       if (Date.now() - started < CRASH_LOOP_MS) await sleep(CRASH_LOOP_MS)
       if (!stopping) fork()
     })
   }
-  for (let i = 0; i < config.workers; i++) fork()
-  log(`primary ${process.pid} started ${config.workers} workers on ${config.host}:${config.port}`)
 
-  const stop = (signal: NodeJS.Signals) => {
+  const stop = (signal: NodeJS.Signals, exitCode = 0) => {
     if (stopping) return
     stopping = true
-    log(`primary received ${signal}; stopping workers`)
+    log(30, `primary received ${signal}; stopping workers`)
     const workers = Object.values(cluster.workers ?? {})
     for (const worker of workers) worker?.process.kill('SIGTERM')
     // Workers finish in-flight requests within their own shutdown timeout; this is the backstop.
@@ -78,12 +105,19 @@ async function supervise(config: Config): Promise<void> {
       for (const worker of workers) worker?.process.kill('SIGKILL')
       process.exit(1)
     }, config.shutdownTimeoutMs + 2000).unref()
-    cluster.on('exit', () => {
-      if (Object.keys(cluster.workers ?? {}).length === 0) process.exit(0)
-    })
+    // Exit 0 only if every worker stopped cleanly.
+    let code = exitCode
+    const exited = (worker: { process: { exitCode: number | null } }) => {
+      if (worker.process.exitCode !== 0) code = 1
+      if (Object.keys(cluster.workers ?? {}).length === 0) process.exit(code)
+    }
+    cluster.on('exit', exited)
+    if (Object.keys(cluster.workers ?? {}).length === 0) process.exit(code)
   }
-  process.on('SIGTERM', stop)
-  process.on('SIGINT', stop)
+  process.on('SIGTERM', () => stop('SIGTERM'))
+  process.on('SIGINT', () => stop('SIGINT'))
+  for (let i = 0; i < config.workers; i++) fork()
+  log(30, `primary ${process.pid} started ${config.workers} workers on ${config.host}:${config.port}`)
 }
 
 async function main(): Promise<void> {

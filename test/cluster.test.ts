@@ -1,7 +1,10 @@
 import assert from 'node:assert/strict'
+import type { AddressInfo } from 'node:net'
+import { createServer } from 'node:net'
+import { hostname } from 'node:os'
 import { describe, it } from 'node:test'
 import { testDatabaseUrl } from './helper.ts'
-import { cliKey, startServer } from './processes.ts'
+import { cliKey, runServer, startServer } from './processes.ts'
 
 describe('WORKERS: several processes on one machine (scale-out point 4)', () => {
   it('serves one port from WORKERS processes that all write safely to the database, and stops them all on SIGTERM', async (t) => {
@@ -38,5 +41,28 @@ describe('WORKERS: several processes on one machine (scale-out point 4)', () => 
     )
     assert.equal(servedBy.size, 2, 'both workers served requests')
     t.diagnostic(`workers=2 creates=${REQUESTS} distinct ids=${REQUESTS} served by pids ${[...servedBy].join(', ')}`)
+  })
+
+  it('exits 1 when its workers cannot start (the port is taken), instead of restarting them forever', async (t) => {
+    const blocker = createServer()
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve))
+    t.after(() => blocker.close())
+    const port = (blocker.address() as AddressInfo).port
+    const env = { DATABASE_URL: await testDatabaseUrl(t), WORKERS: '2', PORT: String(port), HOST: '127.0.0.1' }
+    const exit = await runServer(env, 20_000)
+    assert.equal(exit.code, 1, exit.stdout + exit.stderr)
+    assert.match(exit.stdout, /could not start/)
+  })
+
+  it("the primary's log lines honour LOG_LEVEL and carry the hostname, as the workers' do", async (t) => {
+    const env = { DATABASE_URL: await testDatabaseUrl(t), WORKERS: '2', LOG_LEVEL: 'info' }
+    const info = await startServer(t, env)
+    assert.equal(await info.stop('SIGTERM'), 0)
+    const started = info.logs().find((line) => String(line.msg).startsWith('primary '))
+    assert.ok(started, info.output())
+    assert.equal(started.hostname, hostname())
+    const quiet = await startServer(t, { ...env, LOG_LEVEL: 'warn' })
+    assert.equal(await quiet.stop('SIGTERM'), 0)
+    assert.equal(quiet.stdout(), '')
   })
 })

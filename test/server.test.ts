@@ -446,6 +446,39 @@ describe('server: graceful shutdown', () => {
     assert.equal(exit.stderr, '')
   })
 
+  it('SIGTERM with a connection that has sent nothing and one with half a request: closes both, exits 0 promptly', async (t) => {
+    const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
+    const silent = await RawClient.connect(server.port)
+    const partial = await RawClient.connect(server.port)
+    await partial.write('GET /v1/pets HTTP/1.1\r\nHost: localhost\r\n')
+    await sleep(100)
+    server.child.kill('SIGTERM')
+    const exit = await exitWithin(server, 3000)
+    assert.ok(exit, 'still running 3 s after SIGTERM: a connection without a request held it')
+    assert.equal(exit.code, 0, exit.stderr)
+    await silent.closed
+    await partial.closed
+  })
+
+  it('a second SIGTERM or SIGINT during shutdown (a signal to the process group, passed on by npm) does not cut it short', async (t) => {
+    const { databaseUrl, secret, server, client, rest } = await sigtermWhileBodyArrives(t, {
+      name: 'Twice-Told',
+      categoryId: 4,
+    })
+    server.child.kill('SIGTERM')
+    server.child.kill('SIGINT')
+    await sleep(200)
+    await client.write(rest)
+    const response = await client.response()
+    assert.equal(response.status, 201, response.body)
+    const pet = JSON.parse(response.body)
+    client.socket.end()
+    const exit = await exitWithin(server, 5000)
+    assert.ok(exit, 'still running 5 s after SIGTERM')
+    assert.equal(exit.code, 0, exit.stderr)
+    assert.deepEqual(await petsAfterRestart(t, databaseUrl, secret), [pet])
+  })
+
   it('SIGINT also exits 0', async (t) => {
     const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
     assert.equal((await fetch(`${server.url}/healthz`)).status, 200)
