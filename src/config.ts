@@ -39,7 +39,8 @@ export const EnvSchema = Type.Object({
   PORT: Type.Integer({ minimum: 0, maximum: 65_535, default: 8080, description: 'an integer from 0 to 65535' }),
   HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'a host name or IP address to listen on' }),
   DATABASE_URL: Type.String({
-    pattern: '^(sqlite:.+|postgres(ql)?://.+)$',
+    // A PostgreSQL URL must name its database: without one, pg takes the user's name for it.
+    pattern: '^(sqlite:.+|postgres(ql)?://[^/?#]*/[^/?#]+([?].*)?)$',
     default: 'sqlite:data/animal-store.db',
     description: 'sqlite:<path> or postgres://user@host:port/database',
   }),
@@ -79,7 +80,13 @@ export const EnvSchema = Type.Object({
   HEADERS_TIMEOUT_SECONDS: Seconds(10, 300),
   REQUEST_TIMEOUT_SECONDS: Seconds(30, 3600),
   KEEP_ALIVE_TIMEOUT_SECONDS: Seconds(5, 300),
-  SHUTDOWN_TIMEOUT_SECONDS: Seconds(10, 300),
+  // At least 1: with 0, every shutdown would be cut short by its own timeout.
+  SHUTDOWN_TIMEOUT_SECONDS: Type.Integer({
+    minimum: 1,
+    maximum: 300,
+    default: 10,
+    description: 'a whole number of seconds from 1 to 300',
+  }),
   RATE_LIMIT: Type.Integer({
     minimum: 0,
     maximum: 1_000_000_000,
@@ -185,7 +192,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
 
 function invalid(name: keyof Env, value: string | undefined): string {
   const { description } = EnvSchema.properties[name] as unknown as { description: string }
-  return `Invalid configuration: ${name} must be ${description} (got ${JSON.stringify(value)})`
+  return `Invalid configuration: ${name} must be ${description} (got ${JSON.stringify(withoutPassword(value))})`
+}
+
+/** A URL's password is not echoed into start-up errors (and from there into logs). */
+function withoutPassword(value: string | undefined): string | undefined {
+  return value?.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:@/?#]*:)[^@/?#]*@/i, '$1***@')
 }
 
 /** TRUST_PROXY as Fastify takes it, or null when an address in the list is not one. */

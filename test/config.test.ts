@@ -92,7 +92,23 @@ describe('Configuration: read and validated once (point 9)', () => {
     ['BODY_LIMIT', '1e5'],
     ['WORKERS', '0x2'],
     ['RATE_LIMIT', '1e3'],
+    // pg would take the user's name for a database left out.
+    ['DATABASE_URL', 'postgres://postgres@127.0.0.1:5432'],
+    ['DATABASE_URL', 'postgres://postgres@127.0.0.1:5432/'],
+    // Every shutdown would be cut short by its own timeout.
+    ['SHUTDOWN_TIMEOUT_SECONDS', '0'],
   ]
+  it("does not echo a URL's password in the error", () => {
+    assert.throws(
+      () => loadConfig({ DATABASE_URL: 'postgres://app:s3cret@db.internal:5432' }),
+      (error: Error) => {
+        assert.ok(!error.message.includes('s3cret'), error.message)
+        assert.ok(error.message.includes('postgres://app:***@db.internal:5432'), error.message)
+        return true
+      },
+    )
+  })
+
   for (const [name, value] of bad) {
     it(`refuses ${name}=${value} with a one-line error naming it`, () => {
       assert.throws(

@@ -120,7 +120,13 @@ export class SqliteStore implements Store {
     const path = sqlitePath(url)
     // Each connection to :memory: would be a database of its own: the writer could not share it.
     if (path === ':memory:') throw new Error('DATABASE_URL sqlite::memory: is not supported; give a file path')
-    const store = new SqliteStore(path)
+    let store: SqliteStore
+    try {
+      store = new SqliteStore(path)
+    } catch (error) {
+      // SQLite's own words ("unable to open database file") do not say which file.
+      throw new Error(`${path}: ${error instanceof Error ? error.message : error}`)
+    }
     await store.#ready
     return store
   }

@@ -28,6 +28,14 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     assert.deepEqual(plain(applied), expected)
   })
 
+  it('names the file when SQLite cannot open it (a folder given as the path)', async (t) => {
+    const folder = tempDir(t)
+    await assert.rejects(SqliteStore.open(`sqlite:${folder}`), (error: Error) => {
+      assert.ok(error.message.startsWith(`${folder}: `), error.message)
+      return true
+    })
+  })
+
   it('keeps every acknowledged write after the store is reopened', async (t) => {
     const url = `sqlite:${join(tempDir(t), 'db.sqlite')}`
     const store = await SqliteStore.open(url)
