@@ -70,6 +70,8 @@ const FASTIFY_CODES: Record<string, [ErrorCode, string?]> = {
     'The request target is malformed: a path (or an absolute http(s) URL with a valid host), whose "%" escapes encode UTF-8, with no "#".',
   ],
   FST_ERR_VALIDATION: ['validation_failed'],
+  // The router's limit (routerOptions.maxParamLength in app.ts): no parameter of ours is that long.
+  FST_ERR_MAX_PARAM_LENGTH: ['validation_failed', 'A path parameter must be at most 500 characters long.'],
 }
 
 /** Code to use for an error that carries only a 4xx status. */

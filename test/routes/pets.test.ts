@@ -471,5 +471,15 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
       assert.equal(body.code, 'validation_failed')
       assert.match(body.message, /path\.petId must be/)
     }
+    // Past the router's 500-character limit for a parameter: still a validation error, not "malformed".
+    for (const id of ['1'.repeat(501), `${'0'.repeat(500)}1`]) {
+      const response = await app.app.inject({ url: `/v1/pets/${id}`, headers: bearer(secret) })
+      assert.equal(response.statusCode, 400)
+      assert.deepEqual(errorBody(response), {
+        code: 'validation_failed',
+        message: 'A path parameter must be at most 500 characters long.',
+        status: 400,
+      })
+    }
   })
 })
