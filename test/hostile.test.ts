@@ -324,6 +324,36 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
     assert.ok(Date.now() - started < 15_000)
   })
 
+  it('a client that closes its side in the middle of a body gets 400 at once, not 408 at the body deadline', async (t) => {
+    const test = await build(t, { REQUEST_TIMEOUT_SECONDS: '30' })
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const started = Date.now()
+    const answer = await new Promise<string>((resolve) => {
+      const socket = connect(port, '127.0.0.1')
+      let received = ''
+      socket.on('data', (data) => {
+        received += data
+      })
+      socket.on('close', () => resolve(received))
+      socket.on('error', () => resolve(received))
+      socket.on('connect', () => {
+        socket.write(
+          `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n` +
+            'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"name":"Ha',
+        )
+        setTimeout(() => socket.end(), 100) // FIN: no more bytes will come
+      })
+    })
+    assert.ok(Date.now() - started < 5000, `answered after ${Date.now() - started} ms`)
+    assert.match(answer, /^HTTP\/1.1 400 /)
+    assert.match(answer, /"code":"bad_request"/)
+    assert.match(answer, /closed before the whole body arrived/)
+    assert.equal((answer.match(/HTTP\/1.1 /g) ?? []).length, 1, answer)
+    assert.equal((await test.app.store.listPets({ limit: 10 })).pets.length, 0)
+  })
+
   it('accepts connections up to MAX_CONNECTIONS, closes the rest at once, and keeps serving', {
     timeout: 60_000,
   }, async (t) => {

@@ -12,6 +12,7 @@ import fp from 'fastify-plugin'
 import { redactApiKeys } from '../api-keys.ts'
 import { ApiError, ERRORS, type ErrorCode, toApiError, toErrorBody } from '../errors.ts'
 import { OPENAPI_PATH } from './openapi.ts'
+import { BODY_TRUNCATED, type TruncatableRequest } from './request-body.ts'
 
 // Not `import { STATUS_CODES } from 'node:http'`: building node:http's ES module namespace reads
 // its lazy WebSocket export, which loads Node's bundled undici (fetch) and web streams, about
@@ -52,10 +53,13 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Soc
     socket.destroy()
     return
   }
+  const pending = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage
+  // The client closed its side in the middle of a body: that request is answered now, by its route.
+  const truncated = (pending?.req as TruncatableRequest | undefined)?.[BODY_TRUNCATED]
+  if (error.code === 'HPE_INVALID_EOF_STATE' && truncated && !pending?.headersSent) return truncated()
   const answer = clientErrorAnswer(error)
   // Answers go in request order (RFC 9112 §9.3.2): a request before the bad one, still being
   // answered, is answered first. If that answer closes the connection, there is no one left to tell.
-  const pending = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage
   const send = () => {
     if (socket.writable && !socket.writableEnded) socket.end(answer)
   }

@@ -26,6 +26,14 @@ const FRACTION_OR_EXPONENT = /\d[.eE]/
 /** A JSON escape of a surrogate code unit: only then can parsed text hold a lone one. */
 const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
 
+/**
+ * Set on a request whose body is being read: called when the client closes its side of the
+ * connection before the body is complete (it can never be), to answer at once instead of at the
+ * body deadline.
+ */
+export const BODY_TRUNCATED = Symbol('bodyTruncated')
+export type TruncatableRequest = IncomingMessage & { [BODY_TRUNCATED]?: () => void }
+
 export default fp<{ config: Config }>(
   async (app, { config }) => {
     // `Expect: 100-continue`: Node would send 100 Continue at once. It is sent when something
@@ -47,11 +55,15 @@ export default fp<{ config: Config }>(
       const refused = encodingError(headers)
       if (refused) return done(refused)
       const empty = headers['transfer-encoding'] === undefined && (headers['content-length'] ?? '0') === '0'
-      if (config.requestTimeoutMs === 0 || empty) return done(null, payload)
-      const timer = setTimeout(() => {
+      if (empty) return done(null, payload)
+      const refuse = (error: ApiError) => {
         if (request.raw.complete || reply.sent) return
-        reply.header('connection', 'close').send(new ApiError('request_timeout'))
-      }, config.requestTimeoutMs)
+        reply.header('connection', 'close').send(error)
+      }
+      ;(request.raw as TruncatableRequest)[BODY_TRUNCATED] = () =>
+        refuse(new ApiError('bad_request', 'The connection was closed before the whole body arrived.'))
+      if (config.requestTimeoutMs === 0) return done(null, payload)
+      const timer = setTimeout(() => refuse(new ApiError('request_timeout')), config.requestTimeoutMs)
       const stop = () => clearTimeout(timer)
       payload.once('end', stop)
       payload.once('close', stop)
