@@ -95,15 +95,20 @@ function framingError(request: FastifyRequest): ApiError | undefined {
   ) {
     return new ApiError('bad_request', 'The X-Forwarded-Proto header is malformed.')
   }
-  // Which of two a parser keeps is not something to bet a credential on (RFC 9110 §5.3).
+  // Which of two a parser keeps is not something to bet a credential, or how a body is read, on
+  // (RFC 9110 §5.3): Node keeps the first Content-Type, another parser may keep the last.
   const names = raw.rawHeaders
   let hosts = 0
   let authorizations = 0
+  let contentTypes = 0
   for (let i = 0; i < names.length; i += 2) {
     const name = names[i] as string
     if (name.length === 4 && name.toLowerCase() === 'host' && ++hosts > 1) return sentTwice('Host')
     if (name.length === 13 && name.toLowerCase() === 'authorization' && ++authorizations > 1) {
       return sentTwice('Authorization')
+    }
+    if (name.length === 12 && name.toLowerCase() === 'content-type' && ++contentTypes > 1) {
+      return sentTwice('Content-Type')
     }
   }
   return undefined

@@ -106,8 +106,8 @@ export const NoQuerySchema = Type.Object({}, { additionalProperties: false })
 export const IdempotencyHeadersSchema = Type.Object({
   'idempotency-key': Type.Optional(
     Type.String({
-      // A quoted key must hold something: `""` is no key.
-      pattern: '^(?!""$)[!-~]{1,255}$',
+      // A quoted key must hold something: `""` is no key. The quotes do not count towards the 255.
+      pattern: '^(?!""$)(?:"[!-~]{1,255}"|[!-~]{1,255})$',
       description:
         'Makes retries safe (draft-ietf-httpapi-idempotency-key-header): 1 to 255 visible ASCII characters, ' +
         'e.g. a UUID, optionally in double quotes. Remembered for 24 hours per API key.',

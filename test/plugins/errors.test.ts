@@ -373,6 +373,21 @@ describe('Errors: every error is application/json {code, message, status} (point
     assert.match(noHost, /"message":"The Host header is required \(HTTP\/1.1\)."/)
   })
 
+  it('Content-Type sent twice: 400, even when one of them is JSON (which one a parser keeps varies)', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const body = '{"name":"Rex","categoryId":1}'
+    const response = await rawExchange(port, [
+      `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\n` +
+        `Content-Type: text/plain\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`,
+    ])
+    assert.match(response, /^HTTP\/1.1 400 /)
+    assert.match(response, /"message":"The Content-Type header must be sent once."/)
+    assert.equal((await test.app.store.listPets({ limit: 10 })).pets.length, 0)
+  })
+
   it('Host or Authorization sent twice: 400, whichever of them is valid', async (t) => {
     const test = await build(t)
     const { secret } = await test.newKey()

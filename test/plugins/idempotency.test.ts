@@ -161,10 +161,21 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
     )
   })
 
+  it('takes a quoted key of 255 characters: the quotes do not count', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const key = `"${'k'.repeat(255)}"`
+    const first = await postPet(test, { ...bearer(secret), 'idempotency-key': key }, { name: 'Rex', categoryId: 1 })
+    assert.equal(first.statusCode, 201, first.body)
+    const again = await postPet(test, { ...bearer(secret), 'idempotency-key': key }, { name: 'Rex', categoryId: 1 })
+    assert.equal(again.headers['idempotent-replayed'], 'true')
+    assert.equal(again.json().id, first.json().id)
+  })
+
   it('refuses a malformed Idempotency-Key with 400 naming the header', async (t) => {
     const test = await build(t)
     const { secret } = await test.newKey()
-    for (const key of ['has space', 'x'.repeat(256), 'tab\there', 'ünïcode', '""']) {
+    for (const key of ['has space', 'x'.repeat(256), `"${'x'.repeat(256)}"`, 'tab\there', 'ünïcode', '""']) {
       const response = await postPet(
         test,
         { ...bearer(secret), 'idempotency-key': key },
