@@ -56,7 +56,10 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Soc
   const pending = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage
   // The client closed its side in the middle of a body: that request is answered now, by its route.
   const truncated = (pending?.req as TruncatableRequest | undefined)?.[BODY_TRUNCATED]
-  if (error.code === 'HPE_INVALID_EOF_STATE' && truncated && !pending?.headersSent) return truncated()
+  if (error.code === 'HPE_INVALID_EOF_STATE' && truncated && !pending?.headersSent) {
+    truncated()
+    return
+  }
   const answer = clientErrorAnswer(error)
   // Answers go in request order (RFC 9112 §9.3.2): a request before the bad one, still being
   // answered, is answered first. If that answer closes the connection, there is no one left to tell.
