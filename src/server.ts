@@ -57,7 +57,13 @@ async function serve(config: Config): Promise<void> {
   process.on('SIGTERM', stop)
   process.on('SIGINT', stop)
 
-  await app.listen({ port: config.port, host: config.host })
+  try {
+    await app.listen({ port: config.port, host: config.host })
+  } catch (error) {
+    // A signal that came during start-up is closing the app, and exits 0 when done: no failure.
+    if (stopping) return
+    throw error
+  }
   // Node writes its compile cache (NODE_COMPILE_CACHE, set by `npm start`) at exit; write it now,
   // so that a process that is later killed, not stopped, still leaves it for the next start.
   flushCompileCache()
@@ -105,10 +111,11 @@ async function supervise(config: Config): Promise<void> {
       for (const worker of workers) worker?.process.kill('SIGKILL')
       process.exit(1)
     }, config.shutdownTimeoutMs + 2000).unref()
-    // Exit 0 only if every worker stopped cleanly.
+    // Exit 0 only if every worker stopped cleanly: exit code 0, or ended by our SIGTERM before it
+    // had set up its own handling (a worker still starting).
     let code = exitCode
-    const exited = (worker: { process: { exitCode: number | null } }) => {
-      if (worker.process.exitCode !== 0) code = 1
+    const exited = (worker: { process: { exitCode: number | null; signalCode: NodeJS.Signals | null } }) => {
+      if (worker.process.exitCode !== 0 && worker.process.signalCode !== 'SIGTERM') code = 1
       if (Object.keys(cluster.workers ?? {}).length === 0) process.exit(code)
     }
     cluster.on('exit', exited)

@@ -54,6 +54,13 @@ describe('WORKERS: several processes on one machine (scale-out point 4)', () => 
     assert.match(exit.stdout, /could not start/)
   })
 
+  it('a SIGTERM while the workers are still starting stops them all and exits 0', async (t) => {
+    const env = { DATABASE_URL: await testDatabaseUrl(t), WORKERS: '2', LOG_LEVEL: 'info' }
+    const server = await startServer(t, env, { ready: false })
+    await server.waitForLog((line) => String(line.msg).startsWith('primary '), 15_000)
+    assert.equal(await server.stop('SIGTERM'), 0, server.output())
+  })
+
   it("the primary's log lines honour LOG_LEVEL and carry the hostname, as the workers' do", async (t) => {
     const env = { DATABASE_URL: await testDatabaseUrl(t), WORKERS: '2', LOG_LEVEL: 'info' }
     const info = await startServer(t, env)
