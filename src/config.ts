@@ -9,12 +9,12 @@ import Type from 'typebox'
 export const DEPLOYMENTS = ['production', 'staging'] as const
 export type Deployment = (typeof DEPLOYMENTS)[number]
 
-const Seconds = (fallback: number, max = 86_400) =>
+const Seconds = (fallback: number, max = 86_400, min = 0) =>
   Type.Integer({
-    minimum: 0,
+    minimum: min,
     maximum: max,
     default: fallback,
-    description: `a whole number of seconds from 0 to ${max}`,
+    description: `a whole number of seconds from ${min} to ${max}`,
   })
 
 const BaseUrl = (fallback: string) =>
@@ -81,12 +81,7 @@ export const EnvSchema = Type.Object({
   REQUEST_TIMEOUT_SECONDS: Seconds(30, 3600),
   KEEP_ALIVE_TIMEOUT_SECONDS: Seconds(5, 300),
   // At least 1: with 0, every shutdown would be cut short by its own timeout.
-  SHUTDOWN_TIMEOUT_SECONDS: Type.Integer({
-    minimum: 1,
-    maximum: 300,
-    default: 10,
-    description: 'a whole number of seconds from 1 to 300',
-  }),
+  SHUTDOWN_TIMEOUT_SECONDS: Seconds(10, 300, 1),
   RATE_LIMIT: Type.Integer({
     minimum: 0,
     maximum: 1_000_000_000,

@@ -128,8 +128,16 @@ export function errorBody(response: LightMyRequestResponse): { code: string; mes
 /** Store rows may be null-prototype objects; compare them as the JSON a client would see. */
 export const plain = <T>(value: T): T => JSON.parse(JSON.stringify(value))
 
-/** Writes `chunks` to a raw socket of the server at `port` (pausing between them) and resolves with all it answered, once it closes. */
-export function rawExchange(port: number, chunks: (Buffer | string)[], pauseMs = 0): Promise<string> {
+/**
+ * Writes `chunks` to a raw socket of the server at `port` (pausing between them), then with
+ * `halfClose` ends its side (FIN), and resolves with all it answered, once it closes.
+ */
+export function rawExchange(
+  port: number,
+  chunks: (Buffer | string)[],
+  pauseMs = 0,
+  { halfClose = false } = {},
+): Promise<string> {
   return new Promise((resolve) => {
     const socket = connect(port, '127.0.0.1')
     let received = ''
@@ -144,6 +152,7 @@ export function rawExchange(port: number, chunks: (Buffer | string)[], pauseMs =
         socket.write(chunk)
         if (pauseMs) await sleep(pauseMs)
       }
+      if (halfClose && !socket.destroyed) socket.end()
     })
   })
 }

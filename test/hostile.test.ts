@@ -330,22 +330,11 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
     await test.app.listen({ port: 0, host: '127.0.0.1' })
     const { port } = test.app.server.address() as { port: number }
     const started = Date.now()
-    const answer = await new Promise<string>((resolve) => {
-      const socket = connect(port, '127.0.0.1')
-      let received = ''
-      socket.on('data', (data) => {
-        received += data
-      })
-      socket.on('close', () => resolve(received))
-      socket.on('error', () => resolve(received))
-      socket.on('connect', () => {
-        socket.write(
-          `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n` +
-            'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"name":"Ha',
-        )
-        setTimeout(() => socket.end(), 100) // FIN: no more bytes will come
-      })
-    })
+    const head =
+      `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n` +
+      'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"name":"Ha'
+    // FIN after part of the body: no more bytes will come.
+    const answer = await rawExchange(port, [head], 100, { halfClose: true })
     assert.ok(Date.now() - started < 5000, `answered after ${Date.now() - started} ms`)
     assert.match(answer, /^HTTP\/1.1 400 /)
     assert.match(answer, /"code":"bad_request"/)

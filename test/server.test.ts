@@ -193,6 +193,31 @@ async function petsAfterRestart(t: TestContext, databaseUrl: string, secret: str
 }
 
 /**
+ * A POST /v1/pets answered while the server shuts down: it must be a 201; then the client hangs up
+ * (so its keep-alive connection does not hold the process), the server exits 0 within 5 s, and
+ * the pet is in the database after a restart. Returns the pet.
+ */
+async function answeredThenStored(
+  t: TestContext,
+  {
+    databaseUrl,
+    secret,
+    server,
+    client,
+  }: { databaseUrl: string; secret: string; server: ServerProcess; client: RawClient },
+  response: { status: number; body: string },
+): Promise<{ id: number; name: string }> {
+  assert.equal(response.status, 201, response.body)
+  const pet = JSON.parse(response.body)
+  client.socket.end()
+  const exit = await exitWithin(server, 5000)
+  assert.ok(exit, 'still running 5 s after SIGTERM')
+  assert.equal(exit.code, 0, exit.stderr)
+  assert.deepEqual(await petsAfterRestart(t, databaseUrl, secret), [pet])
+  return pet
+}
+
+/**
  * A server with a key, and a POST /v1/pets of `pet` whose body has only partly arrived when the
  * server gets SIGTERM; returns once the server has logged that it is shutting down.
  */
@@ -470,13 +495,7 @@ describe('server: graceful shutdown', () => {
     await sleep(200)
     await client.write(rest)
     const response = await client.response()
-    assert.equal(response.status, 201, response.body)
-    const pet = JSON.parse(response.body)
-    client.socket.end()
-    const exit = await exitWithin(server, 5000)
-    assert.ok(exit, 'still running 5 s after SIGTERM')
-    assert.equal(exit.code, 0, exit.stderr)
-    assert.deepEqual(await petsAfterRestart(t, databaseUrl, secret), [pet])
+    await answeredThenStored(t, { databaseUrl, secret, server, client }, response)
   })
 
   it('SIGINT also exits 0', async (t) => {
@@ -495,15 +514,7 @@ describe('server: graceful shutdown', () => {
     await client.write(postPet(secret, JSON.stringify({ name: 'Last-Orders', categoryId: 7 })))
     server.child.kill('SIGTERM')
     const response = await client.response()
-    assert.equal(response.status, 201, response.body)
-    const pet = JSON.parse(response.body)
-    // The client hangs up once answered, so the keep-alive connection does not hold the process.
-    client.socket.end()
-    const exit = await exitWithin(server, 5000)
-    assert.ok(exit, 'still running 5 s after SIGTERM')
-    assert.equal(exit.code, 0, exit.stderr)
-    const pets = await petsAfterRestart(t, databaseUrl, secret)
-    assert.deepEqual(pets, [pet])
+    await answeredThenStored(t, { databaseUrl, secret, server, client }, response)
   })
 
   it('a request whose body is still arriving at SIGTERM completes with 201, while new connections are refused', async (t) => {
@@ -514,14 +525,8 @@ describe('server: graceful shutdown', () => {
     assert.ok(await refusesConnections(server.port, 1000), 'still accepting new connections 1 s after SIGTERM')
     await client.write(rest)
     const response = await client.response()
-    assert.equal(response.status, 201, response.body)
-    const pet = JSON.parse(response.body)
+    const pet = await answeredThenStored(t, { databaseUrl, secret, server, client }, response)
     assert.equal(pet.name, 'Slowpoke')
-    client.socket.end()
-    const exit = await exitWithin(server, 5000)
-    assert.ok(exit, 'still running 5 s after SIGTERM')
-    assert.equal(exit.code, 0, exit.stderr)
-    assert.deepEqual(await petsAfterRestart(t, databaseUrl, secret), [pet])
   })
 
   it('answers a request that was in flight at SIGTERM with Connection: close and exits without waiting for the keep-alive timeout', async (t) => {

@@ -12,7 +12,7 @@ import fp from 'fastify-plugin'
 import { redactApiKeys } from '../api-keys.ts'
 import { ApiError, ERRORS, type ErrorCode, toApiError, toErrorBody } from '../errors.ts'
 import { OPENAPI_PATH } from './openapi.ts'
-import { BODY_TRUNCATED, type TruncatableRequest } from './request-body.ts'
+import { type BodyRequest, REFUSE_BODY } from './request-body.ts'
 
 // Not `import { STATUS_CODES } from 'node:http'`: building node:http's ES module namespace reads
 // its lazy WebSocket export, which loads Node's bundled undici (fetch) and web streams, about
@@ -55,9 +55,9 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Soc
   }
   const pending = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage
   // The client closed its side in the middle of a body: that request is answered now, by its route.
-  const truncated = (pending?.req as TruncatableRequest | undefined)?.[BODY_TRUNCATED]
-  if (error.code === 'HPE_INVALID_EOF_STATE' && truncated && !pending?.headersSent) {
-    truncated()
+  const refuseBody = (pending?.req as BodyRequest | undefined)?.[REFUSE_BODY]
+  if (error.code === 'HPE_INVALID_EOF_STATE' && refuseBody) {
+    refuseBody(new ApiError('bad_request', 'The connection was closed before the whole body arrived.'))
     return
   }
   const answer = clientErrorAnswer(error)

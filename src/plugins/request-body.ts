@@ -27,12 +27,12 @@ const FRACTION_OR_EXPONENT = /\d[.eE]/
 const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
 
 /**
- * Set on a request whose body is being read: called when the client closes its side of the
- * connection before the body is complete (it can never be), to answer at once instead of at the
- * body deadline.
+ * Set on a request whose body is being read: answers it with an error (and closes the connection)
+ * unless it is complete or answered. Called when the client closes its side before the body is
+ * complete, to answer at once instead of at the body deadline.
  */
-export const BODY_TRUNCATED = Symbol('bodyTruncated')
-export type TruncatableRequest = IncomingMessage & { [BODY_TRUNCATED]?: () => void }
+export const REFUSE_BODY = Symbol('refuseBody')
+export type BodyRequest = IncomingMessage & { [REFUSE_BODY]?: (error: ApiError) => void }
 
 export default fp<{ config: Config }>(
   async (app, { config }) => {
@@ -60,8 +60,7 @@ export default fp<{ config: Config }>(
         if (request.raw.complete || reply.sent) return
         reply.header('connection', 'close').send(error)
       }
-      ;(request.raw as TruncatableRequest)[BODY_TRUNCATED] = () =>
-        refuse(new ApiError('bad_request', 'The connection was closed before the whole body arrived.'))
+      ;(request.raw as BodyRequest)[REFUSE_BODY] = refuse
       if (config.requestTimeoutMs === 0) return done(null, payload)
       const timer = setTimeout(() => refuse(new ApiError('request_timeout')), config.requestTimeoutMs)
       const stop = () => clearTimeout(timer)
