@@ -72,6 +72,34 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     )
   })
 
+  it('undoes the whole of a write of several statements that fails halfway, and keeps its batch-mates', async (t) => {
+    const path = join(tempDir(t), 'db.sqlite')
+    const store = await SqliteStore.open(`sqlite:${path}`)
+    t.after(() => store.close())
+    // An idempotent create is an insert, then the idempotency record's update: make the update fail.
+    const db = new DatabaseSync(path)
+    db.exec(`CREATE TRIGGER refuse_done BEFORE UPDATE ON idempotency_keys WHEN NEW.state = 'done'
+      BEGIN SELECT RAISE(ABORT, 'refused'); END`)
+    db.close()
+    const claim = { scope: 'key_1', key: 'k1', fingerprint: 'f', expiresAt: '2999-01-01T00:00:00.000Z' }
+    assert.deepEqual(await store.claimIdempotencyKey({ ...claim, staleBefore: '2000-01-01T00:00:00.000Z' }), {
+      state: 'claimed',
+    })
+    const results = await Promise.allSettled([
+      store.createPet({ name: 'a', categoryId: 1 }),
+      store.createPet({ name: 'half', categoryId: 1 }, { scope: 'key_1', key: 'k1' }),
+      store.createPet({ name: 'b', categoryId: 1 }),
+    ])
+    assert.deepEqual(
+      results.map((r) => r.status),
+      ['fulfilled', 'rejected', 'fulfilled'],
+    )
+    assert.deepEqual(
+      (await store.listPets({ limit: 10 })).pets.map((p) => p.name),
+      ['a', 'b'],
+    )
+  })
+
   it('refuses a database whose schema is newer than the code', async (t) => {
     const path = join(tempDir(t), 'db.sqlite')
     await (await SqliteStore.open(`sqlite:${path}`)).close()
