@@ -343,6 +343,32 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
     assert.equal((await test.app.store.listPets({ limit: 10 })).pets.length, 0)
   })
 
+  it('a body with malformed chunked framing gets 400 at once, not 408 at the body deadline', async (t) => {
+    const test = await build(t, { REQUEST_TIMEOUT_SECONDS: '30' })
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const head =
+      `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n` +
+      'Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n'
+    const body = '{"name":"Ha","categoryId":1}'
+    const framings = [
+      `zz\r\n${body}\r\n0\r\n\r\n`, // not a chunk size
+      `${body.length.toString(16)}\r\n${body}XX0\r\n\r\n`, // no CRLF after the chunk
+    ]
+    for (const framing of framings) {
+      const started = Date.now()
+      // The client keeps its side open: only the server can end this exchange.
+      const answer = await rawExchange(port, [head, framing], 50)
+      assert.ok(Date.now() - started < 5000, `answered after ${Date.now() - started} ms`)
+      assert.match(answer, /^HTTP\/1.1 400 /)
+      assert.match(answer, /"code":"bad_request"/)
+      assert.match(answer, /chunked encoding is malformed/)
+      assert.equal((answer.match(/HTTP\/1.1 /g) ?? []).length, 1, answer)
+    }
+    assert.equal((await test.app.store.listPets({ limit: 10 })).pets.length, 0)
+  })
+
   it('accepts connections up to MAX_CONNECTIONS, closes the rest at once, and keeps serving', {
     timeout: 60_000,
   }, async (t) => {

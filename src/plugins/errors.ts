@@ -54,12 +54,9 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Soc
     return
   }
   const pending = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage
-  // The client closed its side in the middle of a body: that request is answered now, by its route.
-  const refuseBody = (pending?.req as BodyRequest | undefined)?.[REFUSE_BODY]
-  if (error.code === 'HPE_INVALID_EOF_STATE' && refuseBody) {
-    refuseBody(new ApiError('bad_request', 'The connection was closed before the whole body arrived.'))
-    return
-  }
+  // The body a route is reading went wrong (a bad chunk, or the client closed its side halfway):
+  // no more of it will come, so that request is answered now, by its route.
+  if ((pending?.req as BodyRequest | undefined)?.[REFUSE_BODY]?.(bodyError(error))) return
   const answer = clientErrorAnswer(error)
   // Answers go in request order (RFC 9112 §9.3.2): a request before the bad one, still being
   // answered, is answered first. If that answer closes the connection, there is no one left to tell.
@@ -68,6 +65,14 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Soc
   }
   if (pending && !pending.writableFinished) pending.once('finish', send)
   else send()
+}
+
+function bodyError(error: Error & { code?: string }): ApiError {
+  if (error.code === 'HPE_INVALID_EOF_STATE') {
+    return new ApiError('bad_request', 'The connection was closed before the whole body arrived.')
+  }
+  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') return new ApiError('request_timeout')
+  return new ApiError('bad_request', "The body's chunked encoding is malformed (RFC 9112 §7.1).")
 }
 
 function clientErrorAnswer(error: Error & { code?: string }): string {

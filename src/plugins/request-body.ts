@@ -28,11 +28,11 @@ const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
 
 /**
  * Set on a request whose body is being read: answers it with an error (and closes the connection)
- * unless it is complete or answered. Called when the client closes its side before the body is
- * complete, to answer at once instead of at the body deadline.
+ * unless it is complete or answered, and says whether it did. Called when the body cannot go on
+ * (malformed framing, the client closed its side), to answer at once instead of at the body deadline.
  */
 export const REFUSE_BODY = Symbol('refuseBody')
-export type BodyRequest = IncomingMessage & { [REFUSE_BODY]?: (error: ApiError) => void }
+export type BodyRequest = IncomingMessage & { [REFUSE_BODY]?: (error: ApiError) => boolean }
 
 export default fp<{ config: Config }>(
   async (app, { config }) => {
@@ -57,8 +57,9 @@ export default fp<{ config: Config }>(
       const empty = headers['transfer-encoding'] === undefined && (headers['content-length'] ?? '0') === '0'
       if (empty) return done(null, payload)
       const refuse = (error: ApiError) => {
-        if (request.raw.complete || reply.sent) return
+        if (request.raw.complete || reply.sent) return false
         reply.header('connection', 'close').send(error)
+        return true
       }
       ;(request.raw as BodyRequest)[REFUSE_BODY] = refuse
       if (config.requestTimeoutMs === 0) return done(null, payload)
