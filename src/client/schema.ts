@@ -193,7 +193,7 @@ export interface operations {
       /** @description The API key is missing or invalid. */
       401: {
         headers: {
-          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent (RFC 6750). */
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
           'X-Request-Id'?: string
@@ -310,7 +310,7 @@ export interface operations {
       /** @description The API key is missing or invalid. */
       401: {
         headers: {
-          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent (RFC 6750). */
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
           'X-Request-Id'?: string
@@ -485,7 +485,7 @@ export interface operations {
       /** @description The API key is missing or invalid. */
       401: {
         headers: {
-          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent (RFC 6750). */
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
           'X-Request-Id'?: string
@@ -621,7 +621,7 @@ export interface operations {
       /** @description The API key is missing or invalid. */
       401: {
         headers: {
-          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent (RFC 6750). */
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
           'X-Request-Id'?: string

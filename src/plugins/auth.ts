@@ -52,6 +52,8 @@ const TOUCH_INTERVAL_MS = 60_000
 const CACHE_ENTRIES = 10_000
 const REALM = 'animal-store'
 const BEARER = /^Bearer +([^\s]+) *$/i
+/** No credentials of ours: no header, another scheme (Basic…), or `Bearer` with no token. */
+const NO_BEARER_TOKEN = /^(?!bearer\b)|^bearer *$/i
 
 export default fp<{ config: Config }>(
   async (app, { config }) => {
@@ -102,9 +104,13 @@ export default fp<{ config: Config }>(
      * What the cache alone says about an Authorization header: the key's entry, or why it is
      * refused; or, when only the store can tell, the key to look up.
      */
-    function verifyCached(header: string, now: number): CachedKey | ApiError | string {
-      const secret = BEARER.exec(header)?.[1]
-      if (!secret) return refused('invalid_api_key', 'The Authorization header must be: Bearer <API_KEY>.')
+    function verifyCached(header: string | undefined, now: number): CachedKey | ApiError | string {
+      const secret = header && BEARER.exec(header)?.[1]
+      if (!secret) {
+        // RFC 6750 §3.1: a request with no bearer token at all gets a challenge without an error code.
+        if (!header || NO_BEARER_TOKEN.test(header)) return missing()
+        return refused('invalid_api_key', 'The Authorization header must be: Bearer <API_KEY>.', 'invalid_request')
+      }
       const entry = cache.get(secret)
       // A fresh cache entry is a key already found valid for this deployment: skip straight to its state.
       if (entry && now - entry.verifiedAtMs < config.apiKeyCacheMs) return admission(entry, now)
@@ -125,10 +131,17 @@ export default fp<{ config: Config }>(
       return tooManyFailures(resetMs)
     }
 
-    /** Admits the request as the key's caller, or refuses it (a bad key also counts against the address). */
+    /**
+     * Admits the request as the key's caller, or refuses it. A bad key counts against the client's
+     * address, and an address past the limit gets 429 for its bad keys; its valid keys are still
+     * served, since one address may be many clients (a NAT, a proxy).
+     */
     function settle(request: FastifyRequest, verdict: CachedKey | ApiError, now: number, done: Done): void {
       if (verdict instanceof ApiError) {
-        countFailure(request.ip, now).then((tooMany) => done(tooMany ?? verdict), done)
+        const blockedUntil = blocked.get(request.ip) ?? 0
+        if (verdict.code === 'missing_api_key') done(verdict)
+        else if (blockedUntil > now) done(tooManyFailures(blockedUntil - now))
+        else countFailure(request.ip, now).then((tooMany) => done(tooMany ?? verdict), done)
         return
       }
       request.caller = verdict.caller
@@ -143,16 +156,7 @@ export default fp<{ config: Config }>(
     // Callback style, and synchronous for a cached key: almost every request costs no promise here.
     app.decorate('authenticate', (request: FastifyRequest, _reply: FastifyReply, done: Done) => {
       const now = Date.now()
-      const blockedUntil = blocked.get(request.ip)
-      if (blockedUntil !== undefined) {
-        if (blockedUntil > now) return done(tooManyFailures(blockedUntil - now))
-        blocked.delete(request.ip)
-      }
-      const header = request.headers.authorization
-      if (!header) {
-        return done(new ApiError('missing_api_key', undefined, { 'www-authenticate': `Bearer realm="${REALM}"` }))
-      }
-      const verdict = verifyCached(header, now)
+      const verdict = verifyCached(request.headers.authorization, now)
       if (typeof verdict !== 'string') return settle(request, verdict, now, done)
       lookup(verdict, now).then((entry) => settle(request, admission(entry, now), now, done), done)
     })
@@ -168,10 +172,15 @@ function admission(entry: CachedKey | null, now: number): CachedKey | ApiError {
   return entry
 }
 
-function refused(code: ErrorCode, message?: string): ApiError {
+function missing(): ApiError {
+  return new ApiError('missing_api_key', undefined, { 'www-authenticate': `Bearer realm="${REALM}"` })
+}
+
+/** A refusal with RFC 6750's challenge: `invalid_token` for a key that is not good, `invalid_request` for a malformed header. */
+function refused(code: ErrorCode, message?: string, reason = 'invalid_token'): ApiError {
   const error = new ApiError(code, message)
   error.headers = {
-    'www-authenticate': `Bearer realm="${REALM}", error="invalid_token", error_description="${error.message.replace(/["\\]/g, "'")}"`,
+    'www-authenticate': `Bearer realm="${REALM}", error="${reason}", error_description="${error.message.replace(/["\\]/g, "'")}"`,
   }
   return error
 }

@@ -57,7 +57,7 @@ const ERROR_RESPONSES = {
   400: jsonResponse('The request is invalid (see `code` and `message`).', ErrorSchema, RATE_LIMIT_HEADERS),
   401: jsonResponse('The API key is missing or invalid.', ErrorSchema, {
     'WWW-Authenticate': header(
-      '`Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent (RFC 6750).',
+      '`Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750).',
     ),
   }),
   404: jsonResponse('Not found.', ErrorSchema, RATE_LIMIT_HEADERS),

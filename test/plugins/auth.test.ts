@@ -40,14 +40,34 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
     })
   }
 
-  const malformed: [string, string][] = [
-    ['another scheme', 'Basic dXNlcjpwYXNz'],
+  // RFC 6750 §3.1: no bearer token at all (another scheme, or none after "Bearer") is answered as a
+  // request without credentials: a challenge with no error code.
+  const noToken: [string, string][] = [
+    ['another scheme (Basic)', 'Basic dXNlcjpwYXNz'],
+    ['another scheme (Digest)', 'Digest username="x"'],
+    ['a scheme that only starts like Bearer', 'Bearerx abc'],
     ['no token', 'Bearer'],
-    ['two tokens', 'Bearer a b'],
+    ['no token, spaces', 'Bearer   '],
+  ]
+  for (const [what, header] of noToken) {
+    it(`refuses ${what} as a missing key: 401 missing_api_key, a challenge with no error code`, async (t) => {
+      const { app } = await build(t)
+      const response = await app.inject({ url: '/v1/pets', headers: { authorization: header } })
+      assert.equal(assertRefused(response, 'missing_api_key'), 'Bearer realm="animal-store"')
+    })
+  }
+
+  it('refuses a malformed Bearer header with 401 invalid_api_key and error="invalid_request"', async (t) => {
+    const { app } = await build(t)
+    const response = await app.inject({ url: '/v1/pets', headers: { authorization: 'Bearer a b' } })
+    assert.match(assertRefused(response, 'invalid_api_key'), /error="invalid_request", error_description="[^"]+"$/)
+  })
+
+  const badTokens: [string, string][] = [
     ['a token that is not one of our keys', 'Bearer hello'],
     ['a key with a wrong checksum', `Bearer ${withWrongChecksum(generateApiKey('staging').secret)}`],
   ]
-  for (const [what, header] of malformed) {
+  for (const [what, header] of badTokens) {
     it(`refuses ${what} with 401 invalid_api_key and error="invalid_token"`, async (t) => {
       const { app } = await build(t)
       const response = await app.inject({ url: '/v1/pets', headers: { authorization: header } })
