@@ -17,6 +17,7 @@ export const ERRORS = {
   not_found: [404, 'No such resource.'],
   pet_not_found: [404, 'No pet with this id.'],
   method_not_allowed: [405, 'This method is not allowed on this resource; see the Allow header.'],
+  operation_removed: [410, 'This operation was removed on its Sunset date; see the Link header for its successor.'],
   request_timeout: [408, 'The request took too long to arrive.'],
   idempotency_conflict: [409, 'A request with this Idempotency-Key is still being processed; retry later.'],
   payload_too_large: [413, 'The request body is too large.'],

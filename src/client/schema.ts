@@ -126,7 +126,7 @@ export interface components {
       message: string
     }
     Error: {
-      /** @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, not_found, pet_not_found, method_not_allowed, request_timeout, idempotency_conflict, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable. */
+      /** @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, not_found, pet_not_found, method_not_allowed, operation_removed, request_timeout, idempotency_conflict, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable. */
       code: string
       /** @description Human-readable description. */
       message: string
@@ -497,6 +497,27 @@ export interface operations {
       }
       /** @description No animal with this id. */
       404: {
+        headers: {
+          /** @description `@1767225600`: deprecated since 2026-01-01 (RFC 9745). */
+          Deprecation?: string
+          /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
+          Sunset?: string
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter. */
+          Link?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description From 5 December 2030: the operation is removed. */
+      410: {
         headers: {
           /** @description `@1767225600`: deprecated since 2026-01-01 (RFC 9745). */
           Deprecation?: string

@@ -25,7 +25,8 @@ import {
 
 /** getPet was deprecated on 2026-01-01 (RFC 9745 `@` form) and is removed on 5 December 2030 (RFC 8594). */
 const DEPRECATED_AT = `@${Date.UTC(2026, 0, 1) / 1000}`
-const SUNSET = new Date(Date.UTC(2030, 11, 5)).toUTCString()
+const SUNSET_MS = Date.UTC(2030, 11, 5)
+const SUNSET = new Date(SUNSET_MS).toUTCString()
 const DEPRECATION_HEADERS = {
   Deprecation: header(`\`${DEPRECATED_AT}\`: deprecated since 2026-01-01 (RFC 9745).`),
   Sunset: header(`\`${SUNSET}\`: removed then (RFC 8594).`),
@@ -143,15 +144,25 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
           200: jsonResponse('The animal.', PetSchema, { ...DEPRECATION_HEADERS, ...RATE_LIMIT_HEADERS }),
           ...errorResponses(400, 401, 429, 500, 503),
           404: jsonResponse('No animal with this id.', ErrorSchema, { ...DEPRECATION_HEADERS, ...RATE_LIMIT_HEADERS }),
+          410: jsonResponse('From 5 December 2030: the operation is removed.', ErrorSchema, {
+            ...DEPRECATION_HEADERS,
+            ...RATE_LIMIT_HEADERS,
+          }),
         },
+      },
+      // Every answer of the operation says it is deprecated, errors included (a 401 as much as a 200).
+      onSend: (request, reply, payload, done) => {
+        reply.headers({
+          deprecation: DEPRECATED_AT,
+          sunset: SUNSET,
+          link: `<${origin(request)}/v1/pets>; rel="successor-version"`,
+        })
+        done(null, payload)
       },
     },
     (request, reply) => {
-      reply.headers({
-        deprecation: DEPRECATED_AT,
-        sunset: SUNSET,
-        link: `<${origin(request)}/v1/pets>; rel="successor-version"`,
-      })
+      // Removed on its Sunset date by the clock, not by a release someone has to remember to ship.
+      if (Date.now() >= SUNSET_MS) throw new ApiError('operation_removed')
       const { petId } = request.params
       // Ids run from 1 to MAX_EXACT_INTEGER, so any other (valid int64) id cannot exist.
       if (petId < 1 || petId > MAX_EXACT_INTEGER) throw new ApiError('pet_not_found')

@@ -412,17 +412,45 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
     assert.deepEqual(response.json(), pet)
   })
 
-  it('is deprecated: Deprecation (RFC 9745), Sunset 5 Dec 2030 (RFC 8594) and a successor Link, on 200 and 404', async (t) => {
+  const assertDeprecated = (response: LightMyRequestResponse, what: string) => {
+    assert.match(String(response.headers.deprecation), /^@\d+$/, what)
+    assert.ok(Number(String(response.headers.deprecation).slice(1)) * 1000 <= Date.UTC(2030, 11, 5))
+    assert.equal(response.headers.sunset, 'Thu, 05 Dec 2030 00:00:00 GMT', what)
+    assert.equal(response.headers.link, '<http://h.test/v1/pets>; rel="successor-version"', what)
+  }
+
+  it('is deprecated: Deprecation (RFC 9745), Sunset 5 Dec 2030 (RFC 8594) and a successor Link, on every answer', async (t) => {
     const app = await build(t)
     const { secret } = await app.newKey()
     const [pet] = await seed(app, secret, [{ name: 'Rex', categoryId: 3 }])
-    for (const id of [pet.id, 999]) {
-      const response = await app.app.inject({ url: `/v1/pets/${id}`, headers: { ...bearer(secret), host: 'h.test' } })
-      assert.match(String(response.headers.deprecation), /^@\d+$/)
-      assert.ok(Number(String(response.headers.deprecation).slice(1)) * 1000 <= Date.UTC(2030, 11, 5))
-      assert.equal(response.headers.sunset, 'Thu, 05 Dec 2030 00:00:00 GMT')
-      assert.equal(response.headers.link, '<http://h.test/v1/pets>; rel="successor-version"')
+    const answers: [string, Record<string, string>, number][] = [
+      [`/v1/pets/${pet.id}`, bearer(secret), 200],
+      ['/v1/pets/999', bearer(secret), 404],
+      ['/v1/pets/abc', bearer(secret), 400],
+      [`/v1/pets/${pet.id}`, {}, 401],
+    ]
+    for (const [url, headers, status] of answers) {
+      const response = await app.app.inject({ url, headers: { ...headers, host: 'h.test' } })
+      assert.equal(response.statusCode, status, url)
+      assertDeprecated(response, `${status} ${url}`)
     }
+  })
+
+  it('is removed on its Sunset date: from 2030-12-05T00:00:00Z on, 410 operation_removed, still with the headers', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    const [pet] = await seed(app, secret, [{ name: 'Rex', categoryId: 3 }])
+    const get = () => app.app.inject({ url: `/v1/pets/${pet.id}`, headers: { ...bearer(secret), host: 'h.test' } })
+    // Only Date is faked: timers (and so the app's own machinery) run as usual.
+    t.mock.timers.enable({ apis: ['Date'], now: Date.UTC(2030, 11, 5) - 1 })
+    assert.equal((await get()).statusCode, 200)
+    t.mock.timers.setTime(Date.UTC(2030, 11, 5))
+    const removed = await get()
+    assert.equal(removed.statusCode, 410)
+    assert.equal(errorBody(removed).code, 'operation_removed')
+    assertDeprecated(removed, 'after the sunset')
+    // Its successor goes on.
+    assert.equal((await app.app.inject({ url: '/v1/pets?limit=1', headers: bearer(secret) })).statusCode, 200)
   })
 
   it('returns 404 pet_not_found for an id that does not exist (including valid int64 ids beyond 2^53)', async (t) => {
