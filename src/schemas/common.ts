@@ -8,7 +8,8 @@ export const ErrorSchema = Type.Object(
     message: Type.String({ description: 'Human-readable description.' }),
     status: Type.Integer({ description: 'The HTTP status code of the response.' }),
   },
-  { $id: 'Error', additionalProperties: false },
+  // A response: open to fields added later (decision 20).
+  { $id: 'Error' },
 )
 
 /**

@@ -24,6 +24,7 @@ export const MessageSchema = Type.Object(
       description: 'ISO 8601 UTC timestamp, e.g. 2026-11-22T12:00:00.000Z.',
     }),
   },
-  { $id: 'Message', additionalProperties: false },
+  // A response: open to fields added later (decision 20).
+  { $id: 'Message' },
 )
 export type Message = Type.Static<typeof MessageSchema>

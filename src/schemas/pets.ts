@@ -29,7 +29,8 @@ export const PetSchema = Type.Object(
     ...petFields,
     status: PetStatusSchema,
   },
-  { $id: 'Pet', additionalProperties: false },
+  // A response: open to fields added later (decision 20), so clients that validate it keep working.
+  { $id: 'Pet' },
 )
 export type Pet = Type.Static<typeof PetSchema>
 

@@ -149,4 +149,13 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
       '#/components/schemas/Message',
     )
   })
+
+  it('closes request bodies to unknown fields, and leaves responses open to fields added later (decision 20)', async (t) => {
+    const { Pet, NewPet, Error: ErrorObject, Message, NewMessage } = (await document(t)).components.schemas
+    assert.equal(NewPet.additionalProperties, false)
+    assert.equal(NewMessage.additionalProperties, false)
+    for (const [name, schema] of Object.entries({ Pet, Error: ErrorObject, Message })) {
+      assert.equal(schema.additionalProperties, undefined, name)
+    }
+  })
 })
