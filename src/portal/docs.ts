@@ -6,7 +6,7 @@
 import helmet from '@fastify/helmet'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ownFile, packageFile, serveAssets } from './assets.ts'
-import { DOCS_HEADERS } from './headers.ts'
+import { DOCS_HEADERS, strictTransportSecurity } from './headers.ts'
 import { type Html, html } from './html.ts'
 import { htmlPage } from './views/layout.ts'
 
@@ -30,6 +30,7 @@ const send = (reply: FastifyReply, status: number, body: string) =>
 
 export default async function docs(app: FastifyInstance): Promise<void> {
   await app.register(helmet, DOCS_HEADERS)
+  app.addHook('onRequest', strictTransportSecurity)
   serveAssets(app, {
     'swagger-ui.css': packageFile('swagger-ui-dist/swagger-ui.css'),
     'swagger-ui-bundle.js': packageFile('swagger-ui-dist/swagger-ui-bundle.js'),

@@ -4,6 +4,7 @@
  * inline; no page may be framed; forms post only here.
  */
 import type { FastifyHelmetOptions } from '@fastify/helmet'
+import type { onRequestHookHandler } from 'fastify'
 
 const common = {
   defaultSrc: ["'none'"],
@@ -20,7 +21,18 @@ function options(directives: Record<string, string[]>): FastifyHelmetOptions {
     xFrameOptions: { action: 'deny' },
     // Key pages must not leak their URL (or anything else) to other sites.
     referrerPolicy: { policy: 'no-referrer' },
+    // Sent by `strictTransportSecurity` below instead, on HTTPS only.
+    strictTransportSecurity: false,
   }
+}
+
+/**
+ * HSTS on pages the client fetched over HTTPS (directly, or through a TRUST_PROXY proxy that says
+ * so in X-Forwarded-Proto), never over plain HTTP (RFC 6797 §7.2).
+ */
+export const strictTransportSecurity: onRequestHookHandler = (request, reply, done) => {
+  if (request.protocol === 'https') reply.header('strict-transport-security', 'max-age=31536000; includeSubDomains')
+  done()
 }
 
 export const PORTAL_HEADERS = options({ ...common, imgSrc: ["'self'"] })

@@ -15,7 +15,7 @@ import { ownFile, serveAssets } from './assets.ts'
 import { createPortal } from './context.ts'
 import docs from './docs.ts'
 import { htmlErrors } from './errors.ts'
-import { PORTAL_HEADERS } from './headers.ts'
+import { PORTAL_HEADERS, strictTransportSecurity } from './headers.ts'
 import account from './routes/account.ts'
 import keys from './routes/keys.ts'
 import messages from './routes/messages.ts'
@@ -26,6 +26,7 @@ async function pages(app: FastifyInstance, { config }: { config: Config }): Prom
   await app.register(formbody)
   await app.register(cookie)
   await app.register(helmet, PORTAL_HEADERS)
+  app.addHook('onRequest', strictTransportSecurity)
   // Pages show keys and account data: never store them in a cache (assets say otherwise).
   app.addHook('onRequest', async (_request, reply) => {
     reply.header('cache-control', 'no-store')

@@ -51,6 +51,17 @@ describe('Portal security headers', () => {
     })
   }
 
+  it('HSTS only on pages fetched over HTTPS (here through a TRUST_PROXY proxy), never over plain HTTP (RFC 6797 §7.2)', async (t) => {
+    const plain = (await build(t)).app
+    const proxied = (await build(t, { TRUST_PROXY: 'true' })).app
+    for (const url of PAGES) {
+      const overHttp = await plain.inject({ url })
+      assert.equal(overHttp.headers['strict-transport-security'], undefined, url)
+      const overHttps = await proxied.inject({ url, headers: { 'x-forwarded-proto': 'https' } })
+      assert.equal(overHttps.headers['strict-transport-security'], 'max-age=31536000; includeSubDomains', url)
+    }
+  })
+
   it('pages carry no inline script, inline style or event handler (the CSP would block them)', async (t) => {
     const { app } = await build(t)
     const browser = new FormBrowser(app)
