@@ -91,8 +91,7 @@ async function supervise(config: Config): Promise<void> {
       // A worker that never got to listen (port taken, database gone) would fail again: stop, as one
       // process does, and let the supervisor decide (decision 30).
       if (!listening) {
-        log(50, `worker ${worker.process.pid} could not start (${signal ?? code}); stopping`)
-        return stop('SIGTERM', 1)
+        return stop(`worker ${worker.process.pid} could not start (${signal ?? code}); stopping workers`, 1)
       }
       log(40, `worker ${worker.process.pid} exited (${signal ?? code}); starting another`)
       if (Date.now() - started < CRASH_LOOP_MS) await sleep(CRASH_LOOP_MS)
@@ -100,10 +99,11 @@ async function supervise(config: Config): Promise<void> {
     })
   }
 
-  const stop = (signal: NodeJS.Signals, exitCode = 0) => {
+  /** Stops every worker, then exits: 0 when asked to by a signal, 1 when a worker failed (`reason` says which). */
+  const stop = (reason: string, exitCode = 0) => {
     if (stopping) return
     stopping = true
-    log(30, `primary received ${signal}; stopping workers`)
+    log(exitCode === 0 ? 30 : 50, reason)
     const workers = Object.values(cluster.workers ?? {})
     for (const worker of workers) worker?.process.kill('SIGTERM')
     // Workers finish in-flight requests within their own shutdown timeout; this is the backstop.
@@ -121,8 +121,8 @@ async function supervise(config: Config): Promise<void> {
     cluster.on('exit', exited)
     if (Object.keys(cluster.workers ?? {}).length === 0) process.exit(code)
   }
-  process.on('SIGTERM', () => stop('SIGTERM'))
-  process.on('SIGINT', () => stop('SIGINT'))
+  process.on('SIGTERM', () => stop('primary received SIGTERM; stopping workers'))
+  process.on('SIGINT', () => stop('primary received SIGINT; stopping workers'))
   for (let i = 0; i < config.workers; i++) fork()
   log(30, `primary ${process.pid} started ${config.workers} workers on ${config.host}:${config.port}`)
 }

@@ -58,6 +58,8 @@ describe('WORKERS: several processes on one machine (scale-out point 4)', () => 
     const exit = await runServer(env, 20_000)
     assert.equal(exit.code, 1, exit.stdout + exit.stderr)
     assert.match(exit.stdout, /could not start/)
+    // Nothing sent a signal: the log must not say one came.
+    assert.doesNotMatch(exit.stdout, /received SIG/)
   })
 
   it('a SIGTERM while the workers are still starting stops them all and exits 0', async (t) => {

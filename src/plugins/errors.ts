@@ -131,7 +131,7 @@ function decodedPath(path: string): string {
 function needsKey(url: string): boolean {
   // Decoded as the router decodes it: `/%761/pets` is /v1/pets.
   const path = decodedPath(originForm(url).split('?')[0] as string)
-  return path.startsWith('/v1/') && path !== OPENAPI_PATH
+  return (path === '/v1' || path.startsWith('/v1/')) && path !== OPENAPI_PATH
 }
 
 /** `http://host/v1/pets` → `/v1/pets`: a target in absolute form, as the router reads it. */

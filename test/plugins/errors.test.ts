@@ -60,6 +60,9 @@ describe('Errors: every error is application/json {code, message, status} (point
   it('under /v1 the key comes first: an unknown path, a wrong method or an undecodable URL without a key is 401', async (t) => {
     const { app } = await build(t)
     for (const [method, url] of [
+      ['GET', '/v1'],
+      ['POST', '/v1'],
+      ['GET', '/v1?x=1'],
       ['GET', '/v1/orders'],
       ['PATCH', '/v1/pets'],
       ['DELETE', '/v1/pets/1'],
