@@ -82,6 +82,21 @@ describe('Portal sign-up', () => {
     await new FormBrowser(app).signUp(email, password)
     assert.equal((await new FormBrowser(app).signIn(email, password)).statusCode, 303)
   })
+
+  it(`lets a browser type every password the server takes: ${PASSWORD_MAX_LENGTH} characters of two UTF-16 units each`, async (t) => {
+    const { app } = await build(t)
+    // A browser counts maxlength in UTF-16 units; the server counts characters.
+    const longest = '🐶'.repeat(PASSWORD_MAX_LENGTH)
+    for (const url of ['/portal/sign-up', '/portal/sign-in']) {
+      const page = (await app.inject({ url })).body
+      const limits = [...page.matchAll(/type="password"[^>]*maxlength="(\d+)"/g)].map((m) => Number(m[1]))
+      assert.ok(limits.length > 0, url)
+      for (const limit of limits) assert.ok(longest.length <= limit, `${url}: maxlength ${limit}`)
+    }
+    const email = newEmail()
+    await new FormBrowser(app).signUp(email, longest)
+    assert.equal((await new FormBrowser(app).signIn(email, longest)).statusCode, 303)
+  })
 })
 
 describe('Portal sign-in', () => {

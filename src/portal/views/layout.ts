@@ -89,9 +89,13 @@ export function field(options: {
   error?: string
   autocomplete?: string
   required?: boolean
+  /** The server's limit, in characters (code points). */
   maxlength?: number
 }): Html {
-  const { name, label, type = 'text', value, hint, error, autocomplete, required = true, maxlength } = options
+  const { name, label, type = 'text', value, hint, error, autocomplete, required = true } = options
+  // Browsers count maxlength in UTF-16 units, where a character may take two: twice the limit
+  // never cuts what the server takes (the server tells when it is too long).
+  const maxlength = options.maxlength && options.maxlength * 2
   const described = [hint && `${name}-hint`, error && `${name}-error`].filter(Boolean).join(' ')
   return html`<div class="field${error ? ' invalid' : ''}">
     <label for="${name}">${label}</label>
