@@ -358,27 +358,48 @@ export class PostgresStore implements Store {
     })
   }
 
+  /**
+   * A connection of the pool for several statements. While it is checked out, pg-pool no longer
+   * listens for its 'error' event (a backend terminated, the network cut), which unheard would end
+   * the process: this listens instead, and `release` discards a connection that failed rather
+   * than return it to the pool.
+   */
+  async #checkout(): Promise<{ client: PoolClient; release: (error?: unknown) => void }> {
+    let client: PoolClient
+    try {
+      client = await this.#pool.connect()
+    } catch (error) {
+      throw isUnavailable(error) ? new DatabaseUnavailableError(`Cannot reach PostgreSQL: ${error}`) : error
+    }
+    let failed: Error | undefined
+    const onError = (error: Error) => {
+      failed = error
+    }
+    client.on('error', onError)
+    const release = (error?: unknown) => {
+      const discard = failed ?? (isUnavailable(error) ? (error as Error) : undefined)
+      // A discarded connection keeps the listener: it may still report its end after this.
+      if (!discard) client.off('error', onError)
+      client.release(discard)
+    }
+    return { client, release }
+  }
+
   /** Runs `work` in one transaction on one connection; never retried. */
   #transaction<T>(work: (run: Run) => Promise<T>): Promise<T> {
     return this.#track(async () => {
-      let client: PoolClient
-      try {
-        client = await this.#pool.connect()
-      } catch (error) {
-        throw isUnavailable(error) ? new DatabaseUnavailableError(String(error)) : error
-      }
+      const { client, release } = await this.#checkout()
       const run: Run = async <R>(name: Statement, values: unknown[]) =>
         (await client.query({ name, text: SQL[name], values })).rows as R[]
       try {
         await client.query('BEGIN')
         const result = await work(run)
         await client.query('COMMIT')
-        client.release()
+        release()
         return result
       } catch (error) {
         await client.query('ROLLBACK').catch(() => {})
-        // A connection that failed is discarded rather than returned to the pool.
-        client.release(isUnavailable(error) ? (error as Error) : undefined)
+        release(error)
         throw isUnavailable(error) ? new DatabaseUnavailableError(String(error)) : error
       }
     })
@@ -400,12 +421,8 @@ export class PostgresStore implements Store {
   }
 
   async #migrate(): Promise<void> {
-    let client: PoolClient
-    try {
-      client = await this.#pool.connect()
-    } catch (error) {
-      throw isUnavailable(error) ? new DatabaseUnavailableError(`Cannot reach PostgreSQL: ${error}`) : error
-    }
+    const { client, release } = await this.#checkout()
+    let failure: unknown
     try {
       await client.query('BEGIN')
       // One migrator per schema at a time; the lock ends with the transaction.
@@ -426,10 +443,11 @@ export class PostgresStore implements Store {
       }
       await client.query('COMMIT')
     } catch (error) {
+      failure = error
       await client.query('ROLLBACK').catch(() => {})
       throw error
     } finally {
-      client.release()
+      release(failure)
     }
   }
 }

@@ -95,7 +95,43 @@ describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () 
     await store.createPet({ name: 'after', categoryId: 1 })
     assert.equal((await store.listPets({ limit: 10 })).pets.length, 2)
   })
+
+  it('a connection terminated in the middle of a transaction fails that write (DatabaseUnavailableError), and the process lives on', async (t) => {
+    const url = new URL(await testDatabaseUrl(t))
+    const name = `animal-store-${randomUUID()}`
+    url.searchParams.set('application_name', name)
+    const store = await open(t, url.toString())
+    const schema = schemaOf(url.toString())
+    // An insert that takes a while, so that its backend can be terminated under it.
+    await postgres(`CREATE FUNCTION ${schema}.slow() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$;
+      CREATE TRIGGER slow BEFORE INSERT ON ${schema}.pets FOR EACH ROW WHEN (NEW.name = 'slow') EXECUTE FUNCTION ${schema}.slow()`)
+    const claim = { scope: 'key_1', key: 'k1', fingerprint: 'f', expiresAt: later(), staleBefore: earlier() }
+    assert.deepEqual(await store.claimIdempotencyKey(claim), { state: 'claimed' })
+    // An idempotent create is one transaction on a checked-out connection (the insert, then the claim's update).
+    const write = store.createPet({ name: 'slow', categoryId: 1 }, { scope: 'key_1', key: 'k1' })
+    const outcome = write.then(
+      () => null,
+      (error: unknown) => error,
+    )
+    await sleep(500)
+    const killed = await postgres(
+      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '${name}' AND query LIKE 'INSERT INTO pets%'`,
+    )
+    assert.equal(killed.length, 1)
+    assert.ok((await outcome) instanceof DatabaseUnavailableError)
+    // Had the connection's 'error' event gone unheard, the process would have ended by now.
+    await sleep(200)
+    assert.equal((await store.createPet({ name: 'after', categoryId: 1 })).name, 'after')
+    assert.deepEqual(
+      (await store.listPets({ limit: 10 })).pets.map((p) => p.name),
+      ['after'],
+    )
+  })
 })
+
+const later = () => new Date(Date.now() + 3_600_000).toISOString()
+const earlier = () => new Date(Date.now() - 3_600_000).toISOString()
 
 describe('PostgreSQL store: a password set while a sign-in starts its session (row locks)', () => {
   const later = new Date(Date.now() + 3_600_000).toISOString()
