@@ -14,6 +14,7 @@ import { randomId } from '../api-keys.ts'
 import type { Message } from '../schemas/messages.ts'
 import type { Pet } from '../schemas/pets.ts'
 import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
+import { FILE_GONE, fileIdentity } from './sqlite-file.ts'
 import type { Account, ApiKey, IdempotencyClaim, IdempotencyRef, IdempotencyState } from './types.ts'
 
 /** A job from the main thread: [id, operation, arguments]. */
@@ -148,6 +149,7 @@ function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): vo
   db.exec('PRAGMA foreign_keys = ON')
   const sql = prepareWrites(db)
   const ops = writeOps(sql)
+  const identity = fileIdentity(data.path)
   let queue: WriteJob[] = []
   let scheduled = false
 
@@ -177,6 +179,8 @@ function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): vo
         }
       }
       sql.commit.run()
+      // Committed to a file that is no longer at its path is not durable: refuse the whole batch.
+      if (fileIdentity(data.path) !== identity) throw new Error(`${FILE_GONE}: ${data.path}`)
     } catch (error) {
       if (db.isTransaction) db.exec('ROLLBACK')
       port.postMessage(batch.map(([id]): WriteResult => [id, false, describe(error)]))

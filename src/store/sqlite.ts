@@ -13,6 +13,7 @@ import { Worker } from 'node:worker_threads'
 import type { Message } from '../schemas/messages.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet } from '../schemas/pets.ts'
 import { newerThanCode, readMigrations } from './migrations.ts'
+import { FILE_GONE, fileIdentity } from './sqlite-file.ts'
 import type { WriteJob, WriteOps, WriteResult, WriterData } from './sqlite-writer.ts'
 import {
   type Account,
@@ -50,7 +51,9 @@ const UNAVAILABLE_RESULT_CODES = new Set([5, 6, 10, 13, 14])
 function translate(error: unknown): unknown {
   const { code, errcode } = (error ?? {}) as { code?: string; errcode?: number }
   const unavailable =
-    (code === 'ERR_SQLITE_ERROR' && UNAVAILABLE_RESULT_CODES.has((errcode ?? 0) & 0xff)) || code === 'ERR_INVALID_STATE'
+    (code === 'ERR_SQLITE_ERROR' && UNAVAILABLE_RESULT_CODES.has((errcode ?? 0) & 0xff)) ||
+    code === 'ERR_INVALID_STATE' ||
+    String((error as Error | undefined)?.message).startsWith(FILE_GONE)
   return unavailable ? new DatabaseUnavailableError(String((error as Error).message ?? error)) : error
 }
 
@@ -73,6 +76,9 @@ type Op = keyof WriteOps
 
 export class SqliteStore implements Store {
   #db: DatabaseSync
+  #path: string
+  /** The file this connection opened (see sqlite-file.ts). */
+  #identity: string | null
   #sql: ReturnType<typeof prepareReads>
   #writer: Worker
   #ready: Promise<void>
@@ -92,6 +98,8 @@ export class SqliteStore implements Store {
   private constructor(path: string) {
     mkdirSync(dirname(path), { recursive: true })
     this.#db = new DatabaseSync(path)
+    this.#path = path
+    this.#identity = fileIdentity(path)
     this.#db.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`)
     this.#db.exec('PRAGMA journal_mode = WAL')
     this.#db.exec('PRAGMA foreign_keys = ON')
@@ -134,6 +142,7 @@ export class SqliteStore implements Store {
   // ─── LIFECYCLE ─────────────────────────────────────────────────────────────────────────────
 
   async ping(): Promise<void> {
+    if (fileIdentity(this.#path) !== this.#identity) throw new DatabaseUnavailableError(`${FILE_GONE}: ${this.#path}`)
     await read(() => this.#sql.ping.get())
   }
 

@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict'
-import { existsSync, readFileSync } from 'node:fs'
+import { existsSync, readFileSync, renameSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import { describe, it } from 'node:test'
 import { readMigrations } from '../../src/store/migrations.ts'
 import { SqliteStore } from '../../src/store/sqlite.ts'
+import { DatabaseUnavailableError } from '../../src/store/types.ts'
 import { plain, tempDir } from '../helper.ts'
 import { storeContract } from './contract.ts'
 
@@ -98,6 +99,29 @@ describe('SQLite store: durability and migrations (point 11)', () => {
       (await store.listPets({ limit: 10 })).pets.map((p) => p.name),
       ['a', 'b'],
     )
+  })
+
+  it('refuses writes (and says not ready) once its file is deleted under it: they could not survive a restart', async (t) => {
+    const path = join(tempDir(t), 'db.sqlite')
+    const store = await SqliteStore.open(`sqlite:${path}`)
+    t.after(() => store.close())
+    await store.createPet({ name: 'before', categoryId: 1 })
+    await store.ping()
+    for (const suffix of ['', '-wal', '-shm']) rmSync(`${path}${suffix}`, { force: true })
+    await assert.rejects(store.createPet({ name: 'lost', categoryId: 1 }), DatabaseUnavailableError)
+    await assert.rejects(store.createAccount('lost@example.com'), DatabaseUnavailableError)
+    await assert.rejects(store.ping(), DatabaseUnavailableError)
+  })
+
+  it('refuses writes once its file is replaced by another one at the same path', async (t) => {
+    const dir = tempDir(t)
+    const path = join(dir, 'db.sqlite')
+    const store = await SqliteStore.open(`sqlite:${path}`)
+    t.after(() => store.close())
+    await (await SqliteStore.open(`sqlite:${join(dir, 'other.sqlite')}`)).close()
+    renameSync(join(dir, 'other.sqlite'), path)
+    await assert.rejects(store.createPet({ name: 'lost', categoryId: 1 }), DatabaseUnavailableError)
+    await assert.rejects(store.ping(), DatabaseUnavailableError)
   })
 
   it('refuses a database whose schema is newer than the code', async (t) => {
