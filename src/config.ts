@@ -180,6 +180,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     const name = validateEnv.errors?.[0]?.instancePath.slice(1) as keyof Env
     throw new ConfigError(invalid(name, raw[name]))
   }
+  // The patterns check the shape; the URL parser, the rest (a port past 65535, a bad IPv6 address).
+  for (const name of ['DATABASE_URL', 'REDIS_URL'] as const) {
+    const value = String(e[name])
+    if (/^[a-z]+:\/\//.test(value) && !URL.canParse(value)) throw new ConfigError(invalid(name, raw[name]))
+  }
   const trustProxy = parseTrustProxy(String(e.TRUST_PROXY))
   if (trustProxy === null) throw new ConfigError(invalid('TRUST_PROXY', raw.TRUST_PROXY))
   return toConfig(e as Env, trustProxy)

@@ -95,6 +95,11 @@ describe('Configuration: read and validated once (point 9)', () => {
     // pg would take the user's name for a database left out.
     ['DATABASE_URL', 'postgres://postgres@127.0.0.1:5432'],
     ['DATABASE_URL', 'postgres://postgres@127.0.0.1:5432/'],
+    // The right shape, but not a URL.
+    ['DATABASE_URL', 'postgres://postgres@127.0.0.1:99999/db'],
+    ['DATABASE_URL', 'postgres://postgres@[::1/db'],
+    ['REDIS_URL', 'redis://[zz'],
+    ['REDIS_URL', 'redis://127.0.0.1:99999'],
     // Every shutdown would be cut short by its own timeout.
     ['SHUTDOWN_TIMEOUT_SECONDS', '0'],
   ]

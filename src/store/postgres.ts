@@ -46,7 +46,10 @@ const MESSAGE_COLUMNS = 'id, body AS message, status, created_at AS "createdAt"'
 // Node's socket errors and PostgreSQL's connection, shutdown and overload classes (08, 57P, 53300).
 const UNAVAILABLE_CODES =
   /^(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTFOUND|EHOSTUNREACH|EAI_AGAIN|08...|57P0.|53300)$/
-const UNAVAILABLE_MESSAGES = /timeout|terminated|Connection ended|not queryable|ended unexpectedly|Client was closed/i
+// pg's and pg-pool's own timeouts, and the server's statement_timeout; not any message naming a
+// timeout (a bad `statement_timeout` setting is a configuration error, not an outage).
+const UNAVAILABLE_MESSAGES =
+  /timeout (exceeded|expired)|read timeout|connection timeout|statement timeout|terminated|Connection ended|not queryable|ended unexpectedly|Client was closed/i
 
 /**
  * A pooled connection the server closed (terminated backends, a restart): it fails its next

@@ -69,6 +69,16 @@ describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () 
     assert.ok(Date.now() - started < 5000)
   })
 
+  it('calls a bad setting a bad setting, not an outage (a statement_timeout that is not one)', async (t) => {
+    const url = new URL(await testDatabaseUrl(t))
+    url.searchParams.set('options', '-c statement_timeout=abc')
+    await assert.rejects(open(t, url.toString()), (error: Error) => {
+      assert.ok(!(error instanceof DatabaseUnavailableError), String(error))
+      assert.match(error.message, /statement_timeout/)
+      return true
+    })
+  })
+
   it('recovers by itself after its connections are terminated (pg_terminate_backend)', async (t) => {
     const url = new URL(await testDatabaseUrl(t))
     const name = `animal-store-${randomUUID()}`
