@@ -213,7 +213,7 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
   })
 
   await app.register(errors)
-  await app.register(requestBody, { config })
+  await app.register(requestBody)
   await app.register(store, { config })
   await app.register(rateLimit, { config })
   await app.register(auth, { config })

@@ -16,7 +16,6 @@ import { isUtf8 } from 'node:buffer'
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http'
 import type { preParsingHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
-import type { Config } from '../config.ts'
 import { ApiError } from '../errors.ts'
 
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
@@ -28,14 +27,14 @@ const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
 
 /**
  * Set on a request whose body is being read: answers it with an error (and closes the connection)
- * unless it is complete or answered, and says whether it did. Called when the body cannot go on
- * (malformed framing, the client closed its side), to answer at once instead of at the body deadline.
+ * unless it is complete or answered, and says whether it did. Called by the client error handler
+ * when the body cannot go on: malformed framing, the client closed its side, the request deadline.
  */
 export const REFUSE_BODY = Symbol('refuseBody')
 export type BodyRequest = IncomingMessage & { [REFUSE_BODY]?: (error: ApiError) => boolean }
 
-export default fp<{ config: Config }>(
-  async (app, { config }) => {
+export default fp(
+  async (app) => {
     // `Expect: 100-continue`: Node would send 100 Continue at once. It is sent when something
     // starts reading the body instead, so that a refusal the headers decide (401, 404, 405, 413 by
     // Content-Length, 415, 429) comes in its place and the client never sends the body (RFC 9110
@@ -49,7 +48,8 @@ export default fp<{ config: Config }>(
 
     // Only on routes that take a body (a hook on every route would cost every GET too). A coding or
     // charset we cannot read is refused before the body is read: it would only be thrown away.
-    // The body must then arrive within REQUEST_TIMEOUT_SECONDS (0: no deadline).
+    // The whole request must arrive within REQUEST_TIMEOUT_SECONDS (0: no deadline): Node checks
+    // that (its requestTimeout), and its clientError reaches the route's refusal below.
     const bodyStart: preParsingHookHandler = (request, reply, payload, done) => {
       const headers = request.headers
       const refused = encodingError(headers)
@@ -62,11 +62,6 @@ export default fp<{ config: Config }>(
         return true
       }
       ;(request.raw as BodyRequest)[REFUSE_BODY] = refuse
-      if (config.requestTimeoutMs === 0) return done(null, payload)
-      const timer = setTimeout(() => refuse(new ApiError('request_timeout')), config.requestTimeoutMs)
-      const stop = () => clearTimeout(timer)
-      payload.once('end', stop)
-      payload.once('close', stop)
       done(null, payload)
     }
     app.addHook('onRoute', (route) => {
