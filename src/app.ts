@@ -4,13 +4,14 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { Server } from 'node:http'
-import { isIPv4, isIPv6, type Socket } from 'node:net'
+import type { Socket } from 'node:net'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { FastifyHttpOptions, FastifyInstance, FastifyRequest } from 'fastify'
 import pino, { type DestinationStream } from 'pino'
 import { redactApiKeys } from './api-keys.ts'
 import type { Config } from './config.ts'
 import { ApiError } from './errors.ts'
+import { validHost } from './host.ts'
 import auth from './plugins/auth.ts'
 import errors, { clientErrorHandler, frameworkError, originForm, rawErrorResponses } from './plugins/errors.ts'
 import idempotency from './plugins/idempotency.ts'
@@ -34,32 +35,6 @@ export interface AppOptions {
 
 /** A client's X-Request-Id is kept when it is a sane token (and not an API key); otherwise we make one. */
 const REQUEST_ID = /^[\w.:-]{1,128}$/
-
-/**
- * A Host (or, behind a trusted proxy, X-Forwarded-Host): a name or an IP literal, and a port. It is
- * copied into Location and Link, so anything else could forge link values there.
- */
-const HOST = /^(?:([\w-]+(?:\.[\w-]+)*\.?)|\[([0-9A-Fa-f:.]+)\])(?::([0-9]{0,5}))?$/
-
-/** The last Host found valid: nearly every request repeats its predecessor's, and need not be parsed again. */
-let lastValidHost = ''
-
-function validHost(host: string): boolean {
-  if (host === lastValidHost) return true
-  const match = HOST.exec(host)
-  if (!match) return false
-  const [, name, ipv6, port] = match
-  if (name !== undefined ? !validName(name) : !isIPv6(ipv6 as string)) return false
-  if (port !== undefined && Number(port) > 65_535) return false
-  lastValidHost = host
-  return true
-}
-
-/** A name whose last label is a number is an IPv4 address to URL parsers: then it must be one. */
-function validName(name: string): boolean {
-  const last = /(?:^|\.)([^.]+)\.?$/.exec(name)?.[1] ?? ''
-  return !/^\d+$/.test(last) || isIPv4(name.replace(/\.$/, ''))
-}
 
 /** Why a request cannot be taken whatever its route: a bad Host, Host or Authorization sent twice. */
 function framingError(request: FastifyRequest): ApiError | undefined {

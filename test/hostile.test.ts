@@ -345,10 +345,9 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
 
   it('a body with malformed chunked framing gets 400 at once, not 408 at the body deadline', async (t) => {
     const test = await build(t, { REQUEST_TIMEOUT_SECONDS: '30' })
-    const { secret } = await test.newKey()
     await test.app.listen({ port: 0, host: '127.0.0.1' })
     const { port } = test.app.server.address() as { port: number }
-    const head =
+    const head = (secret: string) =>
       `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n` +
       'Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n'
     const body = '{"name":"Ha","categoryId":1}'
@@ -357,14 +356,20 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
       `${body.length.toString(16)}\r\n${body}XX0\r\n\r\n`, // no CRLF after the chunk
     ]
     for (const framing of framings) {
-      const started = Date.now()
-      // The client keeps its side open: only the server can end this exchange.
-      const answer = await rawExchange(port, [head, framing], 50)
-      assert.ok(Date.now() - started < 5000, `answered after ${Date.now() - started} ms`)
-      assert.match(answer, /^HTTP\/1.1 400 /)
-      assert.match(answer, /"code":"bad_request"/)
-      assert.match(answer, /chunked encoding is malformed/)
-      assert.equal((answer.match(/HTTP\/1.1 /g) ?? []).length, 1, answer)
+      const { secret } = await test.newKey()
+      // In one write with a key not seen yet: the bad chunk is found while the key is being looked
+      // up, before the route begins on the body. Then in two, with the key known: while it reads it.
+      for (const chunks of [[head(secret) + framing], [head(secret), framing]]) {
+        const started = Date.now()
+        // The client keeps its side open: only the server can end this exchange.
+        const answer = await rawExchange(port, chunks, 50)
+        assert.ok(Date.now() - started < 5000, `answered after ${Date.now() - started} ms`)
+        assert.match(answer, /^HTTP\/1.1 400 /)
+        assert.match(answer, /connection: close/i)
+        assert.match(answer, /"code":"bad_request"/)
+        assert.match(answer, /chunked encoding is malformed/)
+        assert.equal((answer.match(/HTTP\/1.1 \d/g) ?? []).length, 1, answer)
+      }
     }
     assert.equal((await test.app.store.listPets({ limit: 10 })).pets.length, 0)
   })

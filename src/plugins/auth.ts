@@ -52,8 +52,8 @@ const TOUCH_INTERVAL_MS = 60_000
 const CACHE_ENTRIES = 10_000
 const REALM = 'animal-store'
 const BEARER = /^Bearer +([^\s]+) *$/i
-/** No credentials of ours: no header, another scheme (Basic…), or `Bearer` with no token. */
-const NO_BEARER_TOKEN = /^(?!bearer\b)|^bearer *$/i
+/** No credentials of ours: another scheme (Basic, Bearer-Token…), or `Bearer` with no token. */
+const NO_BEARER_TOKEN = /^(?!bearer( |$))|^bearer *$/i
 
 export default fp<{ config: Config }>(
   async (app, { config }) => {
@@ -158,6 +158,11 @@ export default fp<{ config: Config }>(
       const now = Date.now()
       const verdict = verifyCached(request.headers.authorization, now)
       if (typeof verdict !== 'string') return settle(request, verdict, now, done)
+      // Only the store can tell. An address blocked for bad keys gets no lookups (they are what the
+      // block saves), except for a key this process has found valid before: its clients behind the
+      // same NAT or proxy go on being served.
+      const blockedUntil = blocked.get(request.ip) ?? 0
+      if (blockedUntil > now && !cache.has(verdict)) return done(tooManyFailures(blockedUntil - now))
       lookup(verdict, now).then((entry) => settle(request, admission(entry, now), now, done), done)
     })
   },

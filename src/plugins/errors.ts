@@ -12,7 +12,7 @@ import fp from 'fastify-plugin'
 import { redactApiKeys } from '../api-keys.ts'
 import { ApiError, ERRORS, type ErrorCode, toApiError, toErrorBody } from '../errors.ts'
 import { OPENAPI_PATH } from './openapi.ts'
-import { type BodyRequest, REFUSE_BODY } from './request-body.ts'
+import { BODY_FAILED, type BodyRequest, REFUSE_BODY } from './request-body.ts'
 
 // Not `import { STATUS_CODES } from 'node:http'`: building node:http's ES module namespace reads
 // its lazy WebSocket export, which loads Node's bundled undici (fetch) and web streams, about
@@ -54,9 +54,20 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Soc
     return
   }
   const pending = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage
-  // The body a route is reading went wrong (a bad chunk, or the client closed its side halfway):
-  // no more of it will come, so that request is answered now, by its route.
-  if ((pending?.req as BodyRequest | undefined)?.[REFUSE_BODY]?.(bodyError(error))) return
+  const request = pending?.req as BodyRequest | undefined
+  // The body of the request being answered went wrong (a bad chunk, the client closed its side
+  // halfway, the deadline): no more of this connection can be read. That request is answered by its
+  // route, now if it is reading the body, or as soon as it begins to (its hooks, such as a key
+  // lookup, may still be running); the connection ends with that answer, whatever it is.
+  if (pending && request && !request.complete) {
+    const refusal = bodyError(error)
+    if (request[REFUSE_BODY]?.(refusal)) return
+    request[BODY_FAILED] = refusal
+    pending.shouldKeepAlive = false
+    if (pending.writableFinished) socket.end()
+    else pending.once('finish', () => socket.end())
+    return
+  }
   const answer = clientErrorAnswer(error)
   // Answers go in request order (RFC 9112 §9.3.2): a request before the bad one, still being
   // answered, is answered first. If that answer closes the connection, there is no one left to tell.

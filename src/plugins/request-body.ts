@@ -31,7 +31,12 @@ const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
  * when the body cannot go on: malformed framing, the client closed its side, the request deadline.
  */
 export const REFUSE_BODY = Symbol('refuseBody')
-export type BodyRequest = IncomingMessage & { [REFUSE_BODY]?: (error: ApiError) => boolean }
+/** Set by the client error handler when the body went wrong before its route began to read it. */
+export const BODY_FAILED = Symbol('bodyFailed')
+export type BodyRequest = IncomingMessage & {
+  [REFUSE_BODY]?: (error: ApiError) => boolean
+  [BODY_FAILED]?: ApiError
+}
 
 export default fp(
   async (app) => {
@@ -51,6 +56,8 @@ export default fp(
     // The whole request must arrive within REQUEST_TIMEOUT_SECONDS (0: no deadline): Node checks
     // that (its requestTimeout), and its clientError reaches the route's refusal below.
     const bodyStart: preParsingHookHandler = (request, reply, payload, done) => {
+      const failed = (request.raw as BodyRequest)[BODY_FAILED]
+      if (failed) return done(failed)
       const headers = request.headers
       const refused = encodingError(headers)
       if (refused) return done(refused)

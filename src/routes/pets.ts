@@ -3,6 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { BoundedMap } from '../bounded-map.ts'
 import { ApiError } from '../errors.ts'
+import { linkableOrigin } from '../host.ts'
 import { cursorCodec } from '../pagination.ts'
 import {
   ErrorSchema,
@@ -150,19 +151,20 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
           }),
         },
       },
-      // Every answer of the operation says it is deprecated, errors included (a 401 as much as a 200).
+      // Removed on its Sunset date by the clock, not by a release someone has to remember to ship:
+      // after the key check, before anything about the request is judged.
+      preValidation: (_request, _reply, done) => {
+        done(Date.now() >= SUNSET_MS ? new ApiError('operation_removed') : undefined)
+      },
+      // Every answer of the operation says it is deprecated, errors included (a 401 as much as a 200);
+      // the successor's link is not built from a Host this answer may be refusing.
       onSend: (request, reply, payload, done) => {
-        reply.headers({
-          deprecation: DEPRECATED_AT,
-          sunset: SUNSET,
-          link: `<${origin(request)}/v1/pets>; rel="successor-version"`,
-        })
+        reply.headers({ deprecation: DEPRECATED_AT, sunset: SUNSET })
+        if (linkableOrigin(request)) reply.header('link', `<${origin(request)}/v1/pets>; rel="successor-version"`)
         done(null, payload)
       },
     },
     (request, reply) => {
-      // Removed on its Sunset date by the clock, not by a release someone has to remember to ship.
-      if (Date.now() >= SUNSET_MS) throw new ApiError('operation_removed')
       const { petId } = request.params
       // Ids run from 1 to MAX_EXACT_INTEGER, so any other (valid int64) id cannot exist.
       if (petId < 1 || petId > MAX_EXACT_INTEGER) throw new ApiError('pet_not_found')

@@ -46,6 +46,8 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
     ['another scheme (Basic)', 'Basic dXNlcjpwYXNz'],
     ['another scheme (Digest)', 'Digest username="x"'],
     ['a scheme that only starts like Bearer', 'Bearerx abc'],
+    ['a scheme that only starts like Bearer (punctuation)', 'Bearer-Token abc'],
+    ['a scheme that only starts like Bearer (a dot)', 'Bearer.v2 abc'],
     ['no token', 'Bearer'],
     ['no token, spaces', 'Bearer   '],
   ]

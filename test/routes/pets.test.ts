@@ -436,6 +436,20 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
     }
   })
 
+  it('builds no Link from a Host (or X-Forwarded-Proto) that its answer refuses', async (t) => {
+    const app = await build(t, { TRUST_PROXY: 'true' })
+    const { secret } = await app.newKey()
+    for (const headers of [
+      { host: 'evil.example/x>; rel="preload", <http://evil.example' },
+      { host: 'h.test', 'x-forwarded-proto': 'x>; rel="preload", <http' },
+    ]) {
+      const response = await app.app.inject({ url: '/v1/pets/1', headers: { ...bearer(secret), ...headers } })
+      assert.equal(response.statusCode, 400)
+      assert.equal(response.headers.link, undefined, JSON.stringify(headers))
+      assert.equal(response.headers.sunset, 'Thu, 05 Dec 2030 00:00:00 GMT')
+    }
+  })
+
   it('is removed on its Sunset date: from 2030-12-05T00:00:00Z on, 410 operation_removed, still with the headers', async (t) => {
     const app = await build(t)
     const { secret } = await app.newKey()
@@ -449,6 +463,13 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
     assert.equal(removed.statusCode, 410)
     assert.equal(errorBody(removed).code, 'operation_removed')
     assertDeprecated(removed, 'after the sunset')
+    // Whatever the id: the operation is gone, so what it would have refused does not matter.
+    for (const id of ['abc', '99999999999999999999999', '-1']) {
+      const response = await app.app.inject({ url: `/v1/pets/${id}`, headers: bearer(secret) })
+      assert.equal(response.statusCode, 410, id)
+    }
+    // The key is still checked first.
+    assert.equal((await app.app.inject({ url: `/v1/pets/${pet.id}` })).statusCode, 401)
     // Its successor goes on.
     assert.equal((await app.app.inject({ url: '/v1/pets?limit=1', headers: bearer(secret) })).statusCode, 200)
   })

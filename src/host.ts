@@ -1,0 +1,36 @@
+/**
+ * Which Host (or, behind a trusted proxy, X-Forwarded-Host) and scheme a request may have: they are
+ * copied into Location and Link, so anything else could forge link values there. The app refuses
+ * a request whose Host or X-Forwarded-Proto is not one (src/app.ts).
+ */
+import { isIPv4, isIPv6 } from 'node:net'
+import type { FastifyRequest } from 'fastify'
+
+/** A name or an IP literal, and a port. */
+const HOST = /^(?:([\w-]+(?:\.[\w-]+)*\.?)|\[([0-9A-Fa-f:.]+)\])(?::([0-9]{0,5}))?$/
+
+/** The last Host found valid: nearly every request repeats its predecessor's, and need not be parsed again. */
+let lastValidHost = ''
+
+export function validHost(host: string): boolean {
+  if (host === lastValidHost) return true
+  const match = HOST.exec(host)
+  if (!match) return false
+  const [, name, ipv6, port] = match
+  if (name !== undefined ? !validName(name) : !isIPv6(ipv6 as string)) return false
+  if (port !== undefined && Number(port) > 65_535) return false
+  lastValidHost = host
+  return true
+}
+
+/** A name whose last label is a number is an IPv4 address to URL parsers: then it must be one. */
+function validName(name: string): boolean {
+  const last = /(?:^|\.)([^.]+)\.?$/.exec(name)?.[1] ?? ''
+  return !/^\d+$/.test(last) || isIPv4(name.replace(/\.$/, ''))
+}
+
+/** Whether links may be built from the request's scheme and Host (an answer may be the refusal of a bad one). */
+export function linkableOrigin(request: FastifyRequest): boolean {
+  const host = request.host
+  return (!host || validHost(host)) && (request.protocol === 'http' || request.protocol === 'https')
+}
