@@ -124,7 +124,7 @@ export function serverOptions(
       // Requests are logged without headers; anything shaped like a key is masked in URLs too.
       serializers: {
         // Behind a proxy the address comes from X-Forwarded-For, which the client may have written.
-        req: (req) => ({ method: req.method, url: redactApiKeys(req.url), remoteAddress: redactApiKeys(req.ip) }),
+        req: (req) => ({ method: req.method, url: redactApiKeys(req.url), remoteAddress: redactApiKeys(req.ip ?? '') }),
       },
     },
     logController: new RequestLog(logStream, config.logLevel),
@@ -173,6 +173,9 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
   let closing = false
   const sockets = new Set<Socket>()
   app.server.on('connection', (socket: Socket) => {
+    // Node reads the peer's address when first asked, and has none once the socket is gone: ask
+    // now, so that a request whose client left before its answer still has one (request.ip, logs).
+    void socket.remoteAddress
     sockets.add(socket)
     socket.once('close', () => sockets.delete(socket))
   })

@@ -31,7 +31,8 @@ export class RequestLog extends LogController {
 
   override requestCompleted(_error: unknown, request: FastifyRequest, reply: FastifyReply): void {
     if (!this.#enabled) return
-    const req = `{"method":"${request.method}","url":${JSON.stringify(redactApiKeys(request.url))},"remoteAddress":${JSON.stringify(redactApiKeys(request.ip))}}`
+    // `ip` is read when the connection opens (src/app.ts); `?? ''` only keeps a log line from ever throwing.
+    const req = `{"method":"${request.method}","url":${JSON.stringify(redactApiKeys(request.url))},"remoteAddress":${JSON.stringify(redactApiKeys(request.ip ?? ''))}}`
     this.#stream.write(
       `{"level":${INFO},"time":${Date.now()},${this.#host},"requestId":${JSON.stringify(request.id)},"req":${req},` +
         `"status":${reply.statusCode},"ms":${reply.elapsedTime},"msg":"request completed"}\n`,

@@ -343,6 +343,34 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
     assert.equal((await test.app.store.listPets({ limit: 10 })).pets.length, 0)
   })
 
+  it('clients that close their connection before their answer is written leave the server serving, and are logged', async (t) => {
+    // The request log is on (LOG_LEVEL=info, as in production): it reads the client's address once
+    // the answer is written, when the socket may be gone.
+    const test = await build(t, {}, { captureLogs: true })
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const requests = [
+      'GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n',
+      'GET /nope HTTP/1.0\r\n\r\n',
+      `GET /v1/pets/1 HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer ${secret}\r\n\r\n`,
+      `POST /v1/pets HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"name"`,
+    ]
+    for (let i = 0; i < 200; i++) {
+      const socket = connect(port, '127.0.0.1')
+      socket.on('error', () => {})
+      await new Promise((resolve) => socket.once('connect', resolve))
+      socket.end(requests[i % requests.length])
+      socket.destroy()
+    }
+    await sleep(500)
+    const health = await fetch(`http://127.0.0.1:${port}/healthz`)
+    assert.equal(health.status, 200)
+    const completed = test.logs.filter((line) => line.msg === 'request completed')
+    assert.ok(completed.length > 0)
+    for (const line of completed) assert.equal((line.req as { remoteAddress: unknown }).remoteAddress, '127.0.0.1')
+  })
+
   it('a body with malformed chunked framing gets 400 at once, not 408 at the body deadline', async (t) => {
     const test = await build(t, { REQUEST_TIMEOUT_SECONDS: '30' })
     await test.app.listen({ port: 0, host: '127.0.0.1' })
