@@ -162,6 +162,10 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
   // Callback-style hooks: they run on every request, and cost less than async ones.
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id)
+    // Node stops reading a connection at a request with Upgrade (what follows would be the new
+    // protocol). We upgrade to nothing, so the connection ends with this answer: a client that
+    // pipelined more on it then knows to send that again (RFC 9112 §9.3.2), instead of waiting.
+    if (request.headers.upgrade !== undefined) reply.header('connection', 'close')
     done(framingError(request))
   })
   rawErrorResponses(app.server)

@@ -374,6 +374,26 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
     for (const line of completed) assert.equal((line.req as { remoteAddress: unknown }).remoteAddress, '127.0.0.1')
   })
 
+  it('a request with Upgrade (which Node ends the reading of a connection at) is answered with Connection: close', async (t) => {
+    const test = await build(t, {}, LOGS)
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const body = '{"name":"Rex","categoryId":1}'
+    const started = Date.now()
+    // The client keeps its side open: only the server can end the exchange.
+    const answer = await rawExchange(port, [
+      `GET /v1/pets?limit=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n` +
+        `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+    ])
+    assert.ok(Date.now() - started < 3000, `closed after ${Date.now() - started} ms`)
+    assert.match(answer, /^HTTP\/1.1 200 /)
+    assert.match(answer, /connection: close/i)
+    // The POST was not read: no answer, nothing stored; the client sends it again on a new connection.
+    assert.equal((answer.match(/HTTP\/1.1 \d/g) ?? []).length, 1, answer)
+    assert.equal((await test.app.store.listPets({ limit: 10 })).pets.length, 0)
+  })
+
   it('a body with malformed chunked framing gets 400 at once, not 408 at the body deadline', async (t) => {
     const test = await build(t, { REQUEST_TIMEOUT_SECONDS: '30' }, LOGS)
     await test.app.listen({ port: 0, host: '127.0.0.1' })
