@@ -81,7 +81,8 @@ async function account(store: Store, address: string) {
   return found
 }
 
-type Print = (line: string) => void
+/** Writes a line to standard output; resolves once it is written (rejects if it cannot be). */
+type Print = (line: string) => void | Promise<void>
 
 /** Runs one command. Exported so the tests can drive it in-process as well as through the bin. */
 export async function run(argv: string[], config: Config, print: Print): Promise<void> {
@@ -145,7 +146,14 @@ export async function run(argv: string[], config: Config, print: Print): Promise
           `Created ${config.deployment} key ${key.id} "${key.name}" for ${owner.email}, ${key.expiresAt ? `expires ${key.expiresAt}` : 'no expiry'}.`,
         )
         say('Copy it now: it is shown only this once.')
-        return say(secret)
+        try {
+          await say(secret)
+        } catch {
+          // Nobody got the secret (the reader of standard output went away): a key no one holds must not stay active.
+          await store.revokeApiKey(key.id)
+          throw new CliError(`Could not write the new key to standard output, so key ${key.id} was revoked.`)
+        }
+        return
       }
       case 'keys list': {
         const owner = await account(store, address as string)
@@ -174,6 +182,9 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   }
 }
 
+/** More than any password the rule takes (256 characters of up to 2 UTF-16 units) can be: input past it is not read. */
+const MAX_PASSWORD_INPUT = 4096
+
 /** The new password: one line, checked against the portal's rule before anything is stored. */
 async function readPassword(): Promise<string> {
   const password = await readStdin('New password: ')
@@ -193,7 +204,8 @@ export async function readStdin(
   prompts: NodeJS.WritableStream = process.stderr,
 ): Promise<string> {
   const terminal = input.isTTY === true
-  if (terminal) prompts.write(prompt)
+  if (!terminal) return firstLine(input)
+  prompts.write(prompt)
   // At a terminal, readline echoes what is typed to its output: give it one that shows nothing.
   const silent = new Writable({ write: (_chunk, _encoding, done) => done() })
   const lines = createInterface({ input, output: silent, terminal })
@@ -209,8 +221,21 @@ export async function readStdin(
     return ''
   } finally {
     lines.close()
-    if (terminal) prompts.write('\n')
+    prompts.write('\n')
   }
+}
+
+/** The first line of piped input, read no further than MAX_PASSWORD_INPUT characters. */
+async function firstLine(input: NodeJS.ReadableStream): Promise<string> {
+  input.setEncoding('utf8')
+  let text = ''
+  for await (const chunk of input) {
+    text += chunk
+    const end = text.search(/\r?\n/)
+    if (end >= 0) return text.slice(0, end)
+    if (text.length > MAX_PASSWORD_INPUT) throw new CliError(`The password must be ${PASSWORD_DESCRIPTION}.`)
+  }
+  return text
 }
 
 /** Prints a table of `cells`, escaped (printable) before measuring, so that the columns line up as printed. */
@@ -229,7 +254,17 @@ function printTable(header: string[], cells: string[][], print: Print): void {
 /** Entry point of bin/animal-store.ts. */
 export async function main(argv: string[]): Promise<number> {
   try {
-    await run(argv, loadConfig(), (line) => process.stdout.write(`${line}\n`))
+    // A reader that went away (`| head -1`) is reported by each write's callback, not as an uncaught 'error'.
+    process.stdout.on('error', () => {})
+    const print = (line: string) => {
+      const written = new Promise<void>((resolve, reject) => {
+        process.stdout.write(`${line}\n`, (error) => (error ? reject(error) : resolve()))
+      })
+      // Lines nobody awaits are not unhandled rejections; the one that matters (a new key) is awaited.
+      written.catch(() => {})
+      return written
+    }
+    await run(argv, loadConfig(), print)
     return 0
   } catch (error) {
     const parseError = (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')

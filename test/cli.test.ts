@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto'
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { PassThrough } from 'node:stream'
+import { PassThrough, Readable } from 'node:stream'
 import { after, before, describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { generateApiKey } from '../src/api-keys.ts'
@@ -16,7 +16,7 @@ import { readStdin } from '../src/cli.ts'
 import { openStore } from '../src/store/index.ts'
 import { bearer, build, errorBody, type TestApp } from './helper.ts'
 import { FormBrowser, PASSWORD } from './portal/browser.ts'
-import { cli, type Exit } from './processes.ts'
+import { cli, type Exit, spawnNode } from './processes.ts'
 
 const STAGING_KEY = /^as_test_[0-9A-Za-z]{38}$/
 const LIVE_KEY = /^as_live_[0-9A-Za-z]{38}$/
@@ -134,6 +134,18 @@ describe('CLI: accounts create', () => {
 describe('CLI: accounts set-password', () => {
   const NEW_PASSWORD = 'another horse battery staple'
 
+  it('stops reading piped input that runs past any password, and says why in one line', {
+    timeout: 10_000,
+  }, async () => {
+    // Endless input with no line end: only a cap on what is read can end it.
+    const endless = new Readable({
+      read() {
+        this.push('a'.repeat(65_536))
+      },
+    })
+    await assert.rejects(readStdin('New password: ', endless), /15 to 256 characters/)
+  })
+
   it('gives an account made by the CLI a portal password, piped on standard input: it can then sign in', async (t) => {
     const { url, email } = await withAccount(t)
     const run = await ok(url, ['accounts', 'set-password', email], {}, `${PASSWORD}\n`)
@@ -203,6 +215,27 @@ describe('CLI: accounts set-password', () => {
 })
 
 describe('CLI: keys create', () => {
+  it('revokes the new key when it cannot be written out (the reader went away), in one line on stderr', async (t) => {
+    const { url, email } = await withAccount(t)
+    const { child, exited } = spawnNode(['bin/animal-store.ts', 'keys', 'create', email, '--name', 'lost'], {
+      DATABASE_URL: url,
+    })
+    // Like `… | head -c 0`: nobody reads standard output.
+    child.stdout.destroy()
+    const run = await exited
+    assert.equal(run.code, 1)
+    assert.match(
+      run.stderr,
+      /^animal-store: Could not write the new key to standard output, so key key_\w+ was revoked\.\n$/,
+    )
+    const store = await openStore({ databaseUrl: url, poolSize: 1, timeoutMs: 5000 })
+    t.after(() => store.close())
+    const account = await store.findAccountByEmail(email)
+    const [key] = await store.listApiKeys(account?.id as number)
+    assert.equal(key?.name, 'lost')
+    assert.ok(key?.revokedAt, 'the key nobody received is still active')
+  })
+
   it('prints a staging key (as_test_…) alone on the last line by default (DEPLOYMENT defaults to staging)', async (t) => {
     const { url, email } = await withAccount(t)
     const run = await ok(url, ['keys', 'create', email])

@@ -111,7 +111,7 @@ export interface Exit {
  * Spawns `node <args>` in ROOT and collects its output; `exited` resolves once it has all been read.
  * `input`, when given, is written to its standard input, which is then closed.
  */
-function spawnNode(args: string[], env: Record<string, string>, timeout?: number, input?: string) {
+export function spawnNode(args: string[], env: Record<string, string>, timeout?: number, input?: string) {
   const child = spawn(process.execPath, args, { cwd: ROOT, env: childEnv(env), timeout })
   if (input !== undefined) child.stdin.end(input)
   const output = { stdout: '', stderr: '', both: '' }
