@@ -84,3 +84,24 @@ export async function redisCounter(
     },
   }
 }
+
+/**
+ * The client a per-address limit counts: an IPv4 address itself; an IPv6 address its /64, since one
+ * host usually holds a whole /64 and could otherwise take a new address for every attempt.
+ */
+export function clientNetwork(address: string): string {
+  if (!address.includes(':')) return address
+  const ip = address.replace(/%.*$/, '').toLowerCase() // no zone (fe80::1%eth0)
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(ip)
+  if (mapped) return mapped[1] as string
+  // Groups of the address written out (an IPv4 tail counts as two), "::" filled with zeros.
+  const groups = (part: string) => (part ? part.split(':').flatMap((g) => (g.includes('.') ? ['0', '0'] : [g])) : [])
+  const [head = '', tail] = ip.split('::')
+  const written = groups(head)
+  const rest = tail === undefined ? [] : groups(tail)
+  const all = [...written, ...Array(Math.max(0, 8 - written.length - rest.length)).fill('0'), ...rest]
+  return `${all
+    .slice(0, 4)
+    .map((g) => (Number.parseInt(g, 16) || 0).toString(16))
+    .join(':')}::/64`
+}

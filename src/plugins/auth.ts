@@ -13,6 +13,7 @@ import { apiKeyDeployment, hashApiKey } from '../api-keys.ts'
 import { BoundedMap } from '../bounded-map.ts'
 import type { Config } from '../config.ts'
 import { ApiError, type ErrorCode } from '../errors.ts'
+import { clientNetwork } from '../rate-limit.ts'
 import type { ApiKey } from '../store/types.ts'
 
 export interface Caller {
@@ -122,12 +123,12 @@ export default fp<{ config: Config }>(
       return secret
     }
 
-    /** Counts a bad key against the client's address; past the limit the address is refused for the window. */
-    async function countFailure(ip: string, now: number): Promise<ApiError | null> {
+    /** Counts a bad key against the client (its address, or its IPv6 /64); past the limit it is refused for the window. */
+    async function countFailure(client: string, now: number): Promise<ApiError | null> {
       if (config.authFailureLimit === 0) return null
-      const { count, resetMs } = await app.rateCounter.hit(`auth-failure:${ip}`, config.rateLimitWindowMs)
+      const { count, resetMs } = await app.rateCounter.hit(`auth-failure:${client}`, config.rateLimitWindowMs)
       if (count <= config.authFailureLimit) return null
-      blocked.set(ip, now + resetMs)
+      blocked.set(client, now + resetMs)
       return tooManyFailures(resetMs)
     }
 
@@ -138,10 +139,11 @@ export default fp<{ config: Config }>(
      */
     function settle(request: FastifyRequest, verdict: CachedKey | ApiError, now: number, done: Done): void {
       if (verdict instanceof ApiError) {
-        const blockedUntil = blocked.get(request.ip) ?? 0
+        const client = clientNetwork(request.ip ?? '')
+        const blockedUntil = blocked.get(client) ?? 0
         if (verdict.code === 'missing_api_key') done(verdict)
         else if (blockedUntil > now) done(tooManyFailures(blockedUntil - now))
-        else countFailure(request.ip, now).then((tooMany) => done(tooMany ?? verdict), done)
+        else countFailure(client, now).then((tooMany) => done(tooMany ?? verdict), done)
         return
       }
       request.caller = verdict.caller
@@ -161,7 +163,7 @@ export default fp<{ config: Config }>(
       // Only the store can tell. An address blocked for bad keys gets no lookups (they are what the
       // block saves), except for a key this process has found valid before: its clients behind the
       // same NAT or proxy go on being served.
-      const blockedUntil = blocked.get(request.ip) ?? 0
+      const blockedUntil = blocked.get(clientNetwork(request.ip ?? '')) ?? 0
       if (blockedUntil > now && !cache.has(verdict)) return done(tooManyFailures(blockedUntil - now))
       lookup(verdict, now).then((entry) => settle(request, admission(entry, now), now, done), done)
     })

@@ -1,9 +1,9 @@
 /**
  * Limits on the forms that cost a password hash: sign-in attempts per email and per address
- * (against guessing), sign-ups per address (against flooding). They use the app's shared rate
+ * (against guessing), sign-ups per address (against flooding); an IPv6 address counts as its /64. They use the app's shared rate
  * counter (memory, or Redis across instances) and, like the API's limiter, fail open.
  */
-import type { Counter } from '../rate-limit.ts'
+import { type Counter, clientNetwork } from '../rate-limit.ts'
 
 export const SIGN_IN_WINDOW_MS = 15 * 60_000
 /** Sign-in attempts per email address per window, successful or not. */
@@ -26,12 +26,12 @@ async function over(counter: Counter, limits: [key: string, max: number, windowM
 export function signInWait(counter: Counter, email: string, address: string): Promise<number | null> {
   return over(counter, [
     [`portal-sign-in:email:${email.trim().toLowerCase()}`, SIGN_IN_PER_EMAIL, SIGN_IN_WINDOW_MS],
-    [`portal-sign-in:address:${address}`, SIGN_IN_PER_ADDRESS, SIGN_IN_WINDOW_MS],
+    [`portal-sign-in:address:${clientNetwork(address)}`, SIGN_IN_PER_ADDRESS, SIGN_IN_WINDOW_MS],
   ])
 }
 
 export function signUpWait(counter: Counter, address: string): Promise<number | null> {
-  return over(counter, [[`portal-sign-up:address:${address}`, SIGN_UP_PER_ADDRESS, SIGN_UP_WINDOW_MS]])
+  return over(counter, [[`portal-sign-up:address:${clientNetwork(address)}`, SIGN_UP_PER_ADDRESS, SIGN_UP_WINDOW_MS]])
 }
 
 /** "15 minutes", "1 minute", "30 seconds": how long to wait, for people. */

@@ -92,6 +92,15 @@ describe('Rate limits per API key (RateLimit / RateLimit-Policy, IETF draft)', (
     assert.equal((await from('10.0.0.2', 'Bearer wrong')).statusCode, 401)
   })
 
+  it('counts bad keys from IPv6 clients per /64, so that taking a new address for each guess changes nothing', async (t) => {
+    const test = await build(t, { AUTH_FAILURE_LIMIT: '3' })
+    const from = (remoteAddress: string) =>
+      test.app.inject({ url: '/v1/pets', remoteAddress, headers: { authorization: 'Bearer wrong' } })
+    for (let i = 1; i <= 3; i++) assert.equal((await from(`2001:db8:1:2::${i}`)).statusCode, 401)
+    assert.equal((await from('2001:db8:1:2:abcd::9')).statusCode, 429)
+    assert.equal((await from('2001:db8:1:3::1')).statusCode, 401)
+  })
+
   it('behind a listed proxy, the client is the hop the proxy added: entries the client forged change nothing', async (t) => {
     const test = await build(t, { AUTH_FAILURE_LIMIT: '3', TRUST_PROXY: '10.0.0.0/8' })
     const { secret } = await test.newKey()

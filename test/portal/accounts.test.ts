@@ -185,6 +185,23 @@ describe('Portal sign-in', () => {
     assert.equal(limited.statusCode, 429)
     assert.ok(Number(limited.headers['retry-after']) > 0)
   })
+
+  it('counts an IPv6 client by its /64: a new address of the same network for each attempt changes nothing', async (t) => {
+    const { app } = await build(t, { TRUST_PROXY: 'true' })
+    const browser = new FormBrowser(app, { 'x-forwarded-for': '2001:db8:1:2::1' })
+    const page = await browser.get('/portal/sign-in')
+    const _csrf = csrfOf(page.body, '/portal/sign-in')
+    const attempt = (address: string, i: number) => {
+      browser.headers['x-forwarded-for'] = address
+      return browser.post('/portal/sign-in', { _csrf, email: `nobody${i}@example.com`, password: 'x' })
+    }
+    for (let i = 0; i < SIGN_IN_PER_ADDRESS; i++) {
+      assert.equal((await attempt(`2001:db8:1:2::${(i + 1).toString(16)}`, i)).statusCode, 400, `attempt ${i + 1}`)
+    }
+    assert.equal((await attempt('2001:db8:1:2:ffff:ffff:ffff:ffff', 99)).statusCode, 429)
+    // Another network is another client.
+    assert.equal((await attempt('2001:db8:1:3::1', 100)).statusCode, 400)
+  })
 })
 
 describe('Portal sessions', () => {
