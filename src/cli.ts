@@ -231,7 +231,7 @@ async function firstLine(input: NodeJS.ReadableStream): Promise<string> {
   let text = ''
   for await (const chunk of input) {
     text += chunk
-    const end = text.search(/\r?\n/)
+    const end = text.search(/[\r\n]/)
     if (end >= 0) return text.slice(0, end)
     if (text.length > MAX_PASSWORD_INPUT) throw new CliError(`The password must be ${PASSWORD_DESCRIPTION}.`)
   }

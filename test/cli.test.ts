@@ -134,6 +134,18 @@ describe('CLI: accounts create', () => {
 describe('CLI: accounts set-password', () => {
   const NEW_PASSWORD = 'another horse battery staple'
 
+  it('takes the first line of piped input, whatever ends it (LF, CRLF or a lone CR)', async () => {
+    for (const input of ['a good long password\nrest', 'a good long password\r\nrest', 'a good long password\rrest']) {
+      assert.equal(
+        await readStdin('New password: ', Readable.from([input])),
+        'a good long password',
+        JSON.stringify(input),
+      )
+    }
+    // A line end split across two reads.
+    assert.equal(await readStdin('', Readable.from(['a good long password\r', '\n'])), 'a good long password')
+  })
+
   it('stops reading piped input that runs past any password, and says why in one line', {
     timeout: 10_000,
   }, async () => {
