@@ -11,7 +11,7 @@ import pino, { type DestinationStream } from 'pino'
 import { redactApiKeys } from './api-keys.ts'
 import type { Config } from './config.ts'
 import { ApiError } from './errors.ts'
-import { validHost } from './host.ts'
+import { malformedOrigin } from './host.ts'
 import auth from './plugins/auth.ts'
 import errors, { clientErrorHandler, frameworkError, originForm, rawErrorResponses } from './plugins/errors.ts'
 import idempotency from './plugins/idempotency.ts'
@@ -60,16 +60,8 @@ function framingError(request: FastifyRequest): ApiError | undefined {
     }
     return new ApiError('not_implemented', 'Transfer-Encoding other than "chunked" is not supported (RFC 9112 §6.1).')
   }
-  const host = request.host
-  if (host && !validHost(host)) return new ApiError('bad_request', 'The Host header is malformed.')
-  // Behind a trusted proxy the scheme comes from X-Forwarded-Proto, and goes into links as well.
-  if (
-    request.headers['x-forwarded-proto'] !== undefined &&
-    request.protocol !== 'http' &&
-    request.protocol !== 'https'
-  ) {
-    return new ApiError('bad_request', 'The X-Forwarded-Proto header is malformed.')
-  }
+  const malformed = malformedOrigin(request)
+  if (malformed) return new ApiError('bad_request', `The ${malformed} header is malformed.`)
   // Which of two a parser keeps is not something to bet a credential, or how a body is read, on
   // (RFC 9110 §5.3): Node keeps the first Content-Type, another parser may keep the last.
   const names = raw.rawHeaders

@@ -12,7 +12,7 @@ const HOST = /^(?:([\w-]+(?:\.[\w-]+)*\.?)|\[([0-9A-Fa-f:.]+)\])(?::([0-9]{0,5})
 /** The last Host found valid: nearly every request repeats its predecessor's, and need not be parsed again. */
 let lastValidHost = ''
 
-export function validHost(host: string): boolean {
+function validHost(host: string): boolean {
   if (host === lastValidHost) return true
   const match = HOST.exec(host)
   if (!match) return false
@@ -29,8 +29,15 @@ function validName(name: string): boolean {
   return !/^\d+$/.test(last) || isIPv4(name.replace(/\.$/, ''))
 }
 
-/** Whether links may be built from the request's scheme and Host (an answer may be the refusal of a bad one). */
-export function linkableOrigin(request: FastifyRequest): boolean {
+/**
+ * Which header makes the request's origin (scheme and Host) unfit for links, if any: the app
+ * refuses such a request, and an answer that may be that refusal builds no link from it.
+ */
+export function malformedOrigin(request: FastifyRequest): 'Host' | 'X-Forwarded-Proto' | undefined {
   const host = request.host
-  return (!host || validHost(host)) && (request.protocol === 'http' || request.protocol === 'https')
+  if (host && !validHost(host)) return 'Host'
+  // Without X-Forwarded-Proto the scheme is the connection's own; behind a trusted proxy it comes from it.
+  const forwarded = request.headers['x-forwarded-proto'] !== undefined
+  if (forwarded && request.protocol !== 'http' && request.protocol !== 'https') return 'X-Forwarded-Proto'
+  return undefined
 }

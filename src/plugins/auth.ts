@@ -123,6 +123,12 @@ export default fp<{ config: Config }>(
       return secret
     }
 
+    /** 429 while the client is blocked for bad keys, else null. */
+    function stillBlocked(client: string, now: number): ApiError | null {
+      const until = blocked.get(client) ?? 0
+      return until > now ? tooManyFailures(until - now) : null
+    }
+
     /** Counts a bad key against the client (its address, or its IPv6 /64); past the limit it is refused for the window. */
     async function countFailure(client: string, now: number): Promise<ApiError | null> {
       if (config.authFailureLimit === 0) return null
@@ -139,11 +145,11 @@ export default fp<{ config: Config }>(
      */
     function settle(request: FastifyRequest, verdict: CachedKey | ApiError, now: number, done: Done): void {
       if (verdict instanceof ApiError) {
-        const client = clientNetwork(request.ip ?? '')
-        const blockedUntil = blocked.get(client) ?? 0
-        if (verdict.code === 'missing_api_key') done(verdict)
-        else if (blockedUntil > now) done(tooManyFailures(blockedUntil - now))
-        else countFailure(client, now).then((tooMany) => done(tooMany ?? verdict), done)
+        if (verdict.code === 'missing_api_key') return void done(verdict)
+        const client = clientNetwork(request.ip)
+        const tooMany = stillBlocked(client, now)
+        if (tooMany) done(tooMany)
+        else countFailure(client, now).then((limited) => done(limited ?? verdict), done)
         return
       }
       request.caller = verdict.caller
@@ -163,8 +169,8 @@ export default fp<{ config: Config }>(
       // Only the store can tell. An address blocked for bad keys gets no lookups (they are what the
       // block saves), except for a key this process has found valid before: its clients behind the
       // same NAT or proxy go on being served.
-      const blockedUntil = blocked.get(clientNetwork(request.ip ?? '')) ?? 0
-      if (blockedUntil > now && !cache.has(verdict)) return done(tooManyFailures(blockedUntil - now))
+      const tooMany = cache.has(verdict) ? null : stillBlocked(clientNetwork(request.ip), now)
+      if (tooMany) return done(tooMany)
       lookup(verdict, now).then((entry) => settle(request, admission(entry, now), now, done), done)
     })
   },

@@ -1,7 +1,8 @@
 /**
  * Limits on the forms that cost a password hash: sign-in attempts per email and per address
- * (against guessing), sign-ups per address (against flooding); an IPv6 address counts as its /64. They use the app's shared rate
- * counter (memory, or Redis across instances) and, like the API's limiter, fail open.
+ * (against guessing), sign-ups per address (against flooding); an IPv6 address counts as its /64.
+ * They use the app's shared rate counter (memory, or Redis across instances) and, like the API's
+ * limiter, fail open.
  */
 import { type Counter, clientNetwork } from '../rate-limit.ts'
 

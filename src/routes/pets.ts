@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { BoundedMap } from '../bounded-map.ts'
 import { ApiError } from '../errors.ts'
-import { linkableOrigin } from '../host.ts'
+import { malformedOrigin } from '../host.ts'
 import { cursorCodec } from '../pagination.ts'
 import {
   ErrorSchema,
@@ -160,7 +160,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       // the successor's link is not built from a Host this answer may be refusing.
       onSend: (request, reply, payload, done) => {
         reply.headers({ deprecation: DEPRECATED_AT, sunset: SUNSET })
-        if (linkableOrigin(request)) reply.header('link', `<${origin(request)}/v1/pets>; rel="successor-version"`)
+        if (!malformedOrigin(request)) reply.header('link', `<${origin(request)}/v1/pets>; rel="successor-version"`)
         done(null, payload)
       },
     },

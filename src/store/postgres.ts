@@ -425,7 +425,6 @@ export class PostgresStore implements Store {
 
   async #migrate(): Promise<void> {
     const { client, release } = await this.#checkout()
-    let failure: unknown
     try {
       await client.query('BEGIN')
       // One migrator per schema at a time; the lock ends with the transaction.
@@ -445,12 +444,11 @@ export class PostgresStore implements Store {
         ])
       }
       await client.query('COMMIT')
+      release()
     } catch (error) {
-      failure = error
       await client.query('ROLLBACK').catch(() => {})
+      release(error)
       throw error
-    } finally {
-      release(failure)
     }
   }
 }
