@@ -39,7 +39,7 @@ const JSON_TYPE = 'application/json; charset=utf-8'
 const CACHED_PAGES = 1000
 const CACHED_PETS = 10_000
 
-/** A serialized page of GET /pets, with the path and query of the next page, for one petsVersion. */
+/** A serialized page of GET /pets, with the path and query of the next page, as of one petsVersion. */
 interface Page {
   version: number | null
   body: string
@@ -88,7 +88,9 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         sendSerialized(reply, page.body)
       }
       // A cached page is sent at once, without a promise (Fastify takes a handler that sent and returned nothing).
-      if (page && page.version === version) return send(page)
+      // A page with a next one is final: a new pet's id is above every pet's, so it lands after it
+      // (the store's promise when it has a version). Only a last page waits on the version.
+      if (page && (page.next !== null || page.version === version)) return send(page)
       const afterId = cursor === undefined ? undefined : cursors.decode(cursor, status)
       return app.store.listPets({ limit, status, afterId }).then(({ pets, nextAfterId }) => {
         const next = new URLSearchParams({ limit: String(limit), ...(status && { status }) })

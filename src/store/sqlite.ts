@@ -186,6 +186,8 @@ export class SqliteStore implements Store {
     // another process. (It does not tell what changed, so any commit moves the version.) It is read
     // once per turn of the event loop, not per request: every request served in a turn arrived
     // before the turn began, so a write acknowledged before a request was sent is always seen.
+    // New ids stay above every id a read has seen (the contract's promise): SQLite lets one
+    // transaction write at a time, and AUTOINCREMENT takes the next id above any ever used.
     if (!this.#versionRead) {
       this.#versionRead = true
       setImmediate(() => {

@@ -120,7 +120,9 @@ export interface Store {
    * A number that changes whenever the set of pets may have changed (in this process or any other),
    * read without a round-trip; or null when the store cannot tell cheaply. Responses derived from
    * pets may be cached while it stays the same. (Pets themselves never change once created: there
-   * is no update or delete operation.)
+   * is no update or delete operation.) A store that gives a version also promises that a pet
+   * created later, here or elsewhere, gets an id above every pet any read has seen: so a page
+   * that has a next page stays as it is for good, whatever is added.
    */
   petsVersion(): number | null
 

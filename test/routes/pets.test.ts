@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict'
+import { DatabaseSync } from 'node:sqlite'
 import { describe, it } from 'node:test'
 import type { LightMyRequestResponse } from 'fastify'
 import { openStore } from '../../src/store/index.ts'
-import { bearer, build, errorBody, type TestApp } from '../helper.ts'
+import { bearer, build, DATABASE, errorBody, postgres, type TestApp } from '../helper.ts'
 
 async function seed(t: TestApp, secret: string, pets: { name: string; categoryId: number; status?: string }[]) {
   const created = []
@@ -390,6 +391,33 @@ describe('listPets and getPet stay fresh while responses are cached', () => {
     await other.createPet({ name: 'later', categoryId: 1 })
     const pages = [await app.app.inject({ url: next, headers: bearer(secret) })]
     assert.equal(pages[0]?.json()[0].name, 'b')
+  })
+
+  it('a page with a next page is kept (on SQLite) when pets are added; a last page is read again', async (t) => {
+    const app = await build(t)
+    const { secret } = await app.newKey()
+    const names = async (url: string) =>
+      (await app.app.inject({ url, headers: bearer(secret) })).json().map((p: { name: string }) => p.name)
+    await seed(
+      app,
+      secret,
+      ['a', 'b', 'c'].map((name) => ({ name, categoryId: 1 })),
+    )
+    assert.deepEqual(await names('/v1/pets?limit=2'), ['a', 'b'])
+    assert.deepEqual(await names('/v1/pets?limit=5'), ['a', 'b', 'c'])
+    // Pets never change through the API; changing one behind the service's back shows which
+    // pages it reads again. A page with a next page cannot change by an addition (the new id is
+    // above all others), so SQLite keeps serving it; PostgreSQL (no version) caches no page.
+    const rename = "UPDATE pets SET name = 'renamed' WHERE name = 'a'"
+    if (DATABASE === 'sqlite') {
+      const db = new DatabaseSync(app.config.databaseUrl.slice('sqlite:'.length))
+      db.exec(rename)
+      db.close()
+    } else await postgres(rename, app.config.databaseUrl)
+    await seed(app, secret, [{ name: 'd', categoryId: 1 }])
+    const full = DATABASE === 'sqlite' ? ['a', 'b'] : ['renamed', 'b']
+    assert.deepEqual(await names('/v1/pets?limit=2'), full)
+    assert.deepEqual(await names('/v1/pets?limit=5'), ['renamed', 'b', 'c', 'd'])
   })
 
   it('a pet that did not exist yet is found once created (misses are not cached)', async (t) => {
