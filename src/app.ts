@@ -3,7 +3,7 @@
  * the tests build it the same way (test/helper.ts). The order below is the order things start.
  */
 import { randomUUID } from 'node:crypto'
-import type { Server } from 'node:http'
+import type { Server, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { FastifyHttpOptions, FastifyInstance, FastifyRequest } from 'fastify'
@@ -162,11 +162,11 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
   })
   rawErrorResponses(app.server)
   // Once shutdown starts, answer in-flight requests with Connection: close, so their keep-alive
-  // connections end with them instead of holding the process open until the keep-alive timeout.
-  // Connections with no response under way are closed then too: Node closes idle keep-alive ones,
-  // but not one that has sent nothing yet (a preconnect, a balancer's TCP check) or only part of a
-  // request, which would hold the process until the shutdown timeout kills it.
-  let closing = false
+  // connections end with them instead of holding the process open until the keep-alive timeout
+  // (Fastify does so itself for requests that arrive later). Connections with no response under
+  // way are closed then too: Node closes idle keep-alive ones, but not one that has sent nothing
+  // yet (a preconnect, a balancer's TCP check) or only part of a request, which would hold the
+  // process until the shutdown timeout kills it.
   const sockets = new Set<Socket>()
   app.server.on('connection', (socket: Socket) => {
     // Node reads the peer's address when first asked, and has none once the socket is gone: ask
@@ -176,14 +176,13 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
     socket.once('close', () => sockets.delete(socket))
   })
   app.addHook('preClose', (done) => {
-    closing = true
-    // `_httpMessage` is the response a socket is writing (Node's own field; http-terminator reads it too).
-    for (const socket of sockets) if (!(socket as Socket & { _httpMessage?: unknown })._httpMessage) socket.destroy()
+    for (const socket of sockets) {
+      // `_httpMessage` is the response a socket is writing (Node's own field; http-terminator reads it too).
+      const response = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage
+      if (!response) socket.destroy()
+      else if (!response.headersSent) response.setHeader('connection', 'close')
+    }
     done()
-  })
-  app.addHook('onSend', (_request, reply, payload, done) => {
-    if (closing) reply.header('connection', 'close')
-    done(null, payload)
   })
 
   await app.register(errors)

@@ -186,10 +186,15 @@ export function sendError(error: unknown, request: FastifyRequest, reply: Fastif
   // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.
   else request.log.info({ code: sent.code, detail: redactApiKeys(sent.message) }, 'request refused')
   if (sent.headers) reply.headers(sent.headers)
+  request.routeOptions.config.answerHeaders?.(request, reply)
   return reply.code(sent.statusCode).header('x-request-id', request.id).send(toErrorBody(sent))
 }
 
 declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** Sets headers every answer of the route carries: its handler calls it, and sendError for every error. */
+    answerHeaders?: (request: FastifyRequest, reply: FastifyReply) => unknown
+  }
   interface FastifyInstance {
     /** Why a request no route takes is refused: 405 with its Allow header when the path exists, else 404. */
     unroutedError: (request: FastifyRequest) => ApiError

@@ -154,17 +154,13 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         },
       },
       // Removed on its Sunset date by the clock, not by a release someone has to remember to ship:
-      // after the key check, before anything about the request is judged.
-      preValidation: (_request, _reply, done) => {
+      // after the key check (the route's onRequest hooks run after the app's), before anything
+      // about the request is judged.
+      onRequest: (_request, _reply, done) => {
         done(Date.now() >= SUNSET_MS ? new ApiError('operation_removed') : undefined)
       },
-      // Every answer of the operation says it is deprecated, errors included (a 401 as much as a 200);
-      // the successor's link is not built from a Host this answer may be refusing.
-      onSend: (request, reply, payload, done) => {
-        reply.headers({ deprecation: DEPRECATED_AT, sunset: SUNSET })
-        if (!malformedOrigin(request)) reply.header('link', `<${origin(request)}/v1/pets>; rel="successor-version"`)
-        done(null, payload)
-      },
+      // Errors get the deprecation headers from sendError; answers from the handler, below.
+      config: { answerHeaders: deprecated },
     },
     (request, reply) => {
       const { petId } = request.params
@@ -172,15 +168,25 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       if (petId < 1 || petId > MAX_EXACT_INTEGER) throw new ApiError('pet_not_found')
       const body = petBodies.get(petId)
       // A cached pet is sent at once, without a promise, as a cached page is.
-      if (body !== undefined) return void sendSerialized(reply, body)
+      if (body !== undefined) return void sendSerialized(deprecated(request, reply), body)
       return app.store.getPet(petId).then((pet) => {
         if (!pet) throw new ApiError('pet_not_found', `No pet with id ${petId}.`)
         const fresh = serialize(reply, pet)
         petBodies.set(petId, fresh)
-        sendSerialized(reply, fresh)
+        sendSerialized(deprecated(request, reply), fresh)
       })
     },
   )
+}
+
+/**
+ * Every answer of getPet says it is deprecated, errors included (a 401 as much as a 200); the
+ * successor's link is not built from a Host this answer may be refusing.
+ */
+function deprecated(request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  reply.headers({ deprecation: DEPRECATED_AT, sunset: SUNSET })
+  if (!malformedOrigin(request)) reply.header('link', `<${origin(request)}/v1/pets>; rel="successor-version"`)
+  return reply
 }
 
 /** The route's own 200 serializer (fast-json-stringify from the response schema), for caching its output. */
