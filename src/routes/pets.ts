@@ -81,7 +81,6 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       // Cached pages are keyed by the cursor text itself: only verified cursors ever get an entry.
       // No cursor and the text `undefined` must not share a key.
       const key = cursor === undefined ? `${limit} ${status}` : `${limit} ${status} ${cursor}`
-      const version = app.store.petsVersion()
       const page = pages.get(key)
       const send = (page: Page) => {
         if (page.next) reply.header('link', `<${origin(request)}${page.next}>; rel="next"`)
@@ -90,7 +89,9 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       // A cached page is sent at once, without a promise (Fastify takes a handler that sent and returned nothing).
       // A page with a next one is final: a new pet's id is above every pet's, so it lands after it
       // (the store's promise when it has a version). Only a last page waits on the version.
-      if (page && (page.next !== null || page.version === version)) return send(page)
+      if (page?.next) return send(page)
+      const version = app.store.petsVersion()
+      if (page && page.version === version) return send(page)
       const afterId = cursor === undefined ? undefined : cursors.decode(cursor, status)
       return app.store.listPets({ limit, status, afterId }).then(({ pets, nextAfterId }) => {
         const next = new URLSearchParams({ limit: String(limit), ...(status && { status }) })
