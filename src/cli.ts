@@ -267,6 +267,9 @@ export async function main(argv: string[]): Promise<number> {
     await run(argv, loadConfig(), print)
     return 0
   } catch (error) {
+    // The reader went away (`| head -1`, `| true`): what was done is done, and there is no one to
+    // tell (a new key nobody received was revoked above, and said so).
+    if ((error as { code?: string }).code === 'EPIPE') return 0
     const parseError = (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')
     const known = error instanceof CliError || parseError || (error as Error).name === 'ConfigError'
     const message = error instanceof Error ? error.message : String(error)

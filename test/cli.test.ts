@@ -226,6 +226,16 @@ describe('CLI: accounts set-password', () => {
   })
 })
 
+describe('CLI: output nobody reads', () => {
+  it('stops quietly, exit 0, when standard output is closed (`animal-store help | true`)', async () => {
+    const { child, exited } = spawnNode(['bin/animal-store.ts', 'help'], {})
+    child.stdout.destroy()
+    const run = await exited
+    assert.equal(run.stderr, '')
+    assert.equal(run.code, 0)
+  })
+})
+
 describe('CLI: keys create', () => {
   it('revokes the new key when it cannot be written out (the reader went away), in one line on stderr', async (t) => {
     const { url, email } = await withAccount(t)
