@@ -153,8 +153,11 @@ ${postgresResults(input, postgres)}
 - **Load:** \`wrk -t1 -c${settings.connections} -d${settings.seconds}s --latency\` (Debian's wrk; Lua scripts in bench/lua) pinned
   to CPU ${settings.clientCpu} with taskset; every single-process server pinned to CPU ${settings.serverCpu}.${nice} Before any measuring, one
   request per workload must answer 2xx.${postgresMethod(input, postgres)}
-- **Rounds:** ${settings.warmupSeconds} s warm-up per workload and target, then ${settings.rounds} rounds, each running every workload on
-  every target in turn (A B A B…), so a slow moment of the machine hits both sides.
+- **Rounds:** ${settings.rounds} rounds, each on every target started afresh (a new process on a new,
+  seeded database): two starts of the same server can differ by 15% in CPU per request for as long
+  as they run, so the medians are over ${settings.rounds} starts, not one start's luck. Each round
+  warms every workload up on every target for ${settings.warmupSeconds} s, then runs every workload
+  on every target in turn (A B A B…), so a slow moment of the machine hits both sides.
 - **Figures:** req/s, p50 and p99 are medians over the rounds; the ratio is the median of each
   round's service/ceiling ratio; non-2xx and socket errors are totals over the rounds; RSS is the
   highest VmRSS of the server process (summed over a cluster's primary and workers), sampled every
@@ -185,7 +188,7 @@ logging, HTTP) and the top functions, for the main thread and for the SQLite wri
 }
 
 function estimateSeconds(settings: Settings, workloads: number): number {
-  const perTarget = workloads * (settings.warmupSeconds + settings.rounds * settings.seconds)
-  // Seeding and starting: a few seconds per target, a few more for a PostgreSQL schema.
-  return settings.targets.length * (perTarget + 8)
+  const perTarget = settings.rounds * workloads * (settings.warmupSeconds + settings.seconds)
+  // Seeding and starting, every round: a few seconds per target, a few more for a PostgreSQL schema.
+  return settings.targets.length * (perTarget + 8 * settings.rounds)
 }

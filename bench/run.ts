@@ -65,30 +65,39 @@ async function main(): Promise<void> {
     `bench: ${host.cpu}, ${host.cores} cores, Node ${host.node}; servers on CPU ${settings.serverCpu} (several instances on ${settings.clusterCpu}), wrk on CPU ${settings.clientCpu}`,
   )
 
-  const running = new Map<string, RunningTarget>()
-  for (const name of settings.targets) {
-    const target = TARGETS[name]
-    if (!target) throw new Error(`unknown target ${name}`)
-    if (target.kind === 'ceiling') {
-      context.fixturesFile = join(context.dir, 'fixtures.json')
-      const first = running.values().next().value as RunningTarget
-      // Every route, not only the selected workloads': the ceiling answers them all.
-      writeFileSync(context.fixturesFile, JSON.stringify(await probe(first, WORKLOADS)))
+  /**
+   * Every target, started afresh on a fresh database for each round: two starts of the same server
+   * can differ by 15% in CPU per request for as long as they run (measured side by side: 47 against
+   * 39 µs for two identical processes), so one start per run would give its luck to every round.
+   */
+  const startAll = async (): Promise<Map<string, RunningTarget>> => {
+    const running = new Map<string, RunningTarget>()
+    for (const name of settings.targets) {
+      const target = TARGETS[name]
+      if (!target) throw new Error(`unknown target ${name}`)
+      if (target.kind === 'ceiling' && !context.fixturesFile) {
+        context.fixturesFile = join(context.dir, 'fixtures.json')
+        const first = running.values().next().value as RunningTarget
+        // Every route, not only the selected workloads': the ceiling answers them all.
+        writeFileSync(context.fixturesFile, JSON.stringify(await probe(first, WORKLOADS)))
+      }
+      log(`bench: starting ${target.label}${target.kind === 'service' ? `, ${settings.pets} pets seeded` : ''}`)
+      const live = await target.start(context)
+      await probe(live, workloads)
+      running.set(name, live)
     }
-    log(`bench: starting ${target.label}${target.kind === 'service' ? `, ${settings.pets} pets seeded` : ''}`)
-    const live = await target.start(context)
-    await probe(live, workloads)
-    running.set(name, live)
-  }
-
-  if (settings.warmupSeconds > 0) {
-    log(`bench: warming up, ${settings.warmupSeconds} s per workload and target`)
-    for (const workload of workloads)
-      for (const [, live] of running) await measure(settings, live, workload, settings.warmupSeconds, settings.pets)
+    if (settings.warmupSeconds > 0) {
+      log(`bench: warming up, ${settings.warmupSeconds} s per workload and target`)
+      for (const workload of workloads)
+        for (const [, live] of running) await measure(settings, live, workload, settings.warmupSeconds, settings.pets)
+    }
+    return running
   }
 
   const measurements: Measurement[] = []
+  let running = new Map<string, RunningTarget>()
   for (let round = 1; round <= settings.rounds; round++) {
+    running = await startAll()
     for (const workload of workloads) {
       for (const [name, live] of running) {
         const { result, rssMb, contention, usage } = await measure(
@@ -107,6 +116,7 @@ async function main(): Promise<void> {
         )
       }
     }
+    if (round < settings.rounds) for (const [, live] of running) await live.stop()
   }
   const fileBacked = Object.fromEntries([...running].map(([name, live]) => [name, fileBackedMb(live.pids)]))
   const shapes: Record<string, TargetShape> = Object.fromEntries(

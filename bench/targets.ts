@@ -8,6 +8,7 @@
  * loads one address, so two processes sharing one port is how two instances get the load. They
  * get both cores (BENCH_CLUSTER_CPU): two instances on one core would measure nothing.
  */
+import { mkdtempSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -85,7 +86,8 @@ export function sqliteService(name: string, logLevel: string, memorySettings = t
     kind: 'service',
     database: 'sqlite',
     async start(context) {
-      const databaseUrl = `sqlite:${join(context.dir, `${name}.db`)}`
+      // A new folder per start: the bench starts every target afresh each round.
+      const databaseUrl = `sqlite:${join(mkdtempSync(join(context.dir, `${name}-`)), 'store.db')}`
       await seedPets(databaseUrl, context.pets)
       return startSqliteService(context, databaseUrl, logLevel, memorySettings)
     },
