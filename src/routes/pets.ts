@@ -28,6 +28,8 @@ import {
 const DEPRECATED_AT = `@${Date.UTC(2026, 0, 1) / 1000}`
 const SUNSET_MS = Date.UTC(2030, 11, 5)
 const SUNSET = new Date(SUNSET_MS).toUTCString()
+/** The two headers every answer of getPet carries (the Link is built per request). */
+const DEPRECATED = { deprecation: DEPRECATED_AT, sunset: SUNSET }
 const DEPRECATION_HEADERS = {
   Deprecation: header(`\`${DEPRECATED_AT}\`: deprecated since 2026-01-01 (RFC 9745).`),
   Sunset: header(`\`${SUNSET}\`: removed then (RFC 8594).`),
@@ -185,7 +187,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
  * successor's link is not built from a Host this answer may be refusing.
  */
 function deprecated(request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  reply.headers({ deprecation: DEPRECATED_AT, sunset: SUNSET })
+  reply.headers(DEPRECATED)
   if (!malformedOrigin(request)) reply.header('link', `<${origin(request)}/v1/pets>; rel="successor-version"`)
   return reply
 }

@@ -3,6 +3,7 @@ import { DatabaseSync } from 'node:sqlite'
 import { describe, it } from 'node:test'
 import type { LightMyRequestResponse } from 'fastify'
 import { openStore } from '../../src/store/index.ts'
+import { sqlitePath } from '../../src/store/sqlite.ts'
 import { bearer, build, DATABASE, errorBody, postgres, type TestApp } from '../helper.ts'
 
 async function seed(t: TestApp, secret: string, pets: { name: string; categoryId: number; status?: string }[]) {
@@ -410,7 +411,7 @@ describe('listPets and getPet stay fresh while responses are cached', () => {
     // above all others), so SQLite keeps serving it; PostgreSQL (no version) caches no page.
     const rename = "UPDATE pets SET name = 'renamed' WHERE name = 'a'"
     if (DATABASE === 'sqlite') {
-      const db = new DatabaseSync(app.config.databaseUrl.slice('sqlite:'.length))
+      const db = new DatabaseSync(sqlitePath(app.config.databaseUrl))
       db.exec(rename)
       db.close()
     } else await postgres(rename, app.config.databaseUrl)
