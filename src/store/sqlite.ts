@@ -88,6 +88,8 @@ export class SqliteStore implements Store {
   #outbox: WriteJob[] = []
   #nextJob = 1
   #closing: Promise<void> | null = null
+  /** Why the writer thread is gone, once it is: later writes and readiness checks fail with it. */
+  #writerGone: DatabaseUnavailableError | null = null
   /** Called when the last waiting write is settled (close() waits for it). */
   #drained: (() => void) | null = null
   #petsVersion = 0
@@ -142,6 +144,7 @@ export class SqliteStore implements Store {
   // ─── LIFECYCLE ─────────────────────────────────────────────────────────────────────────────
 
   async ping(): Promise<void> {
+    if (this.#writerGone) throw this.#writerGone
     if (fileIdentity(this.#path) !== this.#identity) throw new DatabaseUnavailableError(`${FILE_GONE}: ${this.#path}`)
     await read(() => this.#sql.ping.get())
   }
@@ -150,9 +153,11 @@ export class SqliteStore implements Store {
     this.#closing ??= (async () => {
       this.#send()
       if (this.#waiting.size > 0) await new Promise<void>((resolve) => (this.#drained = resolve))
-      const exited = new Promise((resolve) => this.#writer.once('exit', resolve))
-      this.#writer.postMessage('close')
-      await exited
+      if (!this.#writerGone) {
+        const exited = new Promise((resolve) => this.#writer.once('exit', resolve))
+        this.#writer.postMessage('close')
+        await exited
+      }
       this.#db.close()
     })()
     return this.#closing
@@ -331,6 +336,8 @@ export class SqliteStore implements Store {
   /** Queues a write for the writer thread; resolves with its result once its commit is durable. */
   #write<K extends Op>(op: K, ...args: Parameters<WriteOps[K]>): Promise<ReturnType<WriteOps[K]>> {
     if (this.#closing) return Promise.reject(new DatabaseUnavailableError('The store is closed'))
+    // A message to a thread that has exited is dropped without a word: the write would wait forever.
+    if (this.#writerGone) return Promise.reject(this.#writerGone)
     const id = this.#nextJob++
     return new Promise((resolve, reject) => {
       this.#waiting.set(id, { resolve: resolve as (value: unknown) => void, reject })
@@ -354,7 +361,9 @@ export class SqliteStore implements Store {
     if (this.#waiting.size === 0) this.#drained?.()
   }
 
-  #failAll(error: Error): void {
+  #failAll(error: DatabaseUnavailableError): void {
+    this.#writerGone ??= error
+    this.#outbox = []
     for (const { reject } of this.#waiting.values()) reject(error)
     this.#waiting.clear()
     this.#drained?.()

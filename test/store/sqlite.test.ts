@@ -1,13 +1,32 @@
 import assert from 'node:assert/strict'
 import { existsSync, readFileSync, renameSync, rmSync } from 'node:fs'
+import { Session } from 'node:inspector/promises'
 import { join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
-import { describe, it } from 'node:test'
+import { describe, it, type TestContext } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { readMigrations } from '../../src/store/migrations.ts'
 import { SqliteStore } from '../../src/store/sqlite.ts'
 import { DatabaseUnavailableError } from '../../src/store/types.ts'
 import { plain, tempDir } from '../helper.ts'
 import { storeContract } from './contract.ts'
+
+/**
+ * Ends this process's worker threads from inside, as a crash would (process.exit in a worker ends
+ * that thread only), through the inspector: the store keeps its writer to itself.
+ */
+async function killWorkerThreads(t: TestContext): Promise<void> {
+  const session = new Session()
+  session.connect()
+  t.after(() => session.disconnect())
+  const attached: Promise<string> = new Promise((resolve) => {
+    session.on('NodeWorker.attachedToWorker', ({ params }) => resolve(params.sessionId))
+  })
+  await session.post('NodeWorker.enable', { waitForDebuggerOnStart: false })
+  const sessionId = await attached
+  const exit = { id: 1, method: 'Runtime.evaluate', params: { expression: 'process.exit(1)' } }
+  await session.post('NodeWorker.sendMessageToWorker', { sessionId, message: JSON.stringify(exit) })
+}
 
 storeContract('SQLite', async (t) => {
   const store = await SqliteStore.open(`sqlite:${join(tempDir(t), 'db.sqlite')}`)
@@ -111,6 +130,34 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     await assert.rejects(store.createPet({ name: 'lost', categoryId: 1 }), DatabaseUnavailableError)
     await assert.rejects(store.createAccount('lost@example.com'), DatabaseUnavailableError)
     await assert.rejects(store.ping(), DatabaseUnavailableError)
+  })
+
+  it('fails writes at once (and says not ready) after its writer thread dies, instead of leaving them waiting', async (t) => {
+    const store = await SqliteStore.open(`sqlite:${join(tempDir(t), 'db.sqlite')}`)
+    t.after(() => store.close())
+    await store.createPet({ name: 'before', categoryId: 1 })
+    await killWorkerThreads(t)
+    // The thread's exit reaches this thread as an event: wait for it (up to 5 s), then readiness fails.
+    const ready = () =>
+      store.ping().then(
+        () => true,
+        () => false,
+      )
+    for (let waited = 0; waited < 5000 && (await ready()); waited += 10) await sleep(10)
+    await assert.rejects(store.ping(), DatabaseUnavailableError)
+    // Before, the write went to the dead thread as a message, and its promise never settled.
+    const write = store.createPet({ name: 'lost', categoryId: 1 })
+    const settled = await Promise.race([
+      write.then(
+        () => 'resolved',
+        () => 'rejected',
+      ),
+      sleep(2000, 'still waiting'),
+    ])
+    assert.equal(settled, 'rejected')
+    await assert.rejects(write, DatabaseUnavailableError)
+    // Reads still work: they run on this thread's own connection.
+    assert.equal((await store.listPets({ limit: 10 })).pets.length, 1)
   })
 
   it('refuses writes once its file is replaced by another one at the same path', async (t) => {
