@@ -37,6 +37,9 @@ import {
  */
 const BUSY_TIMEOUT_MS = 5000
 
+/** How long after its writer thread ended the store starts a new one. */
+const WRITER_RESTART_MS = 1000
+
 /** Most of the database file that reads map into memory. */
 const MMAP_BYTES = 1024 * 1024 * 1024
 
@@ -80,15 +83,17 @@ export class SqliteStore implements Store {
   /** The file this connection opened (see sqlite-file.ts). */
   #identity: string | null
   #sql: ReturnType<typeof prepareReads>
-  #writer: Worker
+  #writer!: Worker
   #ready: Promise<void>
+  /** The new writer thread's start, while one is due after the last one ended. */
+  #restart: NodeJS.Timeout | null = null
   /** Writes sent to the writer, by job id, waiting for their commit. */
   #waiting = new Map<number, { resolve: (value: unknown) => void; reject: (error: unknown) => void }>()
   /** Writes not yet sent: everything queued in one turn of the event loop goes in one message. */
   #outbox: WriteJob[] = []
   #nextJob = 1
   #closing: Promise<void> | null = null
-  /** Why the writer thread is gone, once it is: later writes and readiness checks fail with it. */
+  /** Why the writer thread is gone, until a new one is ready: writes and readiness checks fail with it. */
   #writerGone: DatabaseUnavailableError | null = null
   /** Called when the last waiting write is settled (close() waits for it). */
   #drained: (() => void) | null = null
@@ -111,18 +116,7 @@ export class SqliteStore implements Store {
     this.#db.exec(`PRAGMA mmap_size = ${MMAP_BYTES}`)
     this.#migrate()
     this.#sql = prepareReads(this.#db)
-    const workerData: WriterData = { path, busyTimeoutMs: BUSY_TIMEOUT_MS }
-    this.#writer = new Worker(new URL('./sqlite-writer.ts', import.meta.url), { workerData })
-    this.#ready = new Promise((resolve, reject) => {
-      this.#writer.once('message', () => resolve())
-      this.#writer.once('error', reject)
-    })
-    this.#writer.on('message', (results: WriteResult[] | 'ready') => {
-      if (results !== 'ready') this.#settle(results)
-    })
-    // A writer that dies takes its waiting writes with it: they were not committed.
-    this.#writer.on('error', (error) => this.#failAll(new DatabaseUnavailableError(`SQLite writer failed: ${error}`)))
-    this.#writer.on('exit', () => this.#failAll(new DatabaseUnavailableError('The SQLite writer has stopped')))
+    this.#ready = this.#startWriter()
   }
 
   /** Opens (creating it if needed) and migrates the database file, and starts its writer thread. */
@@ -137,7 +131,12 @@ export class SqliteStore implements Store {
       // SQLite's own words ("unable to open database file") do not say which file.
       throw new Error(`${path}: ${error instanceof Error ? error.message : error}`)
     }
-    await store.#ready
+    try {
+      await store.#ready
+    } catch (error) {
+      await store.close()
+      throw error
+    }
     return store
   }
 
@@ -151,9 +150,13 @@ export class SqliteStore implements Store {
 
   close(): Promise<void> {
     this.#closing ??= (async () => {
+      if (this.#restart) clearTimeout(this.#restart)
       this.#send()
       if (this.#waiting.size > 0) await new Promise<void>((resolve) => (this.#drained = resolve))
-      if (!this.#writerGone) {
+      if (this.#writerGone) {
+        // Gone, or a new one not ready yet: nothing of ours is queued there.
+        await this.#writer.terminate()
+      } else {
         const exited = new Promise((resolve) => this.#writer.once('exit', resolve))
         this.#writer.postMessage('close')
         await exited
@@ -331,6 +334,46 @@ export class SqliteStore implements Store {
         throw error
       }
     }
+  }
+
+  /** Starts the writer thread; resolves once it is ready for writes. */
+  #startWriter(): Promise<void> {
+    const workerData: WriterData = { path: this.#path, busyTimeoutMs: BUSY_TIMEOUT_MS }
+    const writer = new Worker(new URL('./sqlite-writer.ts', import.meta.url), { workerData })
+    this.#writer = writer
+    const ready = new Promise<void>((resolve, reject) => {
+      writer.once('message', () => resolve())
+      writer.once('error', reject)
+    })
+    writer.on('message', (results: WriteResult[] | 'ready') => {
+      if (results !== 'ready') this.#settle(results)
+    })
+    writer.on('error', (error) => this.#writerEnded(new DatabaseUnavailableError(`SQLite writer failed: ${error}`)))
+    writer.on('exit', () => this.#writerEnded(new DatabaseUnavailableError('The SQLite writer has stopped')))
+    return ready
+  }
+
+  /**
+   * A writer that ends takes its waiting writes with it: they were not committed (or, if it ended
+   * between its commit and its answer, they may have been: the client cannot tell, as with any
+   * lost connection, and an Idempotency-Key makes the retry safe). A new writer starts a second
+   * later; until it is ready, writes fail at once and the store is not ready.
+   */
+  #writerEnded(error: DatabaseUnavailableError): void {
+    this.#failAll(error)
+    if (this.#closing || this.#restart) return
+    this.#restart = setTimeout(() => {
+      this.#restart = null
+      if (this.#closing) return
+      // A writer that cannot start ends too, and the next attempt is a second later.
+      this.#startWriter().then(
+        () => {
+          this.#writerGone = null
+        },
+        () => {},
+      )
+    }, WRITER_RESTART_MS)
+    this.#restart.unref()
   }
 
   /** Queues a write for the writer thread; resolves with its result once its commit is durable. */

@@ -132,7 +132,7 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     await assert.rejects(store.ping(), DatabaseUnavailableError)
   })
 
-  it('fails writes at once (and says not ready) after its writer thread dies, instead of leaving them waiting', async (t) => {
+  it('fails writes at once (and says not ready) after its writer thread dies, then starts a new one and writes again', async (t) => {
     const store = await SqliteStore.open(`sqlite:${join(tempDir(t), 'db.sqlite')}`)
     t.after(() => store.close())
     await store.createPet({ name: 'before', categoryId: 1 })
@@ -158,6 +158,12 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     await assert.rejects(write, DatabaseUnavailableError)
     // Reads still work: they run on this thread's own connection.
     assert.equal((await store.listPets({ limit: 10 })).pets.length, 1)
+    // A second later a new writer is ready, and writes are durable again.
+    for (let waited = 0; waited < 5000 && !(await ready()); waited += 10) await sleep(10)
+    await store.ping()
+    await store.createPet({ name: 'after', categoryId: 1 })
+    const names = (await store.listPets({ limit: 10 })).pets.map((pet) => pet.name)
+    assert.deepEqual(names, ['before', 'after'])
   })
 
   it('refuses writes once its file is replaced by another one at the same path', async (t) => {
