@@ -32,15 +32,16 @@ Every operation needs an API key: \`Authorization: Bearer <API_KEY>\`. Every err
 
 export default fp<{ config: Config }>(
   async (app, { config }) => {
+    const production = { url: config.servers.production, description: 'Production' }
+    const staging = { url: config.servers.staging, description: 'Staging' }
     for (const schema of COMPONENTS) app.addSchema(schema)
     await app.register(swagger, {
       openapi: {
         openapi: '3.1.0',
         info: { title: 'Animal Store API', version: '1.0.0', description },
-        servers: [
-          { url: config.servers.production, description: 'Production' },
-          { url: config.servers.staging, description: 'Staging' },
-        ],
+        // This deployment first: generated clients default to the first server, and a key works
+        // only on the deployment that issued it.
+        servers: config.deployment === 'production' ? [production, staging] : [staging, production],
         components: {
           securitySchemes: {
             bearerAuth: {

@@ -14,6 +14,7 @@ import {
   MAX_EXACT_INTEGER,
   NoQuerySchema,
   RATE_LIMIT_HEADERS,
+  withHeaders,
 } from '../schemas/common.ts'
 import {
   DEFAULT_PAGE_SIZE,
@@ -35,6 +36,7 @@ const DEPRECATION_HEADERS = {
   Sunset: header(`\`${SUNSET}\`: removed then (RFC 8594).`),
   Link: header('`<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter.'),
 }
+const { default: GET_PET_OTHER_ERRORS, ...GET_PET_ERRORS } = errorResponses(400, 401, 429, 500, 503)
 const security = [{ bearerAuth: [] }]
 const JSON_TYPE = 'application/json; charset=utf-8'
 /** Entries kept: pages are small, and the popular ones are few (first pages, common filters). */
@@ -148,7 +150,10 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         querystring: NoQuerySchema,
         response: {
           200: jsonResponse('The animal.', PetSchema, { ...DEPRECATION_HEADERS, ...RATE_LIMIT_HEADERS }),
-          ...errorResponses(400, 401, 429, 500, 503),
+          // Every answer of the operation says it is deprecated, errors included (the default
+          // covers framework errors such as 408 and 431, sent before any route is known).
+          ...withHeaders(GET_PET_ERRORS, DEPRECATION_HEADERS),
+          default: GET_PET_OTHER_ERRORS,
           404: jsonResponse('No animal with this id.', ErrorSchema, { ...DEPRECATION_HEADERS, ...RATE_LIMIT_HEADERS }),
           410: jsonResponse('From 5 December 2030: the operation is removed.', ErrorSchema, {
             ...DEPRECATION_HEADERS,
@@ -168,7 +173,10 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
     (request, reply) => {
       const { petId } = request.params
       // Ids run from 1 to MAX_EXACT_INTEGER, so any other (valid int64) id cannot exist.
-      if (petId < 1 || petId > MAX_EXACT_INTEGER) throw new ApiError('pet_not_found')
+      if (petId < 1 || petId > MAX_EXACT_INTEGER) {
+        // An id beyond 2^53 is not exact as a number: the message then does not repeat it.
+        throw new ApiError('pet_not_found', petId < 1 ? `No pet with id ${petId}.` : undefined)
+      }
       const body = petBodies.get(petId)
       // A cached pet is sent at once, without a promise, as a cached page is.
       if (body !== undefined) return void sendSerialized(deprecated(request, reply), body)

@@ -100,6 +100,15 @@ export function errorResponses<const S extends readonly Exclude<keyof typeof ERR
   }
 }
 
+/** Documented responses with more headers each (e.g. those an operation sends on every answer). */
+export function withHeaders<R extends Record<string, { headers: Headers }>>(responses: R, headers: Headers): R {
+  const entries = Object.entries(responses).map(([status, response]) => [
+    status,
+    { ...response, headers: { ...headers, ...response.headers } },
+  ])
+  return Object.fromEntries(entries) as R
+}
+
 /** The query of an operation that takes no query parameters: any given is refused, not ignored. */
 export const NoQuerySchema = Type.Object({}, { additionalProperties: false })
 

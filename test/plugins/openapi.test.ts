@@ -30,15 +30,20 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     assert.equal(doc.paths['/messages'].post.operationId, 'sendMessage')
   })
 
-  it('lists production and staging servers from configuration', async (t) => {
-    const doc = await document(t, {
-      PRODUCTION_URL: 'https://api.pets.test/v1',
-      STAGING_URL: 'https://staging.pets.test/v1',
-    })
-    assert.deepEqual(doc.servers, [
-      { url: 'https://api.pets.test/v1', description: 'Production' },
-      { url: 'https://staging.pets.test/v1', description: 'Staging' },
-    ])
+  it('lists production and staging servers from configuration, this deployment first (clients default to it)', async (t) => {
+    const urls = { PRODUCTION_URL: 'https://api.pets.test/v1', STAGING_URL: 'https://staging.pets.test/v1' }
+    const production = { url: 'https://api.pets.test/v1', description: 'Production' }
+    const staging = { url: 'https://staging.pets.test/v1', description: 'Staging' }
+    assert.deepEqual((await document(t, { ...urls, DEPLOYMENT: 'staging' })).servers, [staging, production])
+    assert.deepEqual((await document(t, { ...urls, DEPLOYMENT: 'production' })).servers, [production, staging])
+  })
+
+  it("documents getPet's Deprecation, Sunset and Link headers on its errors too, as it sends them", async (t) => {
+    const responses = (await document(t)).paths['/pets/{petId}'].get.responses
+    for (const status of ['200', '400', '401', '404', '410', '429', '500', '503']) {
+      for (const name of ['Deprecation', 'Sunset', 'Link'])
+        assert.ok(responses[status].headers[name], `${status} ${name}`)
+    }
   })
 
   it('declares the bearer scheme and requires it on every operation', async (t) => {

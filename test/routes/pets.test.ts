@@ -513,6 +513,11 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
       assert.equal(response.statusCode, 404, id)
       assert.equal(errorBody(response).code, 'pet_not_found')
     }
+    // The message names the id when it is exact, whether or not it could exist.
+    for (const id of ['0', '-5', '12345']) {
+      const response = await app.app.inject({ url: `/v1/pets/${id}`, headers: bearer(secret) })
+      assert.equal(errorBody(response).message, `No pet with id ${id}.`)
+    }
   })
 
   it('refuses query parameters it does not define, as every operation does (400 validation_failed)', async (t) => {
