@@ -39,6 +39,10 @@ const REQUEST_ID = /^[\w.:-]{1,128}$/
 /** Why a request cannot be taken whatever its route: a bad Host, Host or Authorization sent twice. */
 function framingError(request: FastifyRequest): ApiError | undefined {
   const raw = request.raw
+  // Node's parser takes any version it can read (HTTP/2.0, a line with none): we speak 1.0 and 1.1.
+  if (raw.httpVersionMajor !== 1 || raw.httpVersionMinor > 1) {
+    return new ApiError('bad_request', 'The HTTP version must be HTTP/1.1 or HTTP/1.0.', { connection: 'close' })
+  }
   if (!request.headers.host && raw.httpVersionMajor === 1 && raw.httpVersionMinor === 1) {
     return new ApiError('bad_request', 'The Host header is required (HTTP/1.1).')
   }

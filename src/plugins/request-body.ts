@@ -87,6 +87,16 @@ export default fp(
       if (!isUtf8(bytes)) return done(new ApiError('invalid_json', 'The request body is not valid UTF-8.'), undefined)
       const text = bytes.toString()
       parse(request, text, (error, value) => {
+        // Valid JSON that the parser refused: a key that could pollute prototypes. Say so (Fastify's
+        // error does not tell, so the text is parsed again, only on this error path).
+        if (error && parsesAsJson(text)) {
+          return done(
+            new ApiError(
+              'invalid_json',
+              'The request body holds a "__proto__" or "constructor.prototype" key: not accepted.',
+            ),
+          )
+        }
         if (error) return done(error, undefined)
         if (SURROGATE_ESCAPE.test(text) && !wellFormed(value)) {
           return done(
@@ -100,6 +110,15 @@ export default fp(
   },
   { name: 'request-body' },
 )
+
+function parsesAsJson(text: string): boolean {
+  try {
+    JSON.parse(text)
+    return true
+  } catch {
+    return false
+  }
+}
 
 function encodingError(headers: IncomingHttpHeaders): ApiError | undefined {
   const encoding = headers['content-encoding']

@@ -181,7 +181,11 @@ describe('Errors: every error is application/json {code, message, status} (point
         payload,
       })
       assert.equal(response.statusCode, 400, payload)
-      errorBody(response)
+      assert.deepEqual(errorBody(response), {
+        code: 'invalid_json',
+        message: 'The request body holds a "__proto__" or "constructor.prototype" key: not accepted.',
+        status: 400,
+      })
     }
     assert.deepEqual((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).json(), [])
   })
@@ -374,6 +378,18 @@ describe('Errors: every error is application/json {code, message, status} (point
     assert.match(noHost, /^HTTP\/1.1 400 /)
     assert.match(noHost, /content-type: application\/json/i)
     assert.match(noHost, /"message":"The Host header is required \(HTTP\/1.1\)."/)
+  })
+
+  it('a request line of another HTTP version than 1.0 and 1.1 (HTTP/2.0, or none): 400, not served as HTTP/1.1', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    for (const line of ['GET /v1/pets HTTP/2.0', 'GET /v1/pets']) {
+      const answer = await rawExchange(port, [`${line}\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n\r\n`])
+      assert.match(answer, /^HTTP\/1.1 400 /, line)
+      assert.match(answer, /"message":"The HTTP version must be HTTP\/1.1 or HTTP\/1.0."/, line)
+    }
   })
 
   it('Content-Type sent twice: 400, even when one of them is JSON (which one a parser keeps varies)', async (t) => {
