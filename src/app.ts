@@ -164,7 +164,7 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
     if (request.headers.upgrade !== undefined) reply.header('connection', 'close')
     done(framingError(request))
   })
-  rawErrorResponses(app.server)
+  rawErrorResponses(app.server, app.log)
   // Once shutdown starts, answer in-flight requests with Connection: close, so their keep-alive
   // connections end with them instead of holding the process open until the keep-alive timeout
   // (Fastify does so itself for requests that arrive later). Connections with no response under

@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, Server, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
-import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
+import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import { redactApiKeys } from '../api-keys.ts'
 import { ApiError, ERRORS, type ErrorCode, toApiError, toErrorBody } from '../errors.ts'
@@ -37,9 +37,33 @@ function rawError(code: ErrorCode, message?: string) {
   return { status: ERRORS[code][0], headers, body }
 }
 
-/** The same, as the bytes to write straight to a socket. */
-function rawErrorResponse(code: ErrorCode, message?: string): string {
-  const { status, headers, body } = rawError(code, message)
+/**
+ * The log line of a request refused before Fastify saw it: the same `request refused` as others,
+ * under the request id its answer carries, so that a client quoting it can be found.
+ */
+function logRaw(
+  log: FastifyBaseLogger,
+  socket: Socket | undefined,
+  answer: { status: number; headers: Record<string, string>; body: string },
+) {
+  const { code, message } = JSON.parse(answer.body) as { code: string; message: string }
+  log.info(
+    {
+      requestId: answer.headers['x-request-id'],
+      remoteAddress: socket?.remoteAddress,
+      status: answer.status,
+      code,
+      detail: redactApiKeys(message),
+    },
+    'request refused',
+  )
+}
+
+/** The same, as the bytes to write straight to a socket (logged first). */
+function rawErrorResponse(log: FastifyBaseLogger, socket: Socket, code: ErrorCode, message?: string): string {
+  const answer = rawError(code, message)
+  logRaw(log, socket, answer)
+  const { status, headers, body } = answer
   const lines = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`)
   return `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\n${lines.join('')}\r\n${body}`
 }
@@ -48,7 +72,7 @@ function rawErrorResponse(code: ErrorCode, message?: string): string {
  * Requests Node's HTTP parser rejects before Fastify sees them (malformed, headers too large, too
  * slow) still get the Error body, written straight to the socket. Passed as `clientErrorHandler`.
  */
-export function clientErrorHandler(error: Error & { code?: string }, socket: Socket): void {
+export function clientErrorHandler(this: FastifyInstance, error: Error & { code?: string }, socket: Socket): void {
   if (error.code === 'ECONNRESET' || error.code === 'EPIPE' || !socket.writable) {
     socket.destroy()
     return
@@ -68,7 +92,7 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Soc
     else pending.once('finish', () => socket.end())
     return
   }
-  const answer = clientErrorAnswer(error)
+  const answer = clientErrorAnswer(error, (code, message) => rawErrorResponse(this.log, socket, code, message))
   // Answers go in request order (RFC 9112 §9.3.2): a request before the bad one, still being
   // answered, is answered first. If that answer closes the connection, there is no one left to tell.
   const send = () => {
@@ -86,7 +110,10 @@ function bodyError(error: Error & { code?: string }): ApiError {
   return new ApiError('bad_request', "The body's chunked encoding is malformed (RFC 9112 §7.1).")
 }
 
-function clientErrorAnswer(error: Error & { code?: string }): string {
+function clientErrorAnswer(
+  error: Error & { code?: string },
+  rawErrorResponse: (code: ErrorCode, message?: string) => string,
+): string {
   if (error.code === 'HPE_HEADER_OVERFLOW') {
     const message = `The request line and headers are larger than the limit of ${maxHeaderSize} bytes.`
     return rawErrorResponse('headers_too_large', message)
@@ -104,18 +131,23 @@ function clientErrorAnswer(error: Error & { code?: string }): string {
  * Requests Node answers itself unless told otherwise: an `Expect` other than 100-continue (417)
  * and CONNECT (this is not a proxy). Both get the Error body too.
  */
-export function rawErrorResponses(server: Server): void {
-  server.on('checkExpectation', (_request: IncomingMessage, response: ServerResponse) => {
-    const { status, headers, body } = rawError('expectation_failed')
-    response.writeHead(status, headers).end(body)
+export function rawErrorResponses(server: Server, log: FastifyBaseLogger): void {
+  server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => {
+    const answer = rawError('expectation_failed')
+    logRaw(log, request.socket, answer)
+    response.writeHead(answer.status, answer.headers).end(answer.body)
   })
   // Node hands a CONNECT socket over bare (no error listener, no timeout): answer, then close it
   // outright, whatever the client does, so that it can neither crash the process nor hold a slot.
-  server.on('connect', (_request: IncomingMessage, socket: Duplex) => {
+  server.on('connect', (request: IncomingMessage, socket: Duplex) => {
     socket.on('error', () => socket.destroy())
-    socket.end(rawErrorResponse('bad_request', 'CONNECT is not supported: this is not a proxy.'), () =>
-      socket.destroy(),
+    const answer = rawErrorResponse(
+      log,
+      request.socket,
+      'bad_request',
+      'CONNECT is not supported: this is not a proxy.',
     )
+    socket.end(answer, () => socket.destroy())
     setTimeout(() => socket.destroy(), RAW_SOCKET_GRACE_MS).unref()
   })
 }
@@ -182,7 +214,8 @@ export function sendError(error: unknown, request: FastifyRequest, reply: Fastif
   if (sent.code === 'payload_too_large') {
     sent.message = `The request body is larger than this operation's limit of ${request.routeOptions.bodyLimit} bytes.`
   }
-  if (sent.statusCode >= 500) request.log.error({ err: error }, 'request failed')
+  // A 501 is the client's doing (a method or coding we do not take), not a failure of ours.
+  if (sent.statusCode >= 500 && sent.code !== 'not_implemented') request.log.error({ err: error }, 'request failed')
   // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.
   else request.log.info({ code: sent.code, detail: redactApiKeys(sent.message) }, 'request refused')
   if (sent.headers) reply.headers(sent.headers)

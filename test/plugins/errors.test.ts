@@ -570,8 +570,8 @@ describe('Errors: every error is application/json {code, message, status} (point
     assert.doesNotMatch(JSON.stringify(test.logs), new RegExp(secret))
   })
 
-  it('malformed HTTP and oversized headers get a JSON Error too (400, 431)', async (t) => {
-    const { app } = await build(t)
+  it('malformed HTTP and oversized headers get a JSON Error too (400, 431), logged under their X-Request-Id', async (t) => {
+    const { app, logs } = await build(t, {}, { captureLogs: true })
     await app.listen({ port: 0, host: '127.0.0.1' })
     const { port } = app.server.address() as { port: number }
     const raw = (request: string) =>
@@ -603,7 +603,18 @@ describe('Errors: every error is application/json {code, message, status} (point
       assert.match(head, /content-type: application\/json/i)
       assert.deepEqual(JSON.parse(body), { code, message: JSON.parse(body).message, status })
       messages.push(JSON.parse(body).message)
+      // Logged as refused (a 501 is the client's doing, not our failure), under the id it was given.
+      const id = /x-request-id: (\S+)/i.exec(head)?.[1]
+      const lines = logs.filter((line) => line.requestId === id)
+      assert.ok(
+        lines.some((line) => line.msg === 'request refused' && line.code === code),
+        `${code} ${id}`,
+      )
     }
+    assert.deepEqual(
+      logs.filter((line) => Number(line.level) >= 50),
+      [],
+    )
     assert.match(messages[1], /larger than the limit of 16384 bytes/)
     // A final coding other than chunked leaves the body unframed: one 400, and the connection closes.
     const unframed = await raw(
