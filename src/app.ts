@@ -52,6 +52,11 @@ function framingError(request: FastifyRequest): ApiError | undefined {
     if (refused) return refused
   }
   if (target.includes('#')) return new ApiError('bad_request', 'The request target must not hold a fragment ("#").')
+  // The query parser keeps a bad escape as text (`%zz`, `%ff`): refuse it as the router does in the path.
+  const query = target.indexOf('?')
+  if (query !== -1 && target.includes('%', query) && !decodes(target.slice(query + 1))) {
+    return new ApiError('bad_request', 'The query string holds a malformed percent-encoding, or one that is not UTF-8.')
+  }
   // Node frames a body by its final coding, chunked, and would hand over whatever the others made
   // of it (501). A final coding other than chunked leaves no way to find the body's end: 400, and
   // the connection is closed (RFC 9112 §6.1).
@@ -101,6 +106,15 @@ function absoluteForm(request: FastifyRequest, target: string): ApiError | undef
   const rest = originForm(target)
   request.raw.url = rest.startsWith('/') ? rest : `/${rest}`
   return undefined
+}
+
+function decodes(text: string): boolean {
+  try {
+    decodeURIComponent(text)
+    return true
+  } catch {
+    return false
+  }
 }
 
 const sentTwice = (name: string) => new ApiError('bad_request', `The ${name} header must be sent once.`)

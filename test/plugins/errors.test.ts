@@ -47,6 +47,14 @@ describe('Errors: every error is application/json {code, message, status} (point
     const badUrl = await test.app.inject({ url: '/v1/pets/%zz', headers: bearer(secret) })
     assert.equal(badUrl.statusCode, 400)
     assert.match(errorBody(badUrl).message, /request target is malformed: .*whose "%" escapes encode UTF-8/)
+    // In the query as in the path: bad URL encoding is bad_request, whichever parameter holds it.
+    for (const query of ['limit=%zz', '%zz=1', 'cursor=%ff', 'status=%E2%82']) {
+      const response = await test.app.inject({ url: `/v1/pets?${query}`, headers: bearer(secret) })
+      assert.equal(response.statusCode, 400, query)
+      assert.equal(errorBody(response).code, 'bad_request', query)
+    }
+    const encoded = await test.app.inject({ url: '/v1/pets?status=%61vailable&limit=%32', headers: bearer(secret) })
+    assert.equal(encoded.statusCode, 200)
     const big = await test.app.inject({
       method: 'POST',
       url: '/v1/pets',
