@@ -14,10 +14,18 @@ export class Html {
 
 type Value = Html | string | number | null | undefined | false | readonly Value[]
 
-const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }
+// NUL is not allowed in HTML text (browsers show U+FFFD for it): a refused value echoed back says so.
+const ESCAPES: Record<string, string> = {
+  '&': '&amp;',
+  '<': '&lt;',
+  '>': '&gt;',
+  '"': '&quot;',
+  "'": '&#39;',
+  '\0': '\ufffd',
+}
 
 export function escapeHtml(text: string): string {
-  return text.replace(/[&<>"']/g, (c) => ESCAPES[c] as string)
+  return text.replace(/[&<>"'\0]/g, (c) => ESCAPES[c] as string)
 }
 
 function render(value: Value): string {

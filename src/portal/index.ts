@@ -6,11 +6,14 @@
  * /portal and /docs. The API under /v1 still takes JSON only, knows nothing of cookies, and
  * accepts only bearer keys.
  */
+
+import { parse as parseQuery } from 'node:querystring'
 import cookie from '@fastify/cookie'
 import formbody from '@fastify/formbody'
 import helmet from '@fastify/helmet'
 import type { FastifyInstance } from 'fastify'
 import type { Config } from '../config.ts'
+import { ApiError } from '../errors.ts'
 import { ownFile, serveAssets } from './assets.ts'
 import { createPortal } from './context.ts'
 import docs from './docs.ts'
@@ -20,10 +23,25 @@ import account from './routes/account.ts'
 import keys from './routes/keys.ts'
 import messages from './routes/messages.ts'
 
+/**
+ * A form body (application/x-www-form-urlencoded). A bad escape (`%zz`, or bytes that are not
+ * UTF-8) is refused rather than kept as its literal text, which would then be stored as a key name.
+ */
+function parseForm(text: string): Record<string, string | string[]> {
+  if (text.includes('%')) {
+    try {
+      decodeURIComponent(text)
+    } catch {
+      throw new ApiError('bad_request', 'The form is not properly URL-encoded.')
+    }
+  }
+  return parseQuery(text) as Record<string, string | string[]>
+}
+
 async function pages(app: FastifyInstance, { config }: { config: Config }): Promise<void> {
   // Forms only: the JSON parser inherited from the API is dropped here.
   app.removeAllContentTypeParsers()
-  await app.register(formbody)
+  await app.register(formbody, { parser: parseForm })
   await app.register(cookie)
   await app.register(helmet, PORTAL_HEADERS)
   app.addHook('onRequest', strictTransportSecurity)

@@ -45,7 +45,8 @@ export class FormBrowser {
     )
   }
 
-  async post(url: string, form: Record<string, string>, headers: Record<string, string> = {}) {
+  /** Posts a form: fields to encode, or a body already encoded (as sent, even if malformed). */
+  async post(url: string, form: Record<string, string> | string, headers: Record<string, string> = {}) {
     return this.keep(
       await this.app.inject({
         method: 'POST',
@@ -56,7 +57,7 @@ export class FormBrowser {
           'content-type': 'application/x-www-form-urlencoded',
           ...headers,
         },
-        payload: new URLSearchParams(form).toString(),
+        payload: typeof form === 'string' ? form : new URLSearchParams(form).toString(),
       }),
     )
   }

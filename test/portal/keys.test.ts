@@ -79,6 +79,26 @@ describe('Portal: create a key', () => {
     })
   }
 
+  it('refuses a form body with a bad escape (%zz, bytes that are not UTF-8) with 400 instead of storing its text', async (t) => {
+    const { app, browser, accountId } = await signedIn(t)
+    for (const name of ['%FF', '%ED%A0%80', '%zz']) {
+      const page = await browser.get('/portal/keys')
+      const csrf = encodeURIComponent(csrfOf(page.body, '/portal/keys'))
+      const response = await browser.post('/portal/keys', `_csrf=${csrf}&name=${name}&expires=never`)
+      assert.equal(response.statusCode, 400, name)
+      assert.match(response.body, /<h1>Something is wrong with this request<\/h1>/)
+    }
+    assert.deepEqual(await app.store.listApiKeys(accountId), [])
+  })
+
+  it('a refused name with a NUL is shown back without the NUL (U+FFFD, as browsers would)', async (t) => {
+    const { browser } = await signedIn(t)
+    const response = await browser.submit('/portal/keys', '/portal/keys', { name: 'a\u0000b', expires: 'never' })
+    assert.equal(response.statusCode, 400)
+    assert.ok(!response.body.includes('\u0000'), 'a NUL reached the page')
+    assert.match(response.body, /value="a\uFFFDb"/)
+  })
+
   it('escapes what people typed: a key name with markup is shown as text', async (t) => {
     const { browser } = await signedIn(t)
     await browser.createKey('<img src=x onerror=alert(1)>')
