@@ -470,6 +470,12 @@ export interface operations {
       /** @description The request is invalid (see `code` and `message`). */
       400: {
         headers: {
+          /** @description `@1767225600`: deprecated since 2026-01-01 (RFC 9745). */
+          Deprecation?: string
+          /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
+          Sunset?: string
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter. */
+          Link?: string
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
           RateLimit?: string
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
@@ -485,6 +491,12 @@ export interface operations {
       /** @description The API key is missing or invalid. */
       401: {
         headers: {
+          /** @description `@1767225600`: deprecated since 2026-01-01 (RFC 9745). */
+          Deprecation?: string
+          /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
+          Sunset?: string
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter. */
+          Link?: string
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
@@ -540,6 +552,12 @@ export interface operations {
       /** @description Too many requests for this API key (or bad keys from this address). */
       429: {
         headers: {
+          /** @description `@1767225600`: deprecated since 2026-01-01 (RFC 9745). */
+          Deprecation?: string
+          /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
+          Sunset?: string
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter. */
+          Link?: string
           /** @description Seconds until the limit resets. */
           'Retry-After'?: string
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
@@ -557,6 +575,12 @@ export interface operations {
       /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
       500: {
         headers: {
+          /** @description `@1767225600`: deprecated since 2026-01-01 (RFC 9745). */
+          Deprecation?: string
+          /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
+          Sunset?: string
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter. */
+          Link?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
           'X-Request-Id'?: string
           [name: string]: unknown
@@ -568,6 +592,12 @@ export interface operations {
       /** @description The database is unreachable; retry after `Retry-After` seconds. */
       503: {
         headers: {
+          /** @description `@1767225600`: deprecated since 2026-01-01 (RFC 9745). */
+          Deprecation?: string
+          /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
+          Sunset?: string
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter. */
+          Link?: string
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
