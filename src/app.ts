@@ -12,6 +12,7 @@ import { redactApiKeys } from './api-keys.ts'
 import type { Config } from './config.ts'
 import { ApiError } from './errors.ts'
 import { malformedOrigin } from './host.ts'
+import { wellEncoded } from './percent-encoding.ts'
 import auth from './plugins/auth.ts'
 import errors, { clientErrorHandler, frameworkError, originForm, rawErrorResponses } from './plugins/errors.ts'
 import idempotency from './plugins/idempotency.ts'
@@ -52,9 +53,9 @@ function framingError(request: FastifyRequest): ApiError | undefined {
     if (refused) return refused
   }
   if (target.includes('#')) return new ApiError('bad_request', 'The request target must not hold a fragment ("#").')
-  // The query parser keeps a bad escape as text (`%zz`, `%ff`): refuse it as the router does in the path.
   const query = target.indexOf('?')
-  if (query !== -1 && target.includes('%', query) && !decodes(target.slice(query + 1))) {
+  // A bad escape in the query (percent-encoding.ts); sliced out only when the target holds a "%".
+  if (query !== -1 && target.includes('%', query) && !wellEncoded(target.slice(query + 1))) {
     return new ApiError('bad_request', 'The query string holds a malformed percent-encoding, or one that is not UTF-8.')
   }
   // Node frames a body by its final coding, chunked, and would hand over whatever the others made
@@ -106,15 +107,6 @@ function absoluteForm(request: FastifyRequest, target: string): ApiError | undef
   const rest = originForm(target)
   request.raw.url = rest.startsWith('/') ? rest : `/${rest}`
   return undefined
-}
-
-function decodes(text: string): boolean {
-  try {
-    decodeURIComponent(text)
-    return true
-  } catch {
-    return false
-  }
 }
 
 const sentTwice = (name: string) => new ApiError('bad_request', `The ${name} header must be sent once.`)

@@ -6,7 +6,6 @@
  * /portal and /docs. The API under /v1 still takes JSON only, knows nothing of cookies, and
  * accepts only bearer keys.
  */
-
 import { parse as parseQuery } from 'node:querystring'
 import cookie from '@fastify/cookie'
 import formbody from '@fastify/formbody'
@@ -14,6 +13,7 @@ import helmet from '@fastify/helmet'
 import type { FastifyInstance } from 'fastify'
 import type { Config } from '../config.ts'
 import { ApiError } from '../errors.ts'
+import { wellEncoded } from '../percent-encoding.ts'
 import { ownFile, serveAssets } from './assets.ts'
 import { createPortal } from './context.ts'
 import docs from './docs.ts'
@@ -23,18 +23,9 @@ import account from './routes/account.ts'
 import keys from './routes/keys.ts'
 import messages from './routes/messages.ts'
 
-/**
- * A form body (application/x-www-form-urlencoded). A bad escape (`%zz`, or bytes that are not
- * UTF-8) is refused rather than kept as its literal text, which would then be stored as a key name.
- */
+/** A form body (application/x-www-form-urlencoded); a bad escape would be stored as its literal text. */
 function parseForm(text: string): Record<string, string | string[]> {
-  if (text.includes('%')) {
-    try {
-      decodeURIComponent(text)
-    } catch {
-      throw new ApiError('bad_request', 'The form is not properly URL-encoded.')
-    }
-  }
+  if (!wellEncoded(text)) throw new ApiError('bad_request', 'The form is not properly URL-encoded.')
   return parseQuery(text) as Record<string, string | string[]>
 }
 
