@@ -25,45 +25,30 @@ const REQUEST_LINE = /^(?:\r\n)*([!#$%&'*+.^_`|~0-9A-Za-z-]+) [^ \r\n]+ HTTP\/1\
 /** How long a socket answered by hand may take to receive its answer before it is destroyed. */
 const RAW_SOCKET_GRACE_MS = 5000
 
-/** The Error response to a request that never reaches Fastify: status, headers and body. */
-function rawError(code: ErrorCode, message?: string) {
-  const body = JSON.stringify(toErrorBody(new ApiError(code, message)))
+/**
+ * The Error response to a request that never reaches Fastify: status, headers and body. It is
+ * logged as `request refused`, like the others, under the request id the answer carries, so that
+ * a client quoting it can be found.
+ */
+function rawError(log: FastifyBaseLogger, socket: Socket | undefined, code: ErrorCode, message?: string) {
+  const error = new ApiError(code, message)
+  const body = JSON.stringify(toErrorBody(error))
   const headers = {
     'content-type': 'application/json; charset=utf-8',
     'content-length': String(Buffer.byteLength(body)),
     'x-request-id': randomUUID(),
     connection: 'close',
   }
-  return { status: ERRORS[code][0], headers, body }
+  const status = ERRORS[code][0]
+  const { remoteAddress } = socket ?? {}
+  const detail = redactApiKeys(error.message)
+  log.info({ requestId: headers['x-request-id'], remoteAddress, status, code, detail }, 'request refused')
+  return { status, headers, body }
 }
 
-/**
- * The log line of a request refused before Fastify saw it: the same `request refused` as others,
- * under the request id its answer carries, so that a client quoting it can be found.
- */
-function logRaw(
-  log: FastifyBaseLogger,
-  socket: Socket | undefined,
-  answer: { status: number; headers: Record<string, string>; body: string },
-) {
-  const { code, message } = JSON.parse(answer.body) as { code: string; message: string }
-  log.info(
-    {
-      requestId: answer.headers['x-request-id'],
-      remoteAddress: socket?.remoteAddress,
-      status: answer.status,
-      code,
-      detail: redactApiKeys(message),
-    },
-    'request refused',
-  )
-}
-
-/** The same, as the bytes to write straight to a socket (logged first). */
+/** The same, as the bytes to write straight to a socket. */
 function rawErrorResponse(log: FastifyBaseLogger, socket: Socket, code: ErrorCode, message?: string): string {
-  const answer = rawError(code, message)
-  logRaw(log, socket, answer)
-  const { status, headers, body } = answer
+  const { status, headers, body } = rawError(log, socket, code, message)
   const lines = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`)
   return `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\n${lines.join('')}\r\n${body}`
 }
@@ -133,9 +118,8 @@ function clientErrorAnswer(
  */
 export function rawErrorResponses(server: Server, log: FastifyBaseLogger): void {
   server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => {
-    const answer = rawError('expectation_failed')
-    logRaw(log, request.socket, answer)
-    response.writeHead(answer.status, answer.headers).end(answer.body)
+    const { status, headers, body } = rawError(log, request.socket, 'expectation_failed')
+    response.writeHead(status, headers).end(body)
   })
   // Node hands a CONNECT socket over bare (no error listener, no timeout): answer, then close it
   // outright, whatever the client does, so that it can neither crash the process nor hold a slot.

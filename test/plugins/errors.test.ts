@@ -431,8 +431,8 @@ describe('Errors: every error is application/json {code, message, status} (point
     }
   })
 
-  it('Expect other than 100-continue (417) and CONNECT (400) get the Error body and a request id', async (t) => {
-    const test = await build(t)
+  it('Expect other than 100-continue (417) and CONNECT (400) get the Error body and a request id, logged', async (t) => {
+    const test = await build(t, {}, { captureLogs: true })
     const { secret } = await test.newKey()
     await test.app.listen({ port: 0, host: '127.0.0.1' })
     const { port } = test.app.server.address() as { port: number }
@@ -453,6 +453,9 @@ describe('Errors: every error is application/json {code, message, status} (point
       assert.match(head, /x-request-id: [0-9a-f-]{36}/i)
       assert.equal(JSON.parse(body).code, code)
       assert.equal(JSON.parse(body).status, status)
+      const id = /x-request-id: (\S+)/i.exec(head)?.[1]
+      const logged = test.logs.find((line) => line.requestId === id && line.msg === 'request refused')
+      assert.equal(logged?.code, code, `${code} is logged under ${id}`)
     }
   })
 
