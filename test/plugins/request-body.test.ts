@@ -58,6 +58,7 @@ describe('Request bodies: JSON in UTF-8, taken as sent (point 2)', () => {
       'application/json; charset=latin1',
       'application/json; charset=utf-16',
       'application/json;charset="iso-8859-1"',
+      'application/json; Charset=LATIN1',
       // Two charsets, of which a parser might keep either; a quote left open.
       'application/json; charset=utf-8; charset=latin1',
       'application/json; charset=latin1; charset=utf-8',
