@@ -48,6 +48,42 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     assert.deepEqual(plain(applied), expected)
   })
 
+  it('upgrades a version 2 database: the pets, their ids and the highest id given are kept, the rules still hold', async (t) => {
+    const path = join(tempDir(t), 'db.sqlite')
+    const old = new DatabaseSync(path)
+    old.exec(
+      `CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`,
+    )
+    for (const { version, name, sql } of readMigrations('sqlite').slice(0, 2)) {
+      old.exec(sql)
+      old.prepare("INSERT INTO schema_migrations VALUES (?, ?, 'x')").run(version, name)
+    }
+    old.exec(`INSERT INTO pets (id, name, category_id, status) VALUES (1, 'a', 1, 'sold'), (7, 'b', 2, 'pending')`)
+    // Ids up to 9 were given once (the highest id ever given counts, not the highest kept).
+    old.exec(`UPDATE sqlite_sequence SET seq = 9 WHERE name = 'pets'`)
+    old.close()
+    const store = await SqliteStore.open(`sqlite:${path}`)
+    t.after(() => store.close())
+    assert.deepEqual(plain((await store.listPets({ limit: 10 })).pets), [
+      { id: 1, name: 'a', categoryId: 1, status: 'sold' },
+      { id: 7, name: 'b', categoryId: 2, status: 'pending' },
+    ])
+    assert.equal((await store.createPet({ name: 'c', categoryId: 3 })).id, 10)
+    assert.deepEqual(
+      (await store.listPets({ limit: 10, status: 'pending' })).pets.map((p) => p.id),
+      [7],
+    )
+    const db = new DatabaseSync(path)
+    t.after(() => db.close())
+    for (const status of ['lost', 'Sold', '']) {
+      assert.throws(
+        () => db.prepare("INSERT INTO pets (name, category_id, status) VALUES ('x', 1, ?)").run(status),
+        /CHECK/,
+      )
+    }
+    assert.throws(() => db.exec(`INSERT INTO pets (name, category_id, status) VALUES ('x', 0, 'sold')`), /CHECK/)
+  })
+
   it('names the file when SQLite cannot open it (a folder given as the path)', async (t) => {
     const folder = tempDir(t)
     await assert.rejects(SqliteStore.open(`sqlite:${folder}`), (error: Error) => {
