@@ -150,7 +150,9 @@ function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): vo
   db.exec('PRAGMA synchronous = FULL')
   db.exec('PRAGMA foreign_keys = ON')
   const sql = prepareWrites(db)
-  const ops = writeOps(sql)
+  // Looked up in a Map: an operation's name arrives as a new string with each message, and an
+  // object's keyed lookup by such a string threw V8's optimized code out on every batch.
+  const ops = new Map(Object.entries(writeOps(sql)) as [string, (...args: unknown[]) => unknown][])
   const identity = fileIdentity(data.path)
   let queue: WriteJob[] = []
   let scheduled = false
@@ -165,7 +167,7 @@ function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): vo
     const results: WriteResult[] = []
     sql.begin.run()
     for (const [id, op, args] of batch) {
-      const run = ops[op] as (...a: unknown[]) => unknown
+      const run = ops.get(op) as (...args: unknown[]) => unknown
       if (savepoints) sql.savepoint.run()
       try {
         results.push([id, true, run(...args)])
