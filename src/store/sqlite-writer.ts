@@ -80,12 +80,11 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
     if (ref) sql.completeIdempotency.run(status, JSON.stringify(body), ref.scope, ref.key)
   }
   return {
-    createPet(name: string, categoryId: number, status: Pet['status'], idempotency: IdempotencyRef | null): Pet {
-      // The row holds what was given (a STRICT table stores values as they are): no RETURNING, which
-      // costs more than the insert itself.
-      const pet = { id: Number(sql.insertPet.run(name, categoryId, status).lastInsertRowid), name, categoryId, status }
-      complete(idempotency, 201, pet)
-      return pet
+    /** Returns the new pet's id: the row holds what was given (a STRICT table stores values as they are). */
+    createPet(name: string, categoryId: number, status: Pet['status'], idempotency: IdempotencyRef | null): number {
+      const id = Number(sql.insertPet.run(name, categoryId, status).lastInsertRowid)
+      if (idempotency) complete(idempotency, 201, { id, name, categoryId, status })
+      return id
     },
     createAccount(email: string, passwordHash: string | null): Account | null {
       return (sql.insertAccount.get(email, passwordHash, now()) as Account | undefined) ?? null

@@ -168,9 +168,14 @@ export class SqliteStore implements Store {
 
   // ─── PETS ──────────────────────────────────────────────────────────────────────────────────
 
-  createPet(pet: NewPet, idempotency?: IdempotencyRef): Promise<Pet> {
-    const status = pet.status ?? DEFAULT_PET_STATUS
-    return this.#write('createPet', pet.name, pet.categoryId, status, idempotency ?? null)
+  createPet({ name, categoryId, status = DEFAULT_PET_STATUS }: NewPet, idempotency?: IdempotencyRef): Promise<Pet> {
+    // The writer answers with the id alone (a smaller message back): the rest is what was given.
+    return this.#write('createPet', name, categoryId, status, idempotency ?? null).then((id) => ({
+      id,
+      name,
+      categoryId,
+      status,
+    }))
   }
 
   getPet(id: number): Promise<Pet | null> {
