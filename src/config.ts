@@ -73,7 +73,7 @@ export const EnvSchema = Type.Object({
   BODY_LIMIT: Type.Integer({
     minimum: 1024,
     maximum: 10_485_760,
-    default: 65_536,
+    default: 131_072,
     description: 'a number of bytes from 1024 to 10485760',
   }),
   API_KEY_CACHE_SECONDS: Seconds(5, 300),

@@ -27,6 +27,19 @@ describe('Messages: POST /v1/messages (point 7)', () => {
     assert.ok(at >= before - 1000 && at <= Date.now() + 1000)
   })
 
+  it('takes the longest message however its JSON is escaped: 10,000 characters as \\u escapes, 120 KB', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const response = await test.app.inject({
+      method: 'POST',
+      url: '/v1/messages',
+      headers: { ...bearer(secret), 'content-type': 'application/json' },
+      payload: `{"message":"${'\\ud83d\\udc36'.repeat(10_000)}"}`,
+    })
+    assert.equal(response.statusCode, 202, response.body.slice(0, 200))
+    assert.equal(response.json().message, '🐶'.repeat(10_000))
+  })
+
   it('stores the message durably for the calling account: it is there after a restart on the same file', async (t) => {
     const test = await build(t)
     const { secret, accountId } = await test.newKey()
