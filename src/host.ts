@@ -33,9 +33,10 @@ function validName(name: string): boolean {
  * Which header makes the request's origin (scheme and Host) unfit for links, if any: the app
  * refuses such a request, and an answer that may be that refusal builds no link from it.
  */
-export function malformedOrigin(request: FastifyRequest): 'Host' | 'X-Forwarded-Proto' | undefined {
+export function malformedOrigin(request: FastifyRequest): 'Host' | 'X-Forwarded-Host' | 'X-Forwarded-Proto' | undefined {
   const host = request.host
-  if (host && !validHost(host)) return 'Host'
+  // Behind a trusted proxy the host comes from X-Forwarded-Host: then that is the header to blame.
+  if (host && !validHost(host)) return host === request.headers.host ? 'Host' : 'X-Forwarded-Host'
   // Without X-Forwarded-Proto the scheme is the connection's own; behind a trusted proxy it comes from it.
   const forwarded = request.headers['x-forwarded-proto'] !== undefined
   if (forwarded && request.protocol !== 'http' && request.protocol !== 'https') return 'X-Forwarded-Proto'

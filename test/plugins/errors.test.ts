@@ -547,7 +547,7 @@ describe('Errors: every error is application/json {code, message, status} (point
     assert.equal(health.status, 200)
   })
 
-  it('behind a trusted proxy, a malformed X-Forwarded-Proto is 400 (it would go into Location and Link)', async (t) => {
+  it('behind a trusted proxy, a malformed X-Forwarded-Proto or X-Forwarded-Host is 400 (it would go into Location and Link)', async (t) => {
     const test = await build(t, { TRUST_PROXY: 'true' })
     const { secret } = await test.newKey()
     for (const proto of ['https://evil.example/x>; rel="next"; a="', 'javascript', 'ftp']) {
@@ -558,6 +558,13 @@ describe('Errors: every error is application/json {code, message, status} (point
       assert.equal(response.statusCode, 400, proto)
       assert.equal(errorBody(response).message, 'The X-Forwarded-Proto header is malformed.')
     }
+    // A bad X-Forwarded-Host is named as such: the client's Host was fine.
+    const badHost = await test.app.inject({
+      url: '/v1/pets?limit=1',
+      headers: { ...bearer(secret), 'x-forwarded-host': 'bad host' },
+    })
+    assert.equal(badHost.statusCode, 400)
+    assert.equal(errorBody(badHost).message, 'The X-Forwarded-Host header is malformed.')
     const created = await test.app.inject({
       method: 'POST',
       url: '/v1/pets',

@@ -518,6 +518,11 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
       const response = await app.app.inject({ url: `/v1/pets/${id}`, headers: bearer(secret) })
       assert.equal(errorBody(response).message, `No pet with id ${id}.`)
     }
+    // Beyond ±2^53 the number read is not the id sent: it is not repeated (rounded) either way.
+    for (const id of ['9007199254740993', '-9007199254740993', '-9223372036854775808']) {
+      const response = await app.app.inject({ url: `/v1/pets/${id}`, headers: bearer(secret) })
+      assert.equal(errorBody(response).message, 'No pet with this id.', id)
+    }
   })
 
   it('refuses query parameters it does not define, as every operation does (400 validation_failed)', async (t) => {
