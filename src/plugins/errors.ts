@@ -192,7 +192,9 @@ export function frameworkError(error: Error, request: FastifyRequest, reply: Fas
  * Sends any error as the Error body, logging 5xx at error (with the cause) and 4xx at info.
  */
 export function sendError(error: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  const sent = emptyPathParameter(error, request)
+  // An empty path parameter (`/v1/pets/`) is no route at all: it gets none of the route's own headers.
+  const noRoute = emptyPathParameter(error, request)
+  const sent = noRoute
     ? new ApiError('not_found', `No route for ${request.method} ${request.url.split('?')[0]}.`)
     : toApiError(error)
   if (sent.code === 'payload_too_large') {
@@ -203,7 +205,7 @@ export function sendError(error: unknown, request: FastifyRequest, reply: Fastif
   // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.
   else request.log.info({ code: sent.code, detail: redactApiKeys(sent.message) }, 'request refused')
   if (sent.headers) reply.headers(sent.headers)
-  request.routeOptions.config.answerHeaders?.(request, reply)
+  if (!noRoute) request.routeOptions.config.answerHeaders?.(request, reply)
   return reply.code(sent.statusCode).header('x-request-id', request.id).send(toErrorBody(sent))
 }
 

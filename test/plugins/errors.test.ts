@@ -20,6 +20,9 @@ describe('Errors: every error is application/json {code, message, status} (point
       const response = await test.app.inject({ url, headers: bearer(secret) })
       assert.equal(response.statusCode, 404, url)
       assert.equal(errorBody(response).code, 'not_found')
+      // No route was matched: none of getPet's deprecation headers (`/v1/pets/` is not getPet).
+      assert.equal(response.headers.deprecation, undefined, url)
+      assert.equal(response.headers.link, undefined, url)
     }
   })
 
