@@ -53,8 +53,9 @@ export default async function docs(app: FastifyInstance): Promise<void> {
   const notFound = (request: FastifyRequest, reply: FastifyReply) => {
     const { statusCode, headers } = app.unroutedError(request)
     if (headers?.allow) reply.header('allow', headers.allow)
-    const missing = html`<h1>Page not found</h1><p>The API reference is at <a href="/docs">/docs</a>.</p>`
-    return send(reply, statusCode, page('Page not found', missing))
+    const title = statusCode === 405 ? 'Method not allowed' : 'Page not found'
+    const missing = html`<h1>${title}</h1><p>The API reference is at <a href="/docs">/docs</a>.</p>`
+    return send(reply, statusCode, page(title, missing))
   }
   await app.register(async (scope) => {
     scope.addHook('onRequest', (request, reply, _done) => {

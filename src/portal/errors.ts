@@ -12,7 +12,7 @@ import { errorPage } from './views/error.ts'
 const PAGES: Record<number, [title: string, text: string]> = {
   400: ['Something is wrong with this request', 'The request could not be understood. Go back and try again.'],
   404: ['Page not found', 'There is no page at this address.'],
-  405: ['Page not found', 'There is no page at this address for this kind of request.'],
+  405: ['Method not allowed', 'This page does not take this kind of request.'],
   408: ['Too slow', 'The request took too long to arrive. Try again.'],
   413: ['Too large', 'The form holds more than the portal accepts.'],
   415: ['Not a form', 'The portal accepts only forms sent by its own pages.'],

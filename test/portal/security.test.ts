@@ -214,7 +214,7 @@ describe('Portal failures are HTML pages', () => {
         method: 'POST',
         url: '/portal/sign-in',
         headers: { 'content-type': 'application/x-www-form-urlencoded' },
-        payload: `a=${'x'.repeat(70_000)}`,
+        payload: `a=${'x'.repeat(140_000)}`,
       },
       413,
     ],
@@ -233,7 +233,7 @@ describe('Portal failures are HTML pages', () => {
         method: 'POST',
         url: '/docs/x',
         headers: { 'content-type': 'application/json' },
-        payload: `"${'x'.repeat(70_000)}"`,
+        payload: `"${'x'.repeat(140_000)}"`,
       },
       404,
     ],
@@ -252,6 +252,9 @@ describe('Portal failures are HTML pages', () => {
       assertSecurityHeaders(response.headers, request.url)
       assert.match(String(response.headers['x-request-id']), /^[0-9a-f-]{36}$/)
       if (status === 405) assert.match(String(response.headers.allow), /^GET(, HEAD)?/)
+      // The page says what the status says.
+      const heading = { 404: 'Page not found', 405: 'Method not allowed' }[status as 404 | 405]
+      if (heading) assert.match(response.body, new RegExp(`<h1>${heading}</h1>`))
     })
   }
 })
