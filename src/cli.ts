@@ -145,6 +145,9 @@ export async function run(argv: string[], config: Config, print: Print): Promise
         say(
           `Created ${config.deployment} key ${key.id} "${key.name}" for ${owner.email}, ${key.expiresAt ? `expires ${key.expiresAt}` : 'no expiry'}.`,
         )
+        // Each deployment refuses the other's keys: say so where the operator may have forgotten.
+        if (config.deployment === 'staging')
+          say('A production server refuses it: DEPLOYMENT=production makes a production key.')
         say('Copy it now: it is shown only this once.')
         try {
           await say(secret)

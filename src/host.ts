@@ -33,7 +33,9 @@ function validName(name: string): boolean {
  * Which header makes the request's origin (scheme and Host) unfit for links, if any: the app
  * refuses such a request, and an answer that may be that refusal builds no link from it.
  */
-export function malformedOrigin(request: FastifyRequest): 'Host' | 'X-Forwarded-Host' | 'X-Forwarded-Proto' | undefined {
+export function malformedOrigin(
+  request: FastifyRequest,
+): 'Host' | 'X-Forwarded-Host' | 'X-Forwarded-Proto' | undefined {
   const host = request.host
   // Behind a trusted proxy the host comes from X-Forwarded-Host: then that is the header to blame.
   if (host && !validHost(host)) return host === request.headers.host ? 'Host' : 'X-Forwarded-Host'

@@ -265,12 +265,16 @@ describe('CLI: keys create', () => {
     assert.match(secret, STAGING_KEY)
     assert.ok(run.stdout.endsWith(`\n${secret}\n`), 'the key is not alone on the last line')
     assert.equal(run.stdout.split(secret).length - 1, 1, 'the key is printed more than once')
+    // An operator who forgot DEPLOYMENT for a production server is told.
+    assert.match(run.stdout, /^Created staging key key_\w+ .*\nA production server refuses it: DEPLOYMENT=production/m)
   })
 
-  it('prints a production key (as_live_…) with DEPLOYMENT=production', async (t) => {
+  it('prints a production key (as_live_…) with DEPLOYMENT=production, with no word about staging', async (t) => {
     const { url, email } = await withAccount(t)
-    const secret = await createKey(url, email, [], { DEPLOYMENT: 'production' })
-    assert.match(secret, LIVE_KEY)
+    const run = await ok(url, ['keys', 'create', email], { DEPLOYMENT: 'production' })
+    assert.match(lastLine(run.stdout), LIVE_KEY)
+    assert.match(run.stdout, /^Created production key /)
+    assert.doesNotMatch(run.stdout, /refuses/)
   })
 
   it('makes a different key every time', async (t) => {
