@@ -32,9 +32,10 @@ async function accessibilityViolations(page: Page): Promise<string[]> {
     .then(({ violations }) => violations.map((v) => v.id + ': ' + v.nodes.map((n) => n.target.join(' ')).join(', ')))`)
 }
 
-describe('Browser: the portal walkthrough of the README', { skip: skipUnlessChromium }, () => {
+describe('Browser: the portal walkthrough of the README', () => {
   it('sign up, create a key, see it once, use it, revoke it, and the API refuses it', {
     timeout: 120_000,
+    skip: skipUnlessChromium,
   }, async (t) => {
     const server = await serve(t)
     const browser = await launch(t)
@@ -126,6 +127,7 @@ describe('Browser: the portal walkthrough of the README', { skip: skipUnlessChro
 
   it('works without JavaScript: sign up, create a key and see it (the copy button stays hidden)', {
     timeout: 60_000,
+    skip: skipUnlessChromium,
   }, async (t) => {
     const server = await serve(t)
     const browser = await launch(t, { javaScriptEnabled: false })
@@ -148,7 +150,10 @@ describe('Browser: the portal walkthrough of the README', { skip: skipUnlessChro
     await browser.screenshot('11-no-js-new-key')
   })
 
-  it('keyboard users meet the form fields in reading order after the skip link', { timeout: 60_000 }, async (t) => {
+  it('keyboard users meet the form fields in reading order after the skip link', {
+    timeout: 60_000,
+    skip: skipUnlessChromium,
+  }, async (t) => {
     const server = await serve(t)
     const { page } = await launch(t)
     await page.goto(`${server.url}/portal/sign-up`)
@@ -172,9 +177,10 @@ describe('Browser: the portal walkthrough of the README', { skip: skipUnlessChro
   })
 })
 
-describe('Browser: the API reference at /docs', { skip: skipUnlessChromium }, () => {
+describe('Browser: the API reference at /docs', () => {
   it('renders every operation from /v1/openapi.json, and "Try it out" calls this server with a key', {
     timeout: 120_000,
+    skip: skipUnlessChromium,
   }, async (t) => {
     const server = await serve(t)
     const browser = await launch(t)
