@@ -101,6 +101,10 @@ function absoluteForm(request: FastifyRequest, target: string): ApiError | undef
   if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || !url.host) {
     return new ApiError('bad_request', 'The request target must be a path, or an absolute http(s) URL.')
   }
+  // RFC 9110 §4.2.4: user information in an http(s) URI is an error (it is a phishing device).
+  if (url.username || url.password) {
+    return new ApiError('bad_request', 'The request target must not hold user information (user:password@).')
+  }
   request.headers.host = url.host
   // From here on the target is its path as sent (not normalized: the router read it so), for
   // 404s, 405s, the key check and logs.

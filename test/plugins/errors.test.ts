@@ -313,7 +313,7 @@ describe('Errors: every error is application/json {code, message, status} (point
     })
   }
 
-  it('an absolute-form target names the host, whatever Host says (RFC 9112 §3.2.2); a fragment is 400', async (t) => {
+  it('an absolute-form target names the host, whatever Host says (RFC 9112 §3.2.2); a fragment or user information is 400', async (t) => {
     const test = await build(t)
     const { secret } = await test.newKey()
     for (const name of ['Rex', 'Tom']) {
@@ -342,6 +342,12 @@ describe('Errors: every error is application/json {code, message, status} (point
     // Dot segments are not resolved, by the router nor by us: the 404 names the path as sent.
     const dots = await ask('GET http://x.example/v1/../v1/pets', `Authorization: Bearer ${secret}\r\n`)
     assert.match(dots, /No route for GET \/v1\/\.\.\/v1\/pets\./)
+    // User information in the target is an error (RFC 9110 §4.2.4), not a host to link to.
+    for (const target of ['http://u:p@x.example/v1/pets', 'http://u@x.example/v1/pets']) {
+      const answer = await ask(`GET ${target}`, `Authorization: Bearer ${secret}\r\n`)
+      assert.match(answer, /^HTTP\/1.1 400 /, target)
+      assert.match(answer, /must not hold user information/, target)
+    }
     assert.match(fragment, /^HTTP\/1.1 400 /)
     assert.match(fragment, /must not hold a fragment/)
     assert.match(notHttp, /^HTTP\/1.1 400 /)
