@@ -18,7 +18,7 @@ import errors, { clientErrorHandler, frameworkError, originForm, rawErrorRespons
 import idempotency from './plugins/idempotency.ts'
 import openapi from './plugins/openapi.ts'
 import rateLimit from './plugins/rate-limit.ts'
-import requestBody from './plugins/request-body.ts'
+import requestBody, { hasBody } from './plugins/request-body.ts'
 import store from './plugins/store.ts'
 import portal from './portal/index.ts'
 import { lazyChildLogger, RequestLog } from './request-log.ts'
@@ -172,6 +172,11 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
     // protocol). We upgrade to nothing, so the connection ends with this answer: a client that
     // pipelined more on it then knows to send that again (RFC 9112 §9.3.2), instead of waiting.
     if (request.headers.upgrade !== undefined) reply.header('connection', 'close')
+    // GET and HEAD routes never read a body: Node would drain one sent anyway, however long,
+    // until the request timeout. The connection ends with the answer instead.
+    else if ((request.method === 'GET' || request.method === 'HEAD') && hasBody(request.headers)) {
+      reply.header('connection', 'close')
+    }
     done(framingError(request))
   })
   rawErrorResponses(app.server, app.log)

@@ -12,7 +12,7 @@ import fp from 'fastify-plugin'
 import { redactApiKeys } from '../api-keys.ts'
 import { ApiError, ERRORS, type ErrorCode, toApiError, toErrorBody } from '../errors.ts'
 import { OPENAPI_PATH } from './openapi.ts'
-import { BODY_FAILED, type BodyRequest, REFUSE_BODY } from './request-body.ts'
+import { BODY_FAILED, type BodyRequest, hasBody, REFUSE_BODY } from './request-body.ts'
 
 // Not `import { STATUS_CODES } from 'node:http'`: building node:http's ES module namespace reads
 // its lazy WebSocket export, which loads Node's bundled undici (fetch) and web streams, about
@@ -206,6 +206,9 @@ export function sendError(error: unknown, request: FastifyRequest, reply: Fastif
   else request.log.info({ code: sent.code, detail: redactApiKeys(sent.message) }, 'request refused')
   if (sent.headers) reply.headers(sent.headers)
   if (!noRoute) request.routeOptions.config.answerHeaders?.(request, reply)
+  // Refused before its body arrived (a bad key, a wrong path): the connection ends with the answer,
+  // instead of Node draining the rest of a body nobody reads, however long.
+  if (!request.raw.complete && hasBody(request.headers)) reply.header('connection', 'close')
   return reply.code(sent.statusCode).header('x-request-id', request.id).send(toErrorBody(sent))
 }
 

@@ -63,8 +63,7 @@ export default fp(
       const headers = request.headers
       const refused = encodingError(headers)
       if (refused) return done(refused)
-      const empty = headers['transfer-encoding'] === undefined && (headers['content-length'] ?? '0') === '0'
-      if (empty) return done(null, payload)
+      if (!hasBody(headers)) return done(null, payload)
       const refuse = (error: ApiError) => {
         if (request.raw.complete || reply.sent) return false
         reply.header('connection', 'close').send(error)
@@ -112,6 +111,12 @@ export default fp(
   },
   { name: 'request-body' },
 )
+
+/** Whether a request says a body follows (RFC 9112 §6.3). */
+export function hasBody(headers: IncomingHttpHeaders): boolean {
+  const length = headers['content-length']
+  return headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0')
+}
 
 function parsesAsJson(text: string): boolean {
   try {

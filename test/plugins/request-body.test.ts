@@ -104,3 +104,41 @@ describe('Request bodies: JSON in UTF-8, taken as sent (point 2)', () => {
     assert.match(answer, /^HTTP\/1.1 201 /)
   })
 })
+
+describe('Bodies nobody reads are not drained (point 2)', () => {
+  /** What the server answered, and whether it closed the connection within 3 s. */
+  function exchange(port: number, head: string): Promise<{ answer: string; closed: boolean }> {
+    return Promise.race([
+      rawExchange(port, [head]).then((answer) => ({ answer, closed: true })),
+      new Promise<{ answer: string; closed: boolean }>((resolve) =>
+        setTimeout(() => resolve({ answer: '', closed: false }), 3000),
+      ),
+    ])
+  }
+
+  it('a GET with a body, or a request refused before its body arrived, ends its connection with the answer', async (t) => {
+    const test = await build(t)
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    // A chunked body that never ends, and a body far longer than what follows it.
+    const chunk = `10\r\n${'x'.repeat(16)}\r\n`
+    for (const [head, status] of [
+      [`GET /healthz HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n${chunk}`, 200],
+      [`GET /v1/openapi.json HTTP/1.1\r\nHost: a\r\nContent-Length: 200000000\r\n\r\nxxxx`, 200],
+      [
+        `POST /v1/pets HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: 200000000\r\n\r\n{"na`,
+        401,
+      ],
+      [`POST /v1/nowhere HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n${chunk}`, 401],
+    ] as const) {
+      const { answer, closed } = await exchange(port, head)
+      const line = head.slice(0, head.indexOf('\r\n'))
+      assert.ok(closed, `${line}: the connection stayed open, draining the body`)
+      assert.match(answer, new RegExp(`^HTTP/1.1 ${status} `), line)
+      assert.match(answer, /\r\nconnection: close\r\n/i, line)
+    }
+    // A GET without a body keeps its connection.
+    const kept = await exchange(port, 'GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n')
+    assert.equal(kept.closed, false)
+  })
+})
