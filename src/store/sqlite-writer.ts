@@ -173,7 +173,8 @@ function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): vo
         if (savepoints) sql.release.run()
       } catch (error) {
         if (!savepoints) {
-          sql.rollback.run()
+          // Some failures (a full disk, an I/O error) have ended the transaction already.
+          if (db.isTransaction) sql.rollback.run()
           return batch.length === 1 ? [[id, false, describe(error)]] : null
         }
         sql.rollbackTo.run()
