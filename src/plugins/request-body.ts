@@ -21,6 +21,7 @@ import { ApiError } from '../errors.ts'
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
 /** Each charset parameter of a media type, quoted or not (a quote left open matches as empty). */
 const CHARSETS = /;\s*charset\s*=\s*(?:"([^"]*)"|([^";\s]*))/gi
+/** Whether a media type may name a charset at all: the cheap test before CHARSETS. */
 const CHARSET = /charset/i
 /** A digit then a decimal point or an exponent: only then can a number have been rounded to an integer. */
 const FRACTION_OR_EXPONENT = /\d[.eE]/
@@ -134,8 +135,8 @@ function encodingError(headers: IncomingHttpHeaders): ApiError | undefined {
       'accept-encoding': 'identity',
     })
   }
-  // Every charset given must be UTF-8: which of two a parser keeps varies. (Most requests name
-  // none: the test spares them matchAll, which copies the regular expression on every call.)
+  // Every charset given must be UTF-8: which of two a parser keeps varies. Most requests name none,
+  // and are spared matchAll, which copies the regular expression on every call.
   const contentType = headers['content-type'] ?? ''
   if (!CHARSET.test(contentType)) return undefined
   const charsets = [...contentType.matchAll(CHARSETS)].map((m) => (m[1] ?? m[2] ?? '').toLowerCase())

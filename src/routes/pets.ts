@@ -175,8 +175,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       // Ids run from 1 to MAX_EXACT_INTEGER, so any other (valid int64) id cannot exist.
       if (petId < 1 || petId > MAX_EXACT_INTEGER) {
         // An id beyond ±2^53 is not exact as a number: the message then does not repeat it.
-        const exact = petId >= -MAX_EXACT_INTEGER && petId <= MAX_EXACT_INTEGER
-        throw new ApiError('pet_not_found', exact ? `No pet with id ${petId}.` : undefined)
+        throw new ApiError('pet_not_found', Number.isSafeInteger(petId) ? `No pet with id ${petId}.` : undefined)
       }
       const body = petBodies.get(petId)
       // A cached pet is sent at once, without a promise, as a cached page is.
