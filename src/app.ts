@@ -133,7 +133,7 @@ export function serverOptions(
         req: (req) => ({ method: req.method, url: redactApiKeys(req.url), remoteAddress: redactApiKeys(req.ip ?? '') }),
       },
     },
-    logController: new RequestLog(logStream, config.logLevel),
+    logController: new RequestLog(logStream, config.logLevel, config.trustProxy),
     childLoggerFactory: lazyChildLogger,
     genReqId: (req) => {
       const given = req.headers['x-request-id']

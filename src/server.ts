@@ -20,7 +20,7 @@ import { openStore } from './store/index.ts'
 const CRASH_LOOP_MS = 5000
 
 /**
- * Log lines are buffered and written in chunks of 4 KiB, at least every second: one write per line
+ * Log lines are buffered and written in chunks of about 4 KiB, at least every second: one write per line
  * would cost a fifth of the throughput. The rest is written at exit; only a process killed outright
  * (SIGKILL) loses up to that last second of log lines.
  */

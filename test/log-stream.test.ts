@@ -33,4 +33,25 @@ describe('bufferedLogStream', () => {
     for (let i = 0; i < 40 && file.read() === ''; i++) await sleep(25)
     assert.equal(file.read(), '{"msg":"alone"}\n')
   })
+
+  it('keeps characters beyond ASCII whole, also where a chunk ends', () => {
+    const file = logFile()
+    const stream = bufferedLogStream(file.fd, 64, 60_000)
+    const lines = Array.from({ length: 20 }, (_, i) => `{"n":${i},"name":"Café 🐶 ${'é'.repeat(i)}"}\n`)
+    for (const line of lines) stream.write(line)
+    stream.flushSync()
+    assert.equal(file.read(), lines.join(''))
+  })
+
+  it('writes a line longer than a chunk whole, after the lines gathered before it', () => {
+    const file = logFile()
+    const stream = bufferedLogStream(file.fd, 100, 60_000)
+    const long = `{"stack":"${'x'.repeat(1000)}"}\n`
+    stream.write('{"n":1}\n')
+    stream.write(long)
+    assert.equal(file.read(), `{"n":1}\n${long}`)
+    stream.write('{"n":2}\n')
+    stream.flushSync()
+    assert.equal(file.read(), `{"n":1}\n${long}{"n":2}\n`)
+  })
 })
