@@ -21,7 +21,7 @@ import rateLimit from './plugins/rate-limit.ts'
 import requestBody, { hasBody } from './plugins/request-body.ts'
 import store from './plugins/store.ts'
 import portal from './portal/index.ts'
-import { lazyChildLogger, RequestLog } from './request-log.ts'
+import { RequestLog, withLazyChildren } from './request-log.ts'
 import health from './routes/health.ts'
 import messages from './routes/messages.ts'
 import pets from './routes/pets.ts'
@@ -124,17 +124,24 @@ export function serverOptions(
   logStream: DestinationStream = pino.destination({ dest: 1, sync: true }),
 ): FastifyHttpOptions<Server> {
   return {
-    logger: {
-      stream: logStream,
-      level: config.logLevel,
-      // Requests are logged without headers; anything shaped like a key is masked in URLs too.
-      serializers: {
-        // Behind a proxy the address comes from X-Forwarded-For, which the client may have written.
-        req: (req) => ({ method: req.method, url: redactApiKeys(req.url), remoteAddress: redactApiKeys(req.ip ?? '') }),
-      },
-    },
+    // Requests are logged without headers; anything shaped like a key is masked in URLs too.
+    loggerInstance: withLazyChildren(
+      pino(
+        {
+          level: config.logLevel,
+          serializers: {
+            // Behind a proxy the address comes from X-Forwarded-For, which the client may have written.
+            req: (req) => ({
+              method: req.method,
+              url: redactApiKeys(req.url),
+              remoteAddress: redactApiKeys(req.ip ?? ''),
+            }),
+          },
+        },
+        logStream,
+      ),
+    ),
     logController: new RequestLog(logStream, config.logLevel, config.trustProxy),
-    childLoggerFactory: lazyChildLogger,
     genReqId: (req) => {
       const given = req.headers['x-request-id']
       return typeof given === 'string' && REQUEST_ID.test(given) && redactApiKeys(given) === given

@@ -9,7 +9,7 @@
 import { hostname } from 'node:os'
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
 import { LogController } from 'fastify'
-import type { Bindings, ChildLoggerOptions, DestinationStream, LevelWithSilent } from 'pino'
+import type { Bindings, ChildLoggerOptions, DestinationStream, LevelWithSilent, Logger } from 'pino'
 import { redactApiKeys } from './api-keys.ts'
 import { LOG_LEVEL_VALUES } from './config.ts'
 
@@ -51,21 +51,27 @@ export class RequestLog extends LogController {
 
 type Log = (...args: unknown[]) => void
 
-/** A request's logger that becomes a real pino child logger the first time it is used. */
+/**
+ * A logger that becomes a real pino child logger the first time it is used. Its own children are
+ * lazy too: a request's logger costs one small object unless something logs through it.
+ */
 class LazyLogger {
-  #parent: FastifyBaseLogger
+  #parent: FastifyBaseLogger | LazyLogger
   #bindings: Bindings
-  #options: ChildLoggerOptions
+  #options: ChildLoggerOptions | undefined
   #child: FastifyBaseLogger | undefined
 
-  constructor(parent: FastifyBaseLogger, bindings: Bindings, options: ChildLoggerOptions) {
+  constructor(parent: FastifyBaseLogger | LazyLogger, bindings: Bindings, options?: ChildLoggerOptions) {
     this.#parent = parent
     this.#bindings = bindings
     this.#options = options
   }
 
   get #real(): FastifyBaseLogger {
-    this.#child ??= this.#parent.child(this.#bindings, this.#options)
+    if (this.#child === undefined) {
+      const parent = this.#parent instanceof LazyLogger ? this.#parent.#real : this.#parent
+      this.#child = parent.child(this.#bindings, this.#options)
+    }
     return this.#child
   }
 
@@ -97,15 +103,19 @@ class LazyLogger {
     ;(this.#real.silent as Log)(...args)
   }
   child(bindings: Bindings, options?: ChildLoggerOptions): FastifyBaseLogger {
-    return this.#real.child(bindings, options)
+    return new LazyLogger(this, bindings, options) as unknown as FastifyBaseLogger
   }
 }
 
-/** Fastify's childLoggerFactory: a LazyLogger per request instead of a pino child. */
-export function lazyChildLogger(
-  logger: FastifyBaseLogger,
-  bindings: Bindings,
-  options: ChildLoggerOptions,
-): FastifyBaseLogger {
-  return new LazyLogger(logger, bindings, options) as unknown as FastifyBaseLogger
+/**
+ * The app's logger (Fastify's `loggerInstance`): `logger` itself, except that its children are
+ * lazy. Fastify makes a child logger per request with the logger's own `child`; a
+ * `childLoggerFactory` would do as well, but Fastify then checks every child it returns for the
+ * seven logging methods, which cost more than the rest of the child logger.
+ */
+export function withLazyChildren(logger: Logger): FastifyBaseLogger {
+  const root = Object.create(logger) as Logger
+  root.child = ((bindings: Bindings, options?: ChildLoggerOptions) =>
+    new LazyLogger(logger, bindings, options)) as unknown as Logger['child']
+  return root
 }
