@@ -21,6 +21,7 @@ describe('request log', () => {
     const forged = '203.0.113.9"}\\'
     await test.app.inject({ url: '/healthz', headers: { 'x-forwarded-for': forged } })
     // The capture parses every line: an unescaped quote would have thrown there.
-    assert.equal((completed(test.logs)[0]?.req as { remoteAddress: string }).remoteAddress, forged)
+    const [line] = completed(test.logs)
+    assert.deepEqual(line?.req, { method: 'GET', url: '/healthz', remoteAddress: forged })
   })
 })
