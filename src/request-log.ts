@@ -11,7 +11,7 @@ import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
 import { LogController } from 'fastify'
 import type { Bindings, ChildLoggerOptions, DestinationStream, LevelWithSilent, Logger } from 'pino'
 import { redactApiKeys } from './api-keys.ts'
-import { LOG_LEVEL_VALUES } from './config.ts'
+import { type Config, LOG_LEVEL_VALUES } from './config.ts'
 
 const INFO = 30
 
@@ -23,11 +23,11 @@ export class RequestLog extends LogController {
   /** The fields every line starts with, as pino writes them (level and time come first). */
   #host = `"pid":${process.pid},"hostname":${JSON.stringify(hostname())}`
 
-  constructor(stream: DestinationStream, level: string, trustProxy: unknown) {
+  constructor(stream: DestinationStream, level: string, trustProxy: Config['trustProxy']) {
     super({ requestIdLogLabel: 'requestId' })
     this.#stream = stream
     this.#enabled = (LOG_LEVEL_VALUES[level] ?? Number.POSITIVE_INFINITY) <= INFO
-    this.#ipFromHeader = Boolean(trustProxy)
+    this.#ipFromHeader = trustProxy !== false
   }
 
   override incomingRequest(): void {}

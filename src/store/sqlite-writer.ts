@@ -196,7 +196,7 @@ function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): vo
       // Committed to a file that is no longer at its path is not durable: refuse the whole batch.
       if (fileIdentity(data.path) !== identity) throw new Error(`${FILE_GONE}: ${data.path}`)
     } catch (error) {
-      if (db.isTransaction) db.exec('ROLLBACK')
+      if (db.isTransaction) sql.rollback.run()
       port.postMessage(batch.map(([id]): WriteResult => [id, false, describe(error)]))
       return
     }
