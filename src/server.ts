@@ -27,6 +27,15 @@ const CRASH_LOOP_MS = 5000
 const LOG_BUFFER_BYTES = 4096
 const LOG_FLUSH_MS = 1000
 
+/**
+ * When a signal comes, the kernel may already hold work for us: connections not yet accepted
+ * (closing the listener resets them) and requests sent but not yet read (their connections look
+ * idle, and the shutdown closes idle ones). So the shutdown first lets that in: it waits this long,
+ * then a few turns of the event loop (accept, read, parse), and only then closes.
+ */
+const SETTLE_MS = 50
+const SETTLE_TURNS = 3
+
 async function serve(config: Config): Promise<void> {
   // Imported here, not at the top: a cluster primary never serves, and need not load the app.
   const { default: animalStore, serverOptions } = await import('./app.ts')
@@ -48,10 +57,12 @@ async function serve(config: Config): Promise<void> {
     },
   )
   let stopping = false
-  const stop = (signal: NodeJS.Signals) => {
+  const stop = async (signal: NodeJS.Signals) => {
     if (stopping) return
     stopping = true
     app.log.info({ signal }, 'shutting down')
+    await sleep(SETTLE_MS)
+    for (let turn = 0; turn < SETTLE_TURNS; turn++) await new Promise(setImmediate)
     grace.close()
   }
   process.on('SIGTERM', stop)
