@@ -31,9 +31,11 @@ const LOG_FLUSH_MS = 1000
  * When a signal comes, the kernel may already hold work for us: connections not yet accepted
  * (closing the listener resets them) and requests sent but not yet read (their connections look
  * idle, and the shutdown closes idle ones). So the shutdown first lets that in: it waits this long,
- * then a few turns of the event loop (accept, read, parse), and only then closes.
+ * then a few turns of the event loop (accept, read, parse), and only then closes. On a loaded
+ * machine a write can take tens of milliseconds to reach us (16 ms seen here under load), hence
+ * the margin.
  */
-const SETTLE_MS = 50
+const SETTLE_MS = 200
 const SETTLE_TURNS = 3
 
 async function serve(config: Config): Promise<void> {
