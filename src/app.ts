@@ -11,7 +11,7 @@ import pino, { type DestinationStream } from 'pino'
 import { redactApiKeys } from './api-keys.ts'
 import type { Config } from './config.ts'
 import { ApiError } from './errors.ts'
-import { malformedOrigin } from './host.ts'
+import { malformedOrigin, setTargetScheme } from './host.ts'
 import { wellEncoded } from './percent-encoding.ts'
 import auth from './plugins/auth.ts'
 import errors, { clientErrorHandler, frameworkError, originForm, rawErrorResponses } from './plugins/errors.ts'
@@ -106,6 +106,7 @@ function absoluteForm(request: FastifyRequest, target: string): ApiError | undef
     return new ApiError('bad_request', 'The request target must not hold user information (user:password@).')
   }
   request.headers.host = url.host
+  setTargetScheme(request, url.protocol === 'https:' ? 'https' : 'http')
   // From here on the target is its path as sent (not normalized: the router read it so), for
   // 404s, 405s, the key check and logs.
   const rest = originForm(target)

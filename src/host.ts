@@ -44,3 +44,26 @@ export function malformedOrigin(
   if (forwarded && request.protocol !== 'http' && request.protocol !== 'https') return 'X-Forwarded-Proto'
   return undefined
 }
+
+/** The scheme of a target sent in absolute form (`POST https://host/v1/pets`), kept on the raw request. */
+const TARGET_SCHEME = Symbol('absolute-form scheme')
+
+type WithScheme = { [TARGET_SCHEME]?: string }
+
+/** Records the scheme of a target in absolute form: that target is the target URI (RFC 9112 §3.3). */
+export function setTargetScheme(request: FastifyRequest, scheme: 'http' | 'https'): void {
+  ;(request.raw as WithScheme)[TARGET_SCHEME] = scheme
+}
+
+/**
+ * The scheme for links: a trusted proxy's X-Forwarded-Proto, else the scheme of a target sent in
+ * absolute form, else the connection's own.
+ */
+export function linkScheme(request: FastifyRequest): string {
+  const protocol = request.protocol
+  const target = (request.raw as WithScheme)[TARGET_SCHEME]
+  if (target === undefined) return protocol
+  // Fastify's protocol differs from the connection's only when it came from a trusted proxy.
+  const own = (request.raw.socket as { encrypted?: boolean } | undefined)?.encrypted ? 'https' : 'http'
+  return protocol !== own ? protocol : target
+}

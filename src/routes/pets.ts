@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { BoundedMap } from '../bounded-map.ts'
 import { ApiError } from '../errors.ts'
-import { malformedOrigin } from '../host.ts'
+import { linkScheme, malformedOrigin } from '../host.ts'
 import { cursorCodec } from '../pagination.ts'
 import {
   ErrorSchema,
@@ -221,7 +221,7 @@ function origin(request: FastifyRequest): string {
   // An HTTP/1.0 client may send no Host: then the address it reached us at stands in.
   const { localAddress = '', localPort } = request.socket
   const host = request.host || `${localAddress.includes(':') ? `[${localAddress}]` : localAddress}:${localPort}`
-  return `${request.protocol}://${host}`
+  return `${linkScheme(request)}://${host}`
 }
 
 export default pets

@@ -331,6 +331,21 @@ describe('Errors: every error is application/json {code, message, status} (point
     )
     assert.match(absolute, /^HTTP\/1.1 200 /)
     assert.match(absolute, /link: <http:\/\/x\.example\/v1\/pets\?limit=1&cursor=/i)
+    // The absolute target is the target URI, scheme included (RFC 9112 §3.3), even over plain HTTP.
+    const body = JSON.stringify({ name: 'Secure', categoryId: 1 })
+    const [secureList, secureCreate] = await Promise.all(
+      [
+        'GET https://x.example/v1/pets?limit=1 HTTP/1.1\r\n',
+        `POST https://x.example/v1/pets HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n`,
+      ].map((head) =>
+        rawExchange(port, [
+          `${head}Host: h.example\r\nAuthorization: Bearer ${secret}\r\nConnection: close\r\n\r\n${head.startsWith('POST') ? body : ''}`,
+        ]),
+      ),
+    )
+    assert.match(secureList, /link: <https:\/\/x\.example\/v1\/pets\?limit=1&cursor=/i)
+    assert.match(secureCreate, /^HTTP\/1.1 201 /)
+    assert.match(secureCreate, /location: https:\/\/x\.example\/v1\/pets\/3\r\n/i)
     // In absolute form too, the key comes first, and a wrong method is 405 with Allow.
     const ask = (line: string, key = '') =>
       rawExchange(port, [`${line} HTTP/1.1\r\nHost: h.example\r\n${key}Connection: close\r\n\r\n`])
