@@ -48,7 +48,7 @@ export function malformedOrigin(
 /** The scheme of a target sent in absolute form (`POST https://host/v1/pets`), kept on the raw request. */
 const TARGET_SCHEME = Symbol('absolute-form scheme')
 
-type WithScheme = { [TARGET_SCHEME]?: string }
+type WithScheme = { [TARGET_SCHEME]?: 'http' | 'https' }
 
 /** Records the scheme of a target in absolute form: that target is the target URI (RFC 9112 §3.3). */
 export function setTargetScheme(request: FastifyRequest, scheme: 'http' | 'https'): void {
@@ -56,14 +56,15 @@ export function setTargetScheme(request: FastifyRequest, scheme: 'http' | 'https
 }
 
 /**
- * The scheme for links: a trusted proxy's X-Forwarded-Proto, else the scheme of a target sent in
- * absolute form, else the connection's own.
+ * The scheme for links: the scheme of a target sent in absolute form, unless a trusted proxy's
+ * X-Forwarded-Proto names another than the connection's; otherwise Fastify's (that header when
+ * trusted, else the connection's).
  */
 export function linkScheme(request: FastifyRequest): string {
   const protocol = request.protocol
   const target = (request.raw as WithScheme)[TARGET_SCHEME]
   if (target === undefined) return protocol
-  // Fastify's protocol differs from the connection's only when it came from a trusted proxy.
+  // Fastify's protocol differs from the connection's only when a trusted proxy said so.
   const own = (request.raw.socket as { encrypted?: boolean } | undefined)?.encrypted ? 'https' : 'http'
   return protocol !== own ? protocol : target
 }
