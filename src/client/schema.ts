@@ -453,7 +453,7 @@ export interface operations {
           Deprecation?: string
           /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
           Sunset?: string
-          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter. */
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; `<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3). */
           Link?: string
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
           RateLimit?: string
@@ -474,7 +474,7 @@ export interface operations {
           Deprecation?: string
           /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
           Sunset?: string
-          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter. */
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; `<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3). */
           Link?: string
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
           RateLimit?: string
@@ -495,7 +495,7 @@ export interface operations {
           Deprecation?: string
           /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
           Sunset?: string
-          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter. */
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; `<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3). */
           Link?: string
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
@@ -514,7 +514,7 @@ export interface operations {
           Deprecation?: string
           /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
           Sunset?: string
-          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter. */
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; `<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3). */
           Link?: string
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
           RateLimit?: string
@@ -535,7 +535,7 @@ export interface operations {
           Deprecation?: string
           /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
           Sunset?: string
-          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter. */
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; `<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3). */
           Link?: string
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
           RateLimit?: string
@@ -556,7 +556,7 @@ export interface operations {
           Deprecation?: string
           /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
           Sunset?: string
-          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter. */
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; `<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3). */
           Link?: string
           /** @description Seconds until the limit resets. */
           'Retry-After'?: string
@@ -579,7 +579,7 @@ export interface operations {
           Deprecation?: string
           /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
           Sunset?: string
-          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter. */
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; `<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3). */
           Link?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
           'X-Request-Id'?: string
@@ -596,7 +596,7 @@ export interface operations {
           Deprecation?: string
           /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
           Sunset?: string
-          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter. */
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; `<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3). */
           Link?: string
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string

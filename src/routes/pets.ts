@@ -31,10 +31,16 @@ const SUNSET_MS = Date.UTC(2030, 11, 5)
 const SUNSET = new Date(SUNSET_MS).toUTCString()
 /** The two headers every answer of getPet carries (the Link is built per request). */
 const DEPRECATED = { deprecation: DEPRECATED_AT, sunset: SUNSET }
+/** Where the API reference (the portal's /docs) describes the deprecation: RFC 9745 §3's link. */
+const DEPRECATION_DOCS = '/docs#/pets/getPet'
+const DEPRECATION_REL = 'rel="deprecation"; type="text/html"'
 const DEPRECATION_HEADERS = {
   Deprecation: header(`\`${DEPRECATED_AT}\`: deprecated since 2026-01-01 (RFC 9745).`),
   Sunset: header(`\`${SUNSET}\`: removed then (RFC 8594).`),
-  Link: header('`<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter.'),
+  Link: header(
+    '`<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; ' +
+      '`<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3).',
+  ),
 }
 const { default: GET_PET_OTHER_ERRORS, ...GET_PET_ERRORS } = errorResponses(400, 401, 429, 500, 503)
 const security = [{ bearerAuth: [] }]
@@ -196,7 +202,10 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
  */
 function deprecated(request: FastifyRequest, reply: FastifyReply): FastifyReply {
   reply.headers(DEPRECATED)
-  if (!malformedOrigin(request)) reply.header('link', `<${origin(request)}/v1/pets>; rel="successor-version"`)
+  if (!malformedOrigin(request)) {
+    const base = origin(request)
+    reply.header('link', `<${base}/v1/pets>; rel="successor-version", <${base}${DEPRECATION_DOCS}>; ${DEPRECATION_REL}`)
+  }
   return reply
 }
 

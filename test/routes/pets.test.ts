@@ -445,7 +445,11 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
     assert.match(String(response.headers.deprecation), /^@\d+$/, what)
     assert.ok(Number(String(response.headers.deprecation).slice(1)) * 1000 <= Date.UTC(2030, 11, 5))
     assert.equal(response.headers.sunset, 'Thu, 05 Dec 2030 00:00:00 GMT', what)
-    assert.equal(response.headers.link, '<http://h.test/v1/pets>; rel="successor-version"', what)
+    assert.equal(
+      response.headers.link,
+      '<http://h.test/v1/pets>; rel="successor-version", <http://h.test/docs#/pets/getPet>; rel="deprecation"; type="text/html"',
+      what,
+    )
   }
 
   it('is deprecated: Deprecation (RFC 9745), Sunset 5 Dec 2030 (RFC 8594) and a successor Link, on every answer', async (t) => {
