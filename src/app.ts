@@ -172,6 +172,12 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
   app.setValidatorCompiler(validatorCompiler)
   // Connections past the cap are closed as soon as they are accepted.
   app.server.maxConnections = config.maxConnections
+  // A client may close its side once it has sent its requests (RFC 9112 §9.6; `nc -N`,
+  // shutdown(SHUT_WR)). By default Node then aborts the requests under way and closes the
+  // connection unanswered, though a write may already be committed: a retry would store it twice.
+  // They are answered, in order, and the connection closes after the last answer. A close in the
+  // middle of a body is still a 400 (clientErrorHandler). `httpAllowHalfOpen` is Node's own switch.
+  ;(app.server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true
 
   // Callback-style hooks: they run on every request, and cost less than async ones.
   app.addHook('onRequest', (request, reply, done) => {

@@ -346,6 +346,64 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
     assert.equal((await test.app.store.listPets({ limit: 10 })).pets.length, 0)
   })
 
+  it('a client that sends whole requests and then closes its side gets every answer, in order, before the close', async (t) => {
+    const test = await build(t, {}, LOGS)
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const post = (name: string) => {
+      const body = JSON.stringify({ name, categoryId: 1 })
+      return (
+        `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
+      )
+    }
+    // FIN right after the requests (shutdown(SHUT_WR), `nc -N`): the writes are committed, so their
+    // 201s must reach the client, or a retry without an Idempotency-Key would store them twice.
+    const one = await rawExchange(port, [post('Half')], 0, { halfClose: true })
+    assert.match(one, /^HTTP\/1.1 201 /, JSON.stringify(one))
+    const two = await rawExchange(port, [post('First') + post('Second')], 0, { halfClose: true })
+    assert.deepEqual(
+      [...two.matchAll(/HTTP\/1.1 (\d+) [\s\S]*?"name":"(\w+)"/g)].map(([, status, name]) => `${status} ${name}`),
+      ['201 First', '201 Second'],
+      JSON.stringify(two),
+    )
+    const stored = (await test.app.store.listPets({ limit: 10 })).pets.map(({ name }) => name)
+    assert.deepEqual(stored, ['Half', 'First', 'Second'])
+  })
+
+  it('a CONNECT pipelined after a request is refused after that request is answered, not instead of it', async (t) => {
+    const test = await build(t, {}, LOGS)
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const post = (name: string) => {
+      const body = JSON.stringify({ name, categoryId: 1 })
+      return (
+        `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
+      )
+    }
+    const connect = 'CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n\r\n'
+    const one = await rawExchange(port, [post('Piped') + connect])
+    const two = await rawExchange(port, [post('First') + post('Second') + connect])
+    for (const [answer, statuses] of [
+      [one, ['201', '400']],
+      [two, ['201', '201', '400']],
+    ] as const) {
+      assert.deepEqual(
+        [...answer.matchAll(/HTTP\/1.1 (\d+) /g)].map(([, status]) => status),
+        statuses,
+        JSON.stringify(answer),
+      )
+      assert.match(answer, /CONNECT is not supported/)
+    }
+    assert.deepEqual(
+      (await test.app.store.listPets({ limit: 10 })).pets.map(({ name }) => name),
+      ['Piped', 'First', 'Second'],
+    )
+  })
+
   it('clients that close their connection before their answer is written leave the server serving, and are logged', async (t) => {
     // The request log is on (LOG_LEVEL=info, as in production): it reads the client's address once
     // the answer is written, when the socket may be gone.

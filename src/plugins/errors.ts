@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, Server, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
-import type { Duplex } from 'node:stream'
+import { type Duplex, finished } from 'node:stream'
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import { redactApiKeys } from '../api-keys.ts'
@@ -131,8 +131,19 @@ export function rawErrorResponses(server: Server, log: FastifyBaseLogger): void 
       'bad_request',
       'CONNECT is not supported: this is not a proxy.',
     )
-    socket.end(answer, () => socket.destroy())
-    setTimeout(() => socket.destroy(), RAW_SOCKET_GRACE_MS).unref()
+    const send = () => {
+      socket.end(answer, () => socket.destroy())
+      setTimeout(() => socket.destroy(), RAW_SOCKET_GRACE_MS).unref()
+    }
+    // Answers go in request order (RFC 9112 §9.3.2): requests pipelined before the CONNECT, still
+    // being answered on this socket, are answered first (their writes may be committed already).
+    // Node gives the socket to the next waiting answer as each one finishes.
+    const afterPending = () => {
+      const pending = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage
+      if (pending && !pending.writableFinished) finished(pending, afterPending)
+      else send()
+    }
+    afterPending()
   })
 }
 
