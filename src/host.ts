@@ -23,10 +23,16 @@ function validHost(host: string): boolean {
   return true
 }
 
-/** A name whose last label is a number is an IPv4 address to URL parsers: then it must be one. */
+/**
+ * A label URL parsers read as a number: decimal digits, or `0x` and hex digits (the WHATWG URL
+ * standard's "ends in a number" check).
+ */
+const NUMERIC_LABEL = /^(?:\d+|0x[0-9a-f]*)$/i
+
+/** A name whose last label is a number is an IPv4 address to URL parsers: then it must be one, in dotted decimal. */
 function validName(name: string): boolean {
   const last = /(?:^|\.)([^.]+)\.?$/.exec(name)?.[1] ?? ''
-  return !/^\d+$/.test(last) || isIPv4(name.replace(/\.$/, ''))
+  return !NUMERIC_LABEL.test(last) || isIPv4(name.replace(/\.$/, ''))
 }
 
 /**

@@ -385,6 +385,10 @@ describe('Errors: every error is application/json {code, message, status} (point
       '999.1.1.1',
       '1.2.3.4.5',
       'x.1',
+      // Numbers to URL parsers too (WHATWG "ends in a number"): links built from them would not parse.
+      'x.0x1',
+      'a.0x',
+      '0x7f.0.0.1',
     ]) {
       const response = await test.app.inject({ url: '/v1/pets?limit=1', headers: { ...bearer(secret), host } })
       assert.equal(response.statusCode, 400, host)
@@ -398,6 +402,8 @@ describe('Errors: every error is application/json {code, message, status} (point
       '10.0.0.1',
       'my_service:80',
       'example.com:',
+      '0xcafe.example',
+      'x.0xg',
     ]) {
       const response = await test.app.inject({ url: '/v1/pets', headers: { ...bearer(secret), host } })
       assert.equal(response.statusCode, 200, host)
