@@ -6,9 +6,9 @@
  * /portal and /docs. The API under /v1 still takes JSON only, knows nothing of cookies, and
  * accepts only bearer keys.
  */
+import { isUtf8 } from 'node:buffer'
 import { parse as parseQuery } from 'node:querystring'
 import cookie from '@fastify/cookie'
-import formbody from '@fastify/formbody'
 import helmet from '@fastify/helmet'
 import type { FastifyInstance } from 'fastify'
 import type { Config } from '../config.ts'
@@ -23,8 +23,13 @@ import account from './routes/account.ts'
 import keys from './routes/keys.ts'
 import messages from './routes/messages.ts'
 
-/** A form body (application/x-www-form-urlencoded); a bad escape would be stored as its literal text. */
-function parseForm(text: string): Record<string, string | string[]> {
+/**
+ * A form body (application/x-www-form-urlencoded). Bytes that are not UTF-8 would turn into U+FFFD
+ * and be stored so; a bad escape would be stored as its literal text.
+ */
+function parseForm(bytes: Buffer): Record<string, string | string[]> {
+  if (!isUtf8(bytes)) throw new ApiError('bad_request', 'The form is not valid UTF-8.')
+  const text = bytes.toString()
   if (!wellEncoded(text)) throw new ApiError('bad_request', 'The form is not properly URL-encoded.')
   return parseQuery(text) as Record<string, string | string[]>
 }
@@ -32,7 +37,13 @@ function parseForm(text: string): Record<string, string | string[]> {
 async function pages(app: FastifyInstance, { config }: { config: Config }): Promise<void> {
   // Forms only: the JSON parser inherited from the API is dropped here.
   app.removeAllContentTypeParsers()
-  await app.register(formbody, { parser: parseForm })
+  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'buffer' }, (_request, body, done) => {
+    try {
+      done(null, parseForm(body as Buffer))
+    } catch (error) {
+      done(error as Error, undefined)
+    }
+  })
   await app.register(cookie)
   await app.register(helmet, PORTAL_HEADERS)
   app.addHook('onRequest', strictTransportSecurity)

@@ -74,6 +74,24 @@ describe('Portal sign-up', () => {
     })
   }
 
+  it('refuses a form whose bytes are not UTF-8 with 400, rather than store U+FFFD in their place', async (t) => {
+    const { app } = await build(t)
+    const browser = new FormBrowser(app)
+    const page = await browser.get('/portal/sign-up')
+    const csrf = encodeURIComponent(csrfOf(page.body, '/portal/sign-up'))
+    const password = encodeURIComponent(PASSWORD)
+    // Browsers percent-encode every byte that is not ASCII; a hand-made client may send them raw.
+    const body = Buffer.concat([
+      Buffer.from(`_csrf=${csrf}&email=r1`),
+      Buffer.from([0xff]),
+      Buffer.from(`@example.com&password=${password}&confirm=${password}`),
+    ])
+    const response = await browser.post('/portal/sign-up', body)
+    assert.equal(response.statusCode, 400)
+    assert.match(response.body, /<h1>Something is wrong with this request<\/h1>/)
+    assert.equal(await app.store.findAccountByEmail('r1\ufffd@example.com'), null)
+  })
+
   it(`accepts a password of exactly ${PASSWORD_MIN_LENGTH} characters, spaces and any script included`, async (t) => {
     const { app } = await build(t)
     const password = 'ça va très bien'

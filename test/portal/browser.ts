@@ -46,7 +46,7 @@ export class FormBrowser {
   }
 
   /** Posts a form: fields to encode, or a body already encoded (as sent, even if malformed). */
-  async post(url: string, form: Record<string, string> | string, headers: Record<string, string> = {}) {
+  async post(url: string, form: Record<string, string> | string | Buffer, headers: Record<string, string> = {}) {
     return this.keep(
       await this.app.inject({
         method: 'POST',
@@ -57,7 +57,7 @@ export class FormBrowser {
           'content-type': 'application/x-www-form-urlencoded',
           ...headers,
         },
-        payload: typeof form === 'string' ? form : new URLSearchParams(form).toString(),
+        payload: typeof form === 'string' || Buffer.isBuffer(form) ? form : new URLSearchParams(form).toString(),
       }),
     )
   }
