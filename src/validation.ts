@@ -73,11 +73,20 @@ export function schemaErrorFormatter(errors: ErrorObject[], dataVar: string): Er
   return new Error(message)
 }
 
+/** Longest name of the client's own (an unknown field, a key in its body) that a message repeats. */
+const NAME_SHOWN = 64
+
+/** A name the client chose, as a message shows it: cut short if long, and visible if empty. */
+function shown(name: string): string {
+  if (name === '') return '""'
+  return name.length > NAME_SHOWN ? `${name.slice(0, NAME_SHOWN).toWellFormed()}…` : name
+}
+
 function describe(part: string, error: ErrorObject): string {
   const path = error.instancePath
     .split('/')
     .slice(1)
-    .map((s) => s.replaceAll('~1', '/').replaceAll('~0', '~'))
+    .map((s) => shown(s.replaceAll('~1', '/').replaceAll('~0', '~')))
   const field = [part, ...path].join('.')
   const p = error.params as Record<string, unknown>
   const schema = (error.parentSchema ?? {}) as { description?: string }
@@ -85,7 +94,7 @@ function describe(part: string, error: ErrorObject): string {
     case 'required':
       return `${field}.${p.missingProperty} is required`
     case 'additionalProperties':
-      return `${field}.${p.additionalProperty} is not a known field`
+      return `${field}.${shown(String(p.additionalProperty))} is not a known field`
     case 'type':
       if (part === 'query' && Array.isArray(error.data)) return `${field} must be given once`
       return `${field} must be ${article(String(p.type))}`

@@ -236,9 +236,12 @@ describe('listPets: GET /v1/pets (points 1 and 5)', () => {
     ['status=AVAILABLE', /query\.status must be one of/],
     ['status=sold&status=pending', /query\.status must be given once/],
     ['offset=10', /query\.offset is not a known field/],
+    // A name of the client's own is repeated cut short (not 15 KB of it), and visible when empty.
+    [`${'x'.repeat(15_000)}=1`, /^query\.x{64}… is not a known field$/],
+    ['=1', /^query\."" is not a known field$/],
   ]
   for (const [query, message] of badQueries) {
-    it(`refuses ?${query} with 400 validation_failed`, async (t) => {
+    it(`refuses ?${query.slice(0, 40)} with 400 validation_failed`, async (t) => {
       const app = await build(t)
       const { secret } = await app.newKey()
       const response = await app.app.inject({ url: `/v1/pets?${query}`, headers: bearer(secret) })
