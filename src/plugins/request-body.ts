@@ -130,7 +130,8 @@ function parsesAsJson(text: string): boolean {
 
 function encodingError(headers: IncomingHttpHeaders): ApiError | undefined {
   const encoding = headers['content-encoding']
-  if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') {
+  // Node joins a header sent twice with ", ": `identity` given twice is still no coding.
+  if (encoding?.split(',').some((coding) => coding.trim().toLowerCase() !== 'identity')) {
     return new ApiError('unsupported_media_type', 'Content-Encoding is not supported: send the body uncompressed.', {
       'accept-encoding': 'identity',
     })
