@@ -87,6 +87,14 @@ export function clientErrorHandler(this: FastifyInstance, error: Error & { code?
   else send()
 }
 
+/** The line of the bytes given to Node's parser that it failed in (`rawPacket` and `bytesParsed` of a clientError). */
+function failedLine(error: Error & { rawPacket?: unknown; bytesParsed?: unknown }): string {
+  const { rawPacket, bytesParsed } = error
+  if (!Buffer.isBuffer(rawPacket)) return ''
+  const at = typeof bytesParsed === 'number' ? Math.min(bytesParsed, rawPacket.length) : 0
+  return rawPacket.subarray(at > 0 ? rawPacket.lastIndexOf(0x0a, at - 1) + 1 : 0).toString('latin1')
+}
+
 function bodyError(error: Error & { code?: string }): ApiError {
   if (error.code === 'HPE_INVALID_EOF_STATE') {
     return new ApiError('bad_request', 'The connection was closed before the whole body arrived.')
@@ -103,9 +111,9 @@ function clientErrorAnswer(
     const message = `The request line and headers are larger than the limit of ${maxHeaderSize} bytes.`
     return rawErrorResponse('headers_too_large', message)
   }
-  // A well-formed request line whose method Node does not know (it checks only the first request
-  // of the bytes it was given; anything else is malformed).
-  const method = REQUEST_LINE.exec(String((error as { rawPacket?: unknown }).rawPacket))?.[1]
+  // A well-formed request line whose method Node does not know (anything else is malformed). The
+  // line is the one the parser stopped in: requests pipelined before it came in the same bytes.
+  const method = REQUEST_LINE.exec(failedLine(error))?.[1]
   if (error.code === 'HPE_INVALID_METHOD' && method !== undefined && !METHODS.includes(method)) {
     return rawErrorResponse('not_implemented', 'This method is not supported (RFC 9110 §9.1).')
   }

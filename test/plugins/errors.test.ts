@@ -670,6 +670,10 @@ describe('Errors: every error is application/json {code, message, status} (point
     )
     assert.equal(unframed.match(/HTTP\/1\.1 \d{3} /g)?.length, 1, unframed)
     assert.match(unframed, /^HTTP\/1.1 400 /)
+    // An unknown method after a request is still 501: the request is answered first.
+    const pipelined = await raw('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nFOO /v1/pets HTTP/1.1\r\nHost: x\r\n\r\n')
+    assert.match(pipelined, /^HTTP\/1.1 200 /)
+    assert.match(pipelined, /HTTP\/1.1 501 [\s\S]*"code":"not_implemented"/)
     // Garbage after a request is malformed, not an unknown method: the request is answered, then 400.
     const garbage = await raw('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n\x01\x02garbage\r\n\r\n')
     assert.match(garbage, /^HTTP\/1.1 200 /)
