@@ -192,9 +192,13 @@ function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): vo
     queue = []
     let results: WriteResult[]
     try {
+      // A file no longer at its path (moved, deleted, replaced) is not where the data is read and
+      // kept: refuse the batch without writing it there. Checked again after the commit, in case it
+      // went meanwhile; then the writes may be in the moved file, as with any lost answer.
+      const gone = () => fileIdentity(data.path) !== identity
+      if (gone()) throw new Error(`${FILE_GONE}: ${data.path}`)
       results = runBatch(batch, false) ?? (runBatch(batch, true) as WriteResult[])
-      // Committed to a file that is no longer at its path is not durable: refuse the whole batch.
-      if (fileIdentity(data.path) !== identity) throw new Error(`${FILE_GONE}: ${data.path}`)
+      if (gone()) throw new Error(`${FILE_GONE}: ${data.path}`)
     } catch (error) {
       if (db.isTransaction) sql.rollback.run()
       port.postMessage(batch.map(([id]): WriteResult => [id, false, describe(error)]))

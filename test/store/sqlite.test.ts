@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import { existsSync, readFileSync, renameSync, rmSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs'
 import { Session } from 'node:inspector/promises'
 import { join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
@@ -211,6 +211,23 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     renameSync(join(dir, 'other.sqlite'), path)
     await assert.rejects(store.createPet({ name: 'lost', categoryId: 1 }), DatabaseUnavailableError)
     await assert.rejects(store.ping(), DatabaseUnavailableError)
+  })
+
+  it('refuses a write into a file moved away from its path without writing it there (a 503 is not applied)', async (t) => {
+    const dir = tempDir(t)
+    const path = join(dir, 'db.sqlite')
+    const store = await SqliteStore.open(`sqlite:${path}`)
+    t.after(() => store.close())
+    await store.createPet({ name: 'before', categoryId: 1 })
+    mkdirSync(join(dir, 'moved'))
+    for (const suffix of ['', '-wal', '-shm']) renameSync(`${path}${suffix}`, join(dir, 'moved', `db.sqlite${suffix}`))
+    await assert.rejects(store.createPet({ name: 'refused', categoryId: 1 }), DatabaseUnavailableError)
+    const moved = new DatabaseSync(join(dir, 'moved', 'db.sqlite'))
+    t.after(() => moved.close())
+    assert.deepEqual(
+      moved.prepare('SELECT name FROM pets ORDER BY id').all().map(({ name }) => name),
+      ['before'],
+    )
   })
 
   it('refuses a database whose schema is newer than the code', async (t) => {
