@@ -225,7 +225,10 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     const moved = new DatabaseSync(join(dir, 'moved', 'db.sqlite'))
     t.after(() => moved.close())
     assert.deepEqual(
-      moved.prepare('SELECT name FROM pets ORDER BY id').all().map(({ name }) => name),
+      moved
+        .prepare('SELECT name FROM pets ORDER BY id')
+        .all()
+        .map(({ name }) => name),
       ['before'],
     )
   })
