@@ -10,6 +10,7 @@ import type { FastifyHttpOptions, FastifyInstance, FastifyRequest } from 'fastif
 import pino, { type DestinationStream } from 'pino'
 import { redactApiKeys } from './api-keys.ts'
 import type { Config } from './config.ts'
+import { onDraining } from './drain.ts'
 import { ApiError } from './errors.ts'
 import { malformedOrigin, setTargetScheme } from './host.ts'
 import { wellEncoded } from './percent-encoding.ts'
@@ -179,9 +180,12 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
   // middle of a body is still a 400 (clientErrorHandler). `httpAllowHalfOpen` is Node's own switch.
   ;(app.server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true
 
+  // Once the shutdown has begun, every answer closes its connection (src/drain.ts).
+  let draining = false
   // Callback-style hooks: they run on every request, and cost less than async ones.
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id)
+    if (draining) reply.header('connection', 'close')
     // Node stops reading a connection at a request with Upgrade (what follows would be the new
     // protocol). We upgrade to nothing, so the connection ends with this answer: a client that
     // pipelined more on it then knows to send that again (RFC 9112 §9.3.2), instead of waiting.
@@ -207,6 +211,13 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
     void socket.remoteAddress
     sockets.add(socket)
     socket.once('close', () => sockets.delete(socket))
+  })
+  onDraining(app.server, () => {
+    draining = true
+    for (const socket of sockets) {
+      const response = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage
+      if (response && !response.headersSent) response.setHeader('connection', 'close')
+    }
   })
   app.addHook('preClose', (done) => {
     for (const socket of sockets) {

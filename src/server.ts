@@ -13,6 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import Fastify from 'fastify'
 import { type Config, ConfigError, LOG_LEVEL_VALUES, loadConfig } from './config.ts'
+import { startDraining } from './drain.ts'
 import { bufferedLogStream } from './log-stream.ts'
 import { openStore } from './store/index.ts'
 
@@ -63,6 +64,7 @@ async function serve(config: Config): Promise<void> {
     if (stopping) return
     stopping = true
     app.log.info({ signal }, 'shutting down')
+    startDraining(app.server)
     await sleep(SETTLE_MS)
     for (let turn = 0; turn < SETTLE_TURNS; turn++) await new Promise(setImmediate)
     grace.close()

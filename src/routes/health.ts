@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
+import { isDraining } from '../drain.ts'
 import { ApiError, RETRY_AFTER_SECONDS } from '../errors.ts'
 import { errorResponses, jsonResponse } from '../schemas/common.ts'
 
@@ -18,6 +19,12 @@ const health: FastifyPluginAsyncTypebox = async (app) => {
     '/readyz',
     { schema: { hide: true, response: { 200: jsonResponse('Ready.', Status), ...errorResponses(503) } } },
     async () => {
+      // Shutting down: a balancer should send no more here (src/drain.ts).
+      if (isDraining(app.server)) {
+        throw new ApiError('service_unavailable', 'The service is shutting down.', {
+          'retry-after': String(RETRY_AFTER_SECONDS),
+        })
+      }
       try {
         const timeout = sleep(READY_TIMEOUT_MS, undefined, { ref: false }).then(() =>
           Promise.reject(new Error('timeout')),

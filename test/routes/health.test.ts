@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { build, errorBody } from '../helper.ts'
+import { startDraining } from '../../src/drain.ts'
+import { bearer, build, errorBody } from '../helper.ts'
 
 describe('Health probes: /healthz and /readyz (point 10)', () => {
   it('GET /healthz answers 200 while the process is alive', async (t) => {
@@ -24,5 +25,21 @@ describe('Health probes: /healthz and /readyz (point 10)', () => {
     assert.equal(response.statusCode, 503)
     assert.equal(errorBody(response).code, 'service_unavailable')
     assert.equal(response.headers['retry-after'], '5')
+  })
+
+  it('once the shutdown begins, GET /readyz answers 503 and every answer closes its connection', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const before = await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    assert.notEqual(before.headers.connection, 'close')
+    startDraining(test.app.server)
+    const ready = await test.app.inject({ url: '/readyz' })
+    assert.equal(ready.statusCode, 503)
+    assert.equal(errorBody(ready).message, 'The service is shutting down.')
+    assert.equal(ready.headers['retry-after'], '5')
+    const pets = await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    assert.equal(pets.statusCode, 200)
+    assert.equal(pets.headers.connection, 'close')
+    assert.equal((await test.app.inject({ url: '/healthz' })).statusCode, 200)
   })
 })
