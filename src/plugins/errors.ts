@@ -11,6 +11,7 @@ import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest, 
 import fp from 'fastify-plugin'
 import { redactApiKeys } from '../api-keys.ts'
 import { ApiError, ERRORS, type ErrorCode, toApiError, toErrorBody } from '../errors.ts'
+import { DatabaseUnavailableError } from '../store/types.ts'
 import { OPENAPI_PATH } from './openapi.ts'
 import { BODY_FAILED, type BodyRequest, hasBody, REFUSE_BODY } from './request-body.ts'
 
@@ -219,8 +220,14 @@ export function sendError(error: unknown, request: FastifyRequest, reply: Fastif
   if (sent.code === 'payload_too_large') {
     sent.message = `The request body is larger than this operation's limit of ${request.routeOptions.bodyLimit} bytes.`
   }
+  // An outage fails every request alike, thousands a second: one line each, without a stack (it is
+  // always the store's), at warn. The store's own error says what is down.
+  if (error instanceof DatabaseUnavailableError) {
+    request.log.warn({ code: sent.code, detail: error.message }, 'database unavailable')
+  }
   // A 501 is the client's doing (a method or coding we do not take), not a failure of ours.
-  if (sent.statusCode >= 500 && sent.code !== 'not_implemented') request.log.error({ err: error }, 'request failed')
+  else if (sent.statusCode >= 500 && sent.code !== 'not_implemented')
+    request.log.error({ err: error }, 'request failed')
   // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.
   else request.log.info({ code: sent.code, detail: redactApiKeys(sent.message) }, 'request refused')
   if (sent.headers) reply.headers(sent.headers)

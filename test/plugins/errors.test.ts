@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { describe, it } from 'node:test'
+import { DatabaseUnavailableError } from '../../src/store/types.ts'
 import { bearer, build, errorBody, rawExchange } from '../helper.ts'
 
 describe('Errors: every error is application/json {code, message, status} (point 2)', () => {
@@ -263,6 +264,35 @@ describe('Errors: every error is application/json {code, message, status} (point
     assert.ok(logged, 'the failure was not logged at error level')
     assert.equal(logged.requestId, requestId)
     assert.match(JSON.stringify(logged.err), /SQLITE_CORRUPT/)
+  })
+
+  it('a database outage is a 503 logged at warn in one line without a stack: an outage fails every request alike', async (t) => {
+    const test = await build(
+      t,
+      {},
+      {
+        captureLogs: true,
+        setup: (app) =>
+          app.get('/down', async () => {
+            throw new DatabaseUnavailableError('connect ECONNREFUSED 127.0.0.1:5432')
+          }),
+      },
+    )
+    const response = await test.app.inject({ url: '/down' })
+    assert.equal(response.statusCode, 503)
+    assert.equal(errorBody(response).code, 'service_unavailable')
+    assert.equal(response.headers['retry-after'], '5')
+    assert.doesNotMatch(response.body, /ECONNREFUSED|5432/)
+    const logged = test.logs.filter((line) => line.requestId === response.headers['x-request-id'])
+    const warning = logged.find((line) => line.msg === 'database unavailable')
+    assert.ok(warning, JSON.stringify(logged))
+    assert.equal(warning.level, 40)
+    assert.match(String(warning.detail), /ECONNREFUSED/)
+    assert.equal(warning.err, undefined)
+    assert.deepEqual(
+      logged.filter((line) => Number(line.level) >= 50),
+      [],
+    )
   })
 
   it('a thrown non-Error value is still a masked 500', async (t) => {
