@@ -404,6 +404,28 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
     )
   })
 
+  it('a client that resets its connection after a POST and a CONNECT leaves the server serving', async (t) => {
+    const test = await build(t, {}, LOGS)
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const body = JSON.stringify({ name: 'Gone', categoryId: 1 })
+    for (let i = 0; i < 5; i++) {
+      const socket = connect(port, '127.0.0.1')
+      await new Promise((resolve) => socket.once('connect', resolve))
+      socket.write(
+        `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n` +
+          `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}` +
+          'CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n\r\n',
+      )
+      await sleep(i)
+      socket.resetAndDestroy()
+    }
+    // The CONNECT's wait for the answer ahead of it must not spin on an answer that will never finish.
+    const health = await fetch(`http://127.0.0.1:${port}/healthz`, { signal: AbortSignal.timeout(5000) })
+    assert.equal(health.status, 200)
+  })
+
   it('clients that close their connection before their answer is written leave the server serving, and are logged', async (t) => {
     // The request log is on (LOG_LEVEL=info, as in production): it reads the client's address once
     // the answer is written, when the socket may be gone.

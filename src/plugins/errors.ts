@@ -149,7 +149,9 @@ export function rawErrorResponses(server: Server, log: FastifyBaseLogger): void 
     // Node gives the socket to the next waiting answer as each one finishes.
     const afterPending = () => {
       const pending = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage
-      if (pending && !pending.writableFinished) finished(pending, afterPending)
+      // One destroyed unfinished (the client went) would call back at once, forever: send instead.
+      if (pending && !pending.writableFinished && !pending.destroyed && !socket.destroyed)
+        finished(pending, afterPending)
       else send()
     }
     afterPending()
