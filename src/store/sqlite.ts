@@ -37,6 +37,13 @@ import {
  */
 const BUSY_TIMEOUT_MS = 5000
 
+/**
+ * How long after a write failed for want of the database (locked by another process past the busy
+ * timeout, an I/O error, a full disk) the store says it is not ready, unless a write succeeds
+ * first. Bounded, so that an instance a balancer took out of service gets its next chance.
+ */
+const WRITES_FAILING_MS = 5000
+
 /** How long after its writer thread ended the store starts a new one. */
 const WRITER_RESTART_MS = 1000
 
@@ -95,6 +102,8 @@ export class SqliteStore implements Store {
   #closing: Promise<void> | null = null
   /** Why the writer thread is gone, until a new one is ready: writes and readiness checks fail with it. */
   #writerGone: DatabaseUnavailableError | null = null
+  /** When a write last failed for want of the database; null once one succeeds. */
+  #writeFailedAt: number | null = null
   /** Called when the last waiting write is settled (close() waits for it). */
   #drained: (() => void) | null = null
   #petsVersion = 0
@@ -145,6 +154,10 @@ export class SqliteStore implements Store {
   async ping(): Promise<void> {
     if (this.#writerGone) throw this.#writerGone
     if (fileIdentity(this.#path) !== this.#identity) throw new DatabaseUnavailableError(`${FILE_GONE}: ${this.#path}`)
+    // Reads may answer while every write fails: then this instance cannot serve.
+    if (this.#writeFailedAt !== null && Date.now() - this.#writeFailedAt < WRITES_FAILING_MS) {
+      throw new DatabaseUnavailableError('Writes to the database are failing')
+    }
     await read(() => this.#sql.ping.get())
   }
 
@@ -403,8 +416,14 @@ export class SqliteStore implements Store {
     for (const [id, ok, value] of results) {
       const waiting = this.#waiting.get(id)
       this.#waiting.delete(id)
-      if (ok) waiting?.resolve(value)
-      else waiting?.reject(translate(Object.assign(new Error(), value)))
+      if (ok) {
+        this.#writeFailedAt = null
+        waiting?.resolve(value)
+        continue
+      }
+      const error = translate(Object.assign(new Error(), value))
+      if (error instanceof DatabaseUnavailableError) this.#writeFailedAt = Date.now()
+      waiting?.reject(error)
     }
     if (this.#waiting.size === 0) this.#drained?.()
   }

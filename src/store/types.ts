@@ -101,7 +101,10 @@ export type IdempotencyState =
 
 export interface Store {
   // ─── LIFECYCLE ───────────────────────────────────────────────────────────────────────────────
-  /** Resolves when the database answers a trivial query; rejects otherwise. */
+  /**
+   * Resolves when the database answers a trivial query and this store can write to it; rejects
+   * otherwise (SQLite: also for a few seconds after a write failed for want of the database).
+   */
   ping(): Promise<void>
   /** Finishes pending writes and releases the database. Safe to call twice. */
   close(): Promise<void>

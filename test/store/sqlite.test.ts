@@ -233,6 +233,22 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     )
   })
 
+  it('says not ready while its writes fail (another process holds the write lock), and ready again once one succeeds', async (t) => {
+    const path = join(tempDir(t), 'db.sqlite')
+    const store = await SqliteStore.open(`sqlite:${path}`)
+    t.after(() => store.close())
+    await store.ping()
+    const other = new DatabaseSync(path)
+    t.after(() => other.close())
+    other.exec('BEGIN EXCLUSIVE')
+    // The writer waits its busy timeout (5 s) for the lock, then fails: reads still answer.
+    await assert.rejects(store.createPet({ name: 'blocked', categoryId: 1 }), DatabaseUnavailableError)
+    await assert.rejects(store.ping(), DatabaseUnavailableError)
+    other.exec('ROLLBACK')
+    await store.createPet({ name: 'after', categoryId: 1 })
+    await store.ping()
+  })
+
   it('refuses a database whose schema is newer than the code', async (t) => {
     const path = join(tempDir(t), 'db.sqlite')
     await (await SqliteStore.open(`sqlite:${path}`)).close()
