@@ -505,6 +505,23 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
     assert.equal((await test.app.store.listPets({ limit: 10 })).pets.length, 0)
   })
 
+  it('trailer fields over the header size limit get 431, like headers, not "malformed"', async (t) => {
+    const test = await build(t, {}, LOGS)
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const body = '{"name":"Ha","categoryId":1}'
+    const answer = await rawExchange(port, [
+      `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n` +
+        'Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n' +
+        `${body.length.toString(16)}\r\n${body}\r\n0\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
+    ])
+    assert.match(answer, /^HTTP\/1.1 431 /)
+    assert.match(answer, /"code":"headers_too_large"/)
+    assert.equal((answer.match(/HTTP\/1.1 \d/g) ?? []).length, 1, answer)
+    assert.equal((await test.app.store.listPets({ limit: 10 })).pets.length, 0)
+  })
+
   it('accepts connections up to MAX_CONNECTIONS, closes the rest at once, and keeps serving', {
     timeout: 60_000,
   }, async (t) => {

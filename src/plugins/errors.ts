@@ -101,6 +101,10 @@ function bodyError(error: Error & { code?: string }): ApiError {
     return new ApiError('bad_request', 'The connection was closed before the whole body arrived.')
   }
   if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') return new ApiError('request_timeout')
+  // Trailer fields count against the same limit as the headers (Node's maxHeaderSize).
+  if (error.code === 'HPE_HEADER_OVERFLOW') {
+    return new ApiError('headers_too_large', `The trailer fields are larger than the limit of ${maxHeaderSize} bytes.`)
+  }
   return new ApiError('bad_request', "The body's chunked encoding is malformed (RFC 9112 §7.1).")
 }
 
