@@ -3,7 +3,7 @@
  * the tests build it the same way (test/helper.ts). The order below is the order things start.
  */
 import { randomUUID } from 'node:crypto'
-import type { Server, ServerResponse } from 'node:http'
+import type { Server } from 'node:http'
 import type { Socket } from 'node:net'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { FastifyHttpOptions, FastifyInstance, FastifyRequest } from 'fastify'
@@ -15,7 +15,13 @@ import { ApiError } from './errors.ts'
 import { malformedOrigin, setTargetScheme } from './host.ts'
 import { wellEncoded } from './percent-encoding.ts'
 import auth from './plugins/auth.ts'
-import errors, { clientErrorHandler, frameworkError, originForm, rawErrorResponses } from './plugins/errors.ts'
+import errors, {
+  clientErrorHandler,
+  frameworkError,
+  originForm,
+  rawErrorResponses,
+  responseOn,
+} from './plugins/errors.ts'
 import idempotency from './plugins/idempotency.ts'
 import openapi from './plugins/openapi.ts'
 import rateLimit from './plugins/rate-limit.ts'
@@ -212,20 +218,19 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
     sockets.add(socket)
     socket.once('close', () => sockets.delete(socket))
   })
-  onDraining(app.server, () => {
-    draining = true
+  const closeAfterAnswers = () => {
     for (const socket of sockets) {
-      const response = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage
+      const response = responseOn(socket)
       if (response && !response.headersSent) response.setHeader('connection', 'close')
     }
+  }
+  onDraining(app.server, () => {
+    draining = true
+    closeAfterAnswers()
   })
   app.addHook('preClose', (done) => {
-    for (const socket of sockets) {
-      // `_httpMessage` is the response a socket is writing (Node's own field; http-terminator reads it too).
-      const response = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage
-      if (!response) socket.destroy()
-      else if (!response.headersSent) response.setHeader('connection', 'close')
-    }
+    for (const socket of sockets) if (!responseOn(socket)) socket.destroy()
+    closeAfterAnswers()
     done()
   })
 

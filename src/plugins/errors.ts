@@ -55,6 +55,14 @@ function rawErrorResponse(log: FastifyBaseLogger, socket: Socket, code: ErrorCod
 }
 
 /**
+ * The response a socket is writing, if any: Node's own `_httpMessage` (http-terminator reads it
+ * too). The next waiting response of a pipelined connection takes its place when it finishes.
+ */
+export function responseOn(socket: Duplex): ServerResponse | null | undefined {
+  return (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage
+}
+
+/**
  * Requests Node's HTTP parser rejects before Fastify sees them (malformed, headers too large, too
  * slow) still get the Error body, written straight to the socket. Passed as `clientErrorHandler`.
  */
@@ -63,7 +71,7 @@ export function clientErrorHandler(this: FastifyInstance, error: Error & { code?
     socket.destroy()
     return
   }
-  const pending = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage
+  const pending = responseOn(socket)
   const request = pending?.req as BodyRequest | undefined
   // The body of the request being answered went wrong (a bad chunk, the client closed its side
   // halfway, the deadline): no more of this connection can be read. That request is answered by its
@@ -152,7 +160,7 @@ export function rawErrorResponses(server: Server, log: FastifyBaseLogger): void 
     // being answered on this socket, are answered first (their writes may be committed already).
     // Node gives the socket to the next waiting answer as each one finishes.
     const afterPending = () => {
-      const pending = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage
+      const pending = responseOn(socket)
       // One destroyed unfinished (the client went) would call back at once, forever: send instead.
       if (pending && !pending.writableFinished && !pending.destroyed && !socket.destroyed)
         finished(pending, afterPending)
@@ -226,16 +234,17 @@ export function sendError(error: unknown, request: FastifyRequest, reply: Fastif
   if (sent.code === 'payload_too_large') {
     sent.message = `The request body is larger than this operation's limit of ${request.routeOptions.bodyLimit} bytes.`
   }
-  // An outage fails every request alike, thousands a second: one line each, without a stack (it is
-  // always the store's), at warn. The store's own error says what is down.
   if (error instanceof DatabaseUnavailableError) {
+    // An outage fails every request alike, thousands a second: one line each, without a stack (it
+    // is always the store's), at warn. The store's own error says what is down.
     request.log.warn({ code: sent.code, detail: error.message }, 'database unavailable')
-  }
-  // A 501 is the client's doing (a method or coding we do not take), not a failure of ours.
-  else if (sent.statusCode >= 500 && sent.code !== 'not_implemented')
+  } else if (sent.statusCode >= 500 && sent.code !== 'not_implemented') {
+    // (A 501 is the client's doing, a method or coding we do not take, not a failure of ours.)
     request.log.error({ err: error }, 'request failed')
-  // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.
-  else request.log.info({ code: sent.code, detail: redactApiKeys(sent.message) }, 'request refused')
+  } else {
+    // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.
+    request.log.info({ code: sent.code, detail: redactApiKeys(sent.message) }, 'request refused')
+  }
   if (sent.headers) reply.headers(sent.headers)
   if (!noRoute) request.routeOptions.config.answerHeaders?.(request, reply)
   // Refused before its body arrived (a bad key, a wrong path): the connection ends with the answer,
