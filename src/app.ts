@@ -24,6 +24,7 @@ import errors, {
 } from './plugins/errors.ts'
 import idempotency from './plugins/idempotency.ts'
 import openapi from './plugins/openapi.ts'
+import preconditions from './plugins/preconditions.ts'
 import rateLimit from './plugins/rate-limit.ts'
 import requestBody, { hasBody } from './plugins/request-body.ts'
 import store from './plugins/store.ts'
@@ -236,6 +237,7 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
 
   await app.register(errors)
   await app.register(requestBody)
+  await app.register(preconditions)
   await app.register(store, { config })
   await app.register(rateLimit, { config })
   await app.register(auth, { config })

@@ -20,6 +20,10 @@ export const ERRORS = {
   operation_removed: [410, 'This operation was removed on its Sunset date; see the Link header for its successor.'],
   request_timeout: [408, 'The request took too long to arrive.'],
   idempotency_conflict: [409, 'A request with this Idempotency-Key is still being processed; retry later.'],
+  precondition_failed: [
+    412,
+    'The If-Match or If-None-Match condition does not hold (this API sends no entity tags: only "*" can match).',
+  ],
   payload_too_large: [413, 'The request body is too large.'],
   unsupported_media_type: [415, 'Send the body as application/json.'],
   expectation_failed: [417, 'Only "Expect: 100-continue" is supported.'],

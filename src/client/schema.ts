@@ -126,7 +126,7 @@ export interface components {
       message: string
     }
     Error: {
-      /** @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, not_found, pet_not_found, method_not_allowed, operation_removed, request_timeout, idempotency_conflict, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable. */
+      /** @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, not_found, pet_not_found, method_not_allowed, operation_removed, request_timeout, idempotency_conflict, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable. */
       code: string
       /** @description Human-readable description. */
       message: string
@@ -174,6 +174,19 @@ export interface operations {
         content: {
           'application/json': components['schemas']['Pet'][]
         }
+      }
+      /** @description Not Modified: the answer to `If-None-Match: *`, as the resource exists (RFC 9110 §13.1.2). No content. */
+      304: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content?: never
       }
       /** @description The request is invalid (see `code` and `message`). */
       400: {
@@ -244,7 +257,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417, 431 or 501. The body is still the Error object. */
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431 or 501. The body is still the Error object. */
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
@@ -421,7 +434,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417, 431 or 501. The body is still the Error object. */
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431 or 501. The body is still the Error object. */
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
@@ -466,6 +479,25 @@ export interface operations {
         content: {
           'application/json': components['schemas']['Pet']
         }
+      }
+      /** @description Not Modified: the answer to `If-None-Match: *`, as the resource exists (RFC 9110 §13.1.2). No content. */
+      304: {
+        headers: {
+          /** @description `@1767225600`: deprecated since 2026-01-01 (RFC 9745). */
+          Deprecation?: string
+          /** @description `Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594). */
+          Sunset?: string
+          /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; `<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3). */
+          Link?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content?: never
       }
       /** @description The request is invalid (see `code` and `message`). */
       400: {
@@ -608,7 +640,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417, 431 or 501. The body is still the Error object. */
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431 or 501. The body is still the Error object. */
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
@@ -783,7 +815,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description Any other error, for any request: 405 (with `Allow`), 408, 417, 431 or 501. The body is still the Error object. */
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431 or 501. The body is still the Error object. */
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */

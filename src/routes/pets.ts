@@ -13,6 +13,7 @@ import {
   jsonResponse,
   MAX_EXACT_INTEGER,
   NoQuerySchema,
+  notModifiedResponse,
   RATE_LIMIT_HEADERS,
   withHeaders,
 } from '../schemas/common.ts'
@@ -81,6 +82,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
             Link: header('`<…/v1/pets?…&cursor=…>; rel="next"` when more animals follow (RFC 8288).'),
             ...RATE_LIMIT_HEADERS,
           }),
+          304: notModifiedResponse(RATE_LIMIT_HEADERS),
           ...errorResponses(400, 401, 429, 500, 503),
         },
       },
@@ -156,6 +158,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         querystring: NoQuerySchema,
         response: {
           200: jsonResponse('The animal.', PetSchema, { ...DEPRECATION_HEADERS, ...RATE_LIMIT_HEADERS }),
+          304: notModifiedResponse({ ...DEPRECATION_HEADERS, ...RATE_LIMIT_HEADERS }),
           // Every answer of the operation says it is deprecated, errors included (the default
           // covers framework errors such as 408 and 431, sent before any route is known).
           ...withHeaders(GET_PET_ERRORS, DEPRECATION_HEADERS),

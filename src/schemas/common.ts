@@ -48,6 +48,16 @@ export function jsonResponse<T extends TSchema>(description: string, schema: T, 
   return { description, headers: { ...headers, ...REQUEST_ID_HEADER }, content: { 'application/json': { schema } } }
 }
 
+/** The 304 of a GET operation, the answer to `If-None-Match: *` (src/plugins/preconditions.ts). */
+export function notModifiedResponse(headers?: Headers) {
+  return {
+    type: 'null' as const,
+    description:
+      'Not Modified: the answer to `If-None-Match: *`, as the resource exists (RFC 9110 §13.1.2). No content.',
+    headers: { ...headers, ...REQUEST_ID_HEADER },
+  }
+}
+
 /** Rate-limit headers on every response to a valid key (draft-ietf-httpapi-ratelimit-headers). */
 export const RATE_LIMIT_HEADERS = {
   RateLimit: header('`"default";r=<remaining>;t=<seconds until reset>` (IETF draft).'),
@@ -82,7 +92,7 @@ const ERROR_RESPONSES = {
     'Retry-After': header('Seconds to wait before retrying.'),
   }),
   default: jsonResponse(
-    'Any other error, for any request: 405 (with `Allow`), 408, 417, 431 or 501. The body is still the Error object.',
+    'Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431 or 501. The body is still the Error object.',
     ErrorSchema,
   ),
 }

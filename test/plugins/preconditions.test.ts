@@ -1,0 +1,132 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { bearer, build, errorBody, type TestApp } from '../helper.ts'
+
+const PRECONDITION_FAILED = {
+  code: 'precondition_failed',
+  message: 'The If-Match or If-None-Match condition does not hold (this API sends no entity tags: only "*" can match).',
+  status: 412,
+}
+
+async function setup(t: Parameters<typeof build>[0]) {
+  const test = await build(t)
+  const { secret } = await test.newKey()
+  const pet = await test.app.inject({
+    method: 'POST',
+    url: '/v1/pets',
+    headers: bearer(secret),
+    payload: { name: 'Rex', categoryId: 1 },
+  })
+  return { test, secret, petId: pet.json().id as number }
+}
+
+async function petCount(test: TestApp, secret: string): Promise<number> {
+  return (await test.app.inject({ url: '/v1/pets?limit=100', headers: bearer(secret) })).json().length
+}
+
+describe('Conditional requests (RFC 9110 §13): no validators, conditions still honoured', () => {
+  it('GET and HEAD: If-Match with entity tags is 412, If-Match: * is served', async (t) => {
+    const { test, secret, petId } = await setup(t)
+    for (const method of ['GET', 'HEAD'] as const) {
+      for (const url of [`/v1/pets/${petId}`, '/v1/pets', '/v1/pets?status=available']) {
+        for (const tags of ['"abc"', 'W/"abc"', '"a", "b"']) {
+          const refused = await test.app.inject({ method, url, headers: { ...bearer(secret), 'if-match': tags } })
+          assert.equal(refused.statusCode, 412, `${method} ${url} ${tags}`)
+          if (method === 'GET') assert.deepEqual(errorBody(refused), PRECONDITION_FAILED)
+        }
+        const any = await test.app.inject({ method, url, headers: { ...bearer(secret), 'if-match': '*' } })
+        assert.equal(any.statusCode, 200, `${method} ${url} *`)
+      }
+    }
+  })
+
+  it('GET and HEAD: If-None-Match: * is 304 with no content; entity tags never match, so the answer is 200', async (t) => {
+    const { test, secret, petId } = await setup(t)
+    for (const method of ['GET', 'HEAD'] as const) {
+      for (const url of [`/v1/pets/${petId}`, '/v1/pets']) {
+        const plain = await test.app.inject({ method, url, headers: bearer(secret) })
+        const notModified = await test.app.inject({ method, url, headers: { ...bearer(secret), 'if-none-match': '*' } })
+        assert.equal(notModified.statusCode, 304, `${method} ${url}`)
+        assert.equal(notModified.body, '')
+        assert.equal(notModified.headers['content-type'], undefined)
+        // None, or the 200's own length (RFC 9110 §8.6).
+        const length = notModified.headers['content-length']
+        assert.ok(length === undefined || length === plain.headers['content-length'], `${method} ${url}: ${length}`)
+        const tags = await test.app.inject({ method, url, headers: { ...bearer(secret), 'if-none-match': '"abc"' } })
+        assert.equal(tags.statusCode, 200)
+        assert.equal(tags.body, plain.body)
+      }
+    }
+    // The deprecated operation says so on its 304 too.
+    const deprecated = await test.app.inject({
+      url: `/v1/pets/${petId}`,
+      headers: { ...bearer(secret), 'if-none-match': '*' },
+    })
+    assert.equal(deprecated.headers.deprecation, '@1767225600')
+  })
+
+  it('POST /v1/pets: a failed condition is 412 and stores nothing, whatever the body', async (t) => {
+    const { test, secret } = await setup(t)
+    for (const [condition, payload] of [
+      [{ 'if-match': '"abc"' }, { name: 'Max', categoryId: 1 }],
+      [{ 'if-none-match': '*' }, { name: 'Max', categoryId: 1 }],
+      // Conditions come before the content is judged.
+      [{ 'if-match': '"abc"' }, { name: '' }],
+    ] as const) {
+      const response = await test.app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers: { ...bearer(secret), ...condition, 'idempotency-key': `k-${Object.values(condition)[0]}` },
+        payload,
+      })
+      assert.equal(response.statusCode, 412, JSON.stringify(condition))
+      assert.deepEqual(errorBody(response), PRECONDITION_FAILED)
+    }
+    assert.equal(await petCount(test, secret), 1)
+    for (const condition of [{ 'if-match': '*' }, { 'if-none-match': '"abc"' }]) {
+      const response = await test.app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers: { ...bearer(secret), ...condition },
+        payload: { name: 'Max', categoryId: 1 },
+      })
+      assert.equal(response.statusCode, 201, JSON.stringify(condition))
+    }
+    assert.equal(await petCount(test, secret), 3)
+  })
+
+  it('POST /v1/messages: the target has no representation, so If-Match: * fails and If-None-Match: * holds', async (t) => {
+    const { test, secret } = await setup(t)
+    const post = (condition: Record<string, string>) =>
+      test.app.inject({
+        method: 'POST',
+        url: '/v1/messages',
+        headers: { ...bearer(secret), ...condition },
+        payload: { message: 'hello' },
+      })
+    assert.equal((await post({ 'if-match': '*' })).statusCode, 412)
+    assert.equal((await post({ 'if-match': '"abc"' })).statusCode, 412)
+    assert.equal((await post({ 'if-none-match': '*' })).statusCode, 202)
+  })
+
+  it('conditions on a request that would not succeed anyway, and date conditions, are ignored', async (t) => {
+    const { test, secret, petId } = await setup(t)
+    const noKey = await test.app.inject({ url: `/v1/pets/${petId}`, headers: { 'if-match': '"abc"' } })
+    assert.equal(noKey.statusCode, 401)
+    const missing = await test.app.inject({ url: '/v1/pets/999999', headers: { ...bearer(secret), 'if-match': '"a"' } })
+    assert.equal(missing.statusCode, 404)
+    const past = 'Thu, 01 Jan 1970 00:00:00 GMT'
+    const dated = await test.app.inject({
+      url: `/v1/pets/${petId}`,
+      headers: { ...bearer(secret), 'if-unmodified-since': past, 'if-modified-since': 'Fri, 01 Jan 2100 00:00:00 GMT' },
+    })
+    assert.equal(dated.statusCode, 200)
+    const created = await test.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers: { ...bearer(secret), 'if-unmodified-since': past },
+      payload: { name: 'Max', categoryId: 1 },
+    })
+    assert.equal(created.statusCode, 201)
+  })
+})
