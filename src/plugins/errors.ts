@@ -223,7 +223,8 @@ export function frameworkError(error: Error, request: FastifyRequest, reply: Fas
 }
 
 /**
- * Sends any error as the Error body, logging 5xx at error (with the cause) and 4xx at info.
+ * Sends any error as the Error body. Logged: failures (5xx) at error, with the stack; a database
+ * outage at warn, in one line; answers we chose (4xx, 501, our own 503s) at info.
  */
 export function sendError(error: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   // An empty path parameter (`/v1/pets/`) is no route at all: it gets none of the route's own headers.
@@ -238,8 +239,9 @@ export function sendError(error: unknown, request: FastifyRequest, reply: Fastif
     // An outage fails every request alike, thousands a second: one line each, without a stack (it
     // is always the store's), at warn. The store's own error says what is down.
     request.log.warn({ code: sent.code, detail: error.message }, 'database unavailable')
-  } else if (sent.statusCode >= 500 && sent.code !== 'not_implemented') {
-    // (A 501 is the client's doing, a method or coding we do not take, not a failure of ours.)
+  } else if (sent.statusCode >= 500 && sent.code !== 'not_implemented' && !(error instanceof ApiError)) {
+    // (A 501 is the client's doing, a method or coding we do not take, not a failure of ours; an
+    // ApiError is an answer we chose, such as /readyz's 503 while shutting down.)
     request.log.error({ err: error }, 'request failed')
   } else {
     // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.

@@ -4,6 +4,7 @@ import Type from 'typebox'
 import { isDraining } from '../drain.ts'
 import { ApiError, RETRY_AFTER_SECONDS } from '../errors.ts'
 import { errorResponses, jsonResponse } from '../schemas/common.ts'
+import { DatabaseUnavailableError } from '../store/types.ts'
 
 /** A readiness check that takes longer than this counts as a failure, so probes never hang. */
 const READY_TIMEOUT_MS = 2000
@@ -30,10 +31,9 @@ const health: FastifyPluginAsyncTypebox = async (app) => {
           Promise.reject(new Error('timeout')),
         )
         await Promise.race([app.store.ping(), timeout])
-      } catch {
-        throw new ApiError('service_unavailable', 'The database is not reachable.', {
-          'retry-after': String(RETRY_AFTER_SECONDS),
-        })
+      } catch (error) {
+        // Logged as any outage is: one warn line with the cause, no stack (a balancer probes often).
+        throw new DatabaseUnavailableError(`not ready: ${error instanceof Error ? error.message : String(error)}`)
       }
       return { status: 'ready' }
     },

@@ -18,17 +18,27 @@ describe('Health probes: /healthz and /readyz (point 10)', () => {
     assert.deepEqual(response.json(), { status: 'ready' })
   })
 
-  it('GET /readyz answers 503 with Retry-After when the database does not', async (t) => {
-    const { app } = await build(t)
+  it('GET /readyz answers 503 with Retry-After when the database does not, logged in one warn line', async (t) => {
+    const { app, logs } = await build(t, {}, { captureLogs: true })
     await app.store.close() // the database is gone from under the app
     const response = await app.inject({ url: '/readyz' })
     assert.equal(response.statusCode, 503)
     assert.equal(errorBody(response).code, 'service_unavailable')
     assert.equal(response.headers['retry-after'], '5')
+    // A balancer probes every few seconds through an outage: no stack at error each time.
+    const logged = logs.filter((line) => line.requestId === response.headers['x-request-id'])
+    const warning = logged.find((line) => line.msg === 'database unavailable')
+    assert.ok(warning, JSON.stringify(logged))
+    assert.equal(warning.level, 40)
+    assert.match(String(warning.detail), /^not ready: /)
+    assert.deepEqual(
+      logged.filter((line) => Number(line.level) >= 50),
+      [],
+    )
   })
 
   it('once the shutdown begins, GET /readyz answers 503 and every answer closes its connection', async (t) => {
-    const test = await build(t)
+    const test = await build(t, {}, { captureLogs: true })
     const { secret } = await test.newKey()
     const before = await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })
     assert.notEqual(before.headers.connection, 'close')
@@ -37,6 +47,8 @@ describe('Health probes: /healthz and /readyz (point 10)', () => {
     assert.equal(ready.statusCode, 503)
     assert.equal(errorBody(ready).message, 'The service is shutting down.')
     assert.equal(ready.headers['retry-after'], '5')
+    const refused = test.logs.find((line) => line.requestId === ready.headers['x-request-id'] && line.code)
+    assert.deepEqual([refused?.level, refused?.msg], [30, 'request refused'])
     const pets = await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })
     assert.equal(pets.statusCode, 200)
     assert.equal(pets.headers.connection, 'close')
