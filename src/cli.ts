@@ -2,7 +2,6 @@
  * The operator's command line: accounts and API keys, on the same DATABASE_URL as the server.
  * Run as `npx animal-store <command>`. Errors print one line to stderr and exit non-zero.
  */
-import { existsSync } from 'node:fs'
 import { createInterface } from 'node:readline'
 import { Writable } from 'node:stream'
 import { parseArgs } from 'node:util'
@@ -24,7 +23,7 @@ import {
 } from './accounts.ts'
 import { type Config, loadConfig } from './config.ts'
 import { CONTROL_CHARACTERS, EMAIL_DESCRIPTION } from './schemas/accounts.ts'
-import { openStore, type Store } from './store/index.ts'
+import { DatabaseNotSetUpError, openStore, type Store } from './store/index.ts'
 
 const USAGE = `Usage: animal-store <command>
 
@@ -115,18 +114,16 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   const name = values.name ?? DEFAULT_KEY_NAME
   if (!Value.Check(KeyNameSchema, name)) throw new CliError(`--name must be ${KEY_NAME_DESCRIPTION}`)
   const password = command === 'accounts set-password' ? await readPassword() : undefined
-  // Only "accounts create" may start a database: the others need an account or a key in it, and a
-  // mistyped DATABASE_URL must not leave an empty database (and its folders) behind.
-  if (command !== 'accounts create' && config.databaseUrl.startsWith('sqlite:')) {
-    const { sqlitePath } = await import('./store/sqlite.ts')
-    const path = sqlitePath(config.databaseUrl)
-    if (!existsSync(path)) {
-      throw new CliError(`No SQLite database at ${path}: check DATABASE_URL (only "accounts create" makes a new one).`)
-    }
-  }
   const say: Print = (line) => print(printable(line))
 
-  const store = await openStore({ databaseUrl: config.databaseUrl, poolSize: 2, timeoutMs: config.databaseTimeoutMs })
+  // Only "accounts create" may set up a database: the others need an account or a key in it, and a
+  // mistyped DATABASE_URL must not leave an empty database (a file, its folders, tables) behind.
+  const existing = command !== 'accounts create'
+  const options = { databaseUrl: config.databaseUrl, poolSize: 2, timeoutMs: config.databaseTimeoutMs, existing }
+  const store = await openStore(options).catch((error) => {
+    if (!(error instanceof DatabaseNotSetUpError)) throw error
+    throw new CliError(`${error.message} (only "accounts create" sets up a new one).`)
+  })
   try {
     switch (command) {
       case 'accounts create': {

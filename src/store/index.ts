@@ -7,16 +7,21 @@ export interface StoreOptions {
   poolSize: number
   /** PostgreSQL only: deadline for a connection and for each statement. */
   timeoutMs: number
+  /**
+   * Refuse a database the service has not set up (no migrations applied) rather than set it up:
+   * for tools that only use what is there, so that a mistyped DATABASE_URL creates nothing.
+   */
+  existing?: boolean
 }
 
 /** Opens the store named by DATABASE_URL, applying pending migrations. */
 export async function openStore(options: StoreOptions): Promise<Store> {
   if (options.databaseUrl.startsWith('sqlite:')) {
     const { SqliteStore } = await import('./sqlite.ts')
-    return SqliteStore.open(options.databaseUrl)
+    return SqliteStore.open(options.databaseUrl, options)
   }
   const { PostgresStore } = await import('./postgres.ts')
   return PostgresStore.open(options)
 }
 
-export { DatabaseUnavailableError, type Store } from './types.ts'
+export { DatabaseNotSetUpError, DatabaseUnavailableError, type Store } from './types.ts'

@@ -18,6 +18,7 @@ import { newerThanCode, readMigrations } from './migrations.ts'
 import {
   type Account,
   type ApiKey,
+  DatabaseNotSetUpError,
   DatabaseUnavailableError,
   type IdempotencyClaim,
   type IdempotencyRef,
@@ -36,6 +37,8 @@ export interface PostgresOptions {
   poolSize: number
   /** Deadline for getting a connection, and for each statement. */
   timeoutMs: number
+  /** Refuse a schema with no migrations applied instead of migrating it (StoreOptions). */
+  existing?: boolean
 }
 
 const PET_COLUMNS = 'id, name, category_id AS "categoryId", status'
@@ -171,7 +174,7 @@ export class PostgresStore implements Store {
     pool.on('error', () => {})
     const store = new PostgresStore(pool)
     try {
-      await store.#migrate()
+      await store.#migrate(options.existing ?? false)
     } catch (error) {
       await pool.end()
       throw error
@@ -423,10 +426,24 @@ export class PostgresStore implements Store {
     })
   }
 
-  async #migrate(): Promise<void> {
+  async #migrate(existing: boolean): Promise<void> {
     const { client, release } = await this.#checkout()
     try {
       await client.query('BEGIN')
+      const { rows: where } = await client.query(`SELECT current_schema() AS schema, current_database() AS database,
+        current_setting('search_path') AS "searchPath", to_regclass('schema_migrations') IS NOT NULL AS "setUp"`)
+      const { schema, database, searchPath, setUp } = where[0]
+      // PostgreSQL's own words for this ("no schema has been selected to create in") name no schema.
+      if (schema === null) {
+        throw new Error(
+          `No schema of search_path (${searchPath}) exists in database "${database}": create it, or fix DATABASE_URL`,
+        )
+      }
+      if (existing && !setUp) {
+        throw new DatabaseNotSetUpError(
+          `Schema "${schema}" of database "${database}" holds no Animal Store tables: check DATABASE_URL`,
+        )
+      }
       // One migrator per schema at a time; the lock ends with the transaction.
       await client.query("SELECT pg_advisory_xact_lock(hashtext('animal-store:' || current_schema()))")
       await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (

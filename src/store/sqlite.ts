@@ -6,7 +6,7 @@
  * transaction with one fsync (WAL, synchronous=FULL): a write's promise resolves only once its
  * commit is on disk, and the fsync never blocks the requests this thread is serving.
  */
-import { mkdirSync } from 'node:fs'
+import { accessSync, constants, existsSync, mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { Worker } from 'node:worker_threads'
@@ -18,6 +18,7 @@ import type { WriteJob, WriteOps, WriteResult, WriterData } from './sqlite-write
 import {
   type Account,
   type ApiKey,
+  DatabaseNotSetUpError,
   DatabaseUnavailableError,
   type IdempotencyClaim,
   type IdempotencyRef,
@@ -77,6 +78,26 @@ function read<T>(run: () => T): Promise<T> {
 }
 
 /** `sqlite:data/x.db`, `sqlite:/abs/x.db` or `sqlite:///abs/x.db` → the file path. */
+/**
+ * SQLite's own words ("unable to open database file", "attempt to write a readonly database") say
+ * neither which file nor why: name the file, and the likely cause when its folder is read-only.
+ */
+function named(path: string, error: unknown): Error {
+  const failure = error instanceof Error ? error : new Error(String(error))
+  let writable = true
+  try {
+    accessSync(dirname(path), constants.W_OK)
+    if (existsSync(path)) accessSync(path, constants.W_OK)
+  } catch {
+    writable = false
+  }
+  const why = writable
+    ? ''
+    : ' (this user cannot write the file or its folder, where SQLite also keeps its -wal and -shm files)'
+  failure.message = `${path}: ${failure.message}${why}`
+  return failure
+}
+
 export function sqlitePath(url: string): string {
   const rest = url.replace(/^sqlite:/, '')
   return rest.startsWith('//') ? rest.slice(2) : rest
@@ -129,24 +150,21 @@ export class SqliteStore implements Store {
   }
 
   /** Opens (creating it if needed) and migrates the database file, and starts its writer thread. */
-  static async open(url: string): Promise<SqliteStore> {
+  static async open(url: string, { existing = false }: { existing?: boolean } = {}): Promise<SqliteStore> {
     const path = sqlitePath(url)
     // Each connection to :memory: would be a database of its own: the writer could not share it.
     if (path === ':memory:') throw new Error('DATABASE_URL sqlite::memory: is not supported; give a file path')
-    let store: SqliteStore
+    if (existing && !existsSync(path))
+      throw new DatabaseNotSetUpError(`No SQLite database at ${path}: check DATABASE_URL`)
+    let store: SqliteStore | undefined
     try {
       store = new SqliteStore(path)
-    } catch (error) {
-      // SQLite's own words ("unable to open database file") do not say which file.
-      throw new Error(`${path}: ${error instanceof Error ? error.message : error}`)
-    }
-    try {
       await store.#ready
+      return store
     } catch (error) {
-      await store.close()
-      throw error
+      await store?.close()
+      throw named(path, error)
     }
-    return store
   }
 
   // ─── LIFECYCLE ─────────────────────────────────────────────────────────────────────────────

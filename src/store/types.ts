@@ -22,6 +22,11 @@ export class DatabaseUnavailableError extends Error {
   override name = 'DatabaseUnavailableError'
 }
 
+/** The database named is not one the service has set up, and the caller asked not to set it up (StoreOptions.existing). */
+export class DatabaseNotSetUpError extends Error {
+  override name = 'DatabaseNotSetUpError'
+}
+
 export interface ListPetsOptions {
   /** 1 to 100. */
   limit: number

@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import { readMigrations } from '../../src/store/migrations.ts'
 import { PostgresStore } from '../../src/store/postgres.ts'
-import { DatabaseUnavailableError } from '../../src/store/types.ts'
+import { DatabaseNotSetUpError, DatabaseUnavailableError } from '../../src/store/types.ts'
 import { POSTGRES_URL, postgres, testDatabaseUrl } from '../helper.ts'
 import { storeContract } from './contract.ts'
 
@@ -25,6 +25,34 @@ storeContract('PostgreSQL', (t) => open(t))
 const schemaOf = (url: string) => /search_path%3D(\w+)/.exec(url)?.[1] as string
 
 describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () => {
+  it('asked for an existing database, refuses a schema with no tables, naming it, and creates nothing', async (t) => {
+    const url = await testDatabaseUrl(t)
+    await assert.rejects(
+      PostgresStore.open({ databaseUrl: url, poolSize: 2, timeoutMs: 2000, existing: true }),
+      (error: Error) =>
+        error instanceof DatabaseNotSetUpError &&
+        error.message ===
+          `Schema "${schemaOf(url)}" of database "test" holds no Animal Store tables: check DATABASE_URL`,
+    )
+    assert.deepEqual(
+      await postgres(`SELECT table_name FROM information_schema.tables WHERE table_schema = '${schemaOf(url)}'`),
+      [],
+    )
+    // Once set up, it opens.
+    await open(t, url)
+    const again = await PostgresStore.open({ databaseUrl: url, poolSize: 2, timeoutMs: 2000, existing: true })
+    await again.close()
+  })
+
+  it('a search_path naming no schema that exists is refused in words that name it', async (t) => {
+    const url = new URL(POSTGRES_URL)
+    url.searchParams.set('options', '-c search_path=no_such_schema_here')
+    await assert.rejects(
+      open(t, url.toString()),
+      /^Error: No schema of search_path \(no_such_schema_here\) exists in database "test": create it, or fix DATABASE_URL$/,
+    )
+  })
+
   it('applies its migrations once when several instances start together', async (t) => {
     const url = await testDatabaseUrl(t)
     await Promise.all(Array.from({ length: 5 }, () => open(t, url)))

@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict'
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { Session } from 'node:inspector/promises'
-import { join } from 'node:path'
+import { dirname, join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import { describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { readMigrations } from '../../src/store/migrations.ts'
 import { SqliteStore } from '../../src/store/sqlite.ts'
-import { DatabaseUnavailableError } from '../../src/store/types.ts'
+import { DatabaseNotSetUpError, DatabaseUnavailableError } from '../../src/store/types.ts'
 import { plain, tempDir } from '../helper.ts'
 import { storeContract } from './contract.ts'
 
@@ -90,6 +90,26 @@ describe('SQLite store: durability and migrations (point 11)', () => {
       assert.ok(error.message.startsWith(`${folder}: `), error.message)
       return true
     })
+  })
+
+  it('names the file when it is not a database, and refuses a missing one when asked for an existing one', async (t) => {
+    const path = join(tempDir(t), 'notes.txt')
+    writeFileSync(
+      path,
+      'not a database, just words long enough to fill a header of one hundred bytes or so.\n'.repeat(20),
+    )
+    await assert.rejects(SqliteStore.open(`sqlite:${path}`), (error: Error) => {
+      assert.match(error.message, new RegExp(`^${path.replaceAll('.', '\\.')}: file is not a database`))
+      return true
+    })
+    const missing = join(tempDir(t), 'folder', 'db.sqlite')
+    await assert.rejects(
+      SqliteStore.open(`sqlite:${missing}`, { existing: true }),
+      (error: Error) =>
+        error instanceof DatabaseNotSetUpError &&
+        error.message === `No SQLite database at ${missing}: check DATABASE_URL`,
+    )
+    assert.equal(existsSync(dirname(missing)), false)
   })
 
   it('keeps every acknowledged write after the store is reopened', async (t) => {
