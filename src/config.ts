@@ -40,9 +40,11 @@ export const EnvSchema = Type.Object({
   HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'a host name or IP address to listen on' }),
   DATABASE_URL: Type.String({
     // A PostgreSQL URL must name its database: without one, pg takes the user's name for it.
-    pattern: '^(sqlite:.+|postgres(ql)?://[^/?#]*/[^/?#]+([?].*)?)$',
+    // SQLite would read `file:…` as a URI, whose parameters can make the database live in memory
+    // (`?mode=memory`: every acknowledged write lost at the next start) or turn its locking off.
+    pattern: '^(sqlite:(?!(//)?file:).+|postgres(ql)?://[^/?#]*/[^/?#]+([?].*)?)$',
     default: 'sqlite:data/animal-store.db',
-    description: 'sqlite:<path> or postgres://user@host:port/database',
+    description: 'sqlite:<path> (a file path, not a file: URI) or postgres://user@host:port/database',
   }),
   DATABASE_POOL_SIZE: Type.Integer({
     minimum: 1,
@@ -77,9 +79,10 @@ export const EnvSchema = Type.Object({
     description: 'a number of bytes from 1024 to 10485760',
   }),
   API_KEY_CACHE_SECONDS: Seconds(5, 300),
-  HEADERS_TIMEOUT_SECONDS: Seconds(10, 300),
+  // At least 1: Fastify and Node read 0 as "no timeout" (headers) or as their own default (keep-alive, 72 s).
+  HEADERS_TIMEOUT_SECONDS: Seconds(10, 300, 1),
   REQUEST_TIMEOUT_SECONDS: Seconds(30, 3600),
-  KEEP_ALIVE_TIMEOUT_SECONDS: Seconds(5, 300),
+  KEEP_ALIVE_TIMEOUT_SECONDS: Seconds(5, 300, 1),
   // At least 1: with 0, every shutdown would be cut short by its own timeout.
   SHUTDOWN_TIMEOUT_SECONDS: Seconds(10, 300, 1),
   RATE_LIMIT: Type.Integer({

@@ -102,6 +102,12 @@ describe('Configuration: read and validated once (point 9)', () => {
     ['REDIS_URL', 'redis://127.0.0.1:99999'],
     // Every shutdown would be cut short by its own timeout.
     ['SHUTDOWN_TIMEOUT_SECONDS', '0'],
+    // No timeout at all for headers; Fastify's own 72 s for keep-alive.
+    ['HEADERS_TIMEOUT_SECONDS', '0'],
+    ['KEEP_ALIVE_TIMEOUT_SECONDS', '0'],
+    // SQLite URIs: `?mode=memory` would keep every acknowledged write in memory only.
+    ['DATABASE_URL', 'sqlite:file:/tmp/x.db?mode=memory&cache=shared'],
+    ['DATABASE_URL', 'sqlite://file::memory:?cache=shared'],
   ]
   it("does not echo a URL's password in the error", () => {
     assert.throws(

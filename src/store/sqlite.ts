@@ -86,7 +86,7 @@ function named(path: string, error: unknown): Error {
   const failure = error instanceof Error ? error : new Error(String(error))
   let writable = true
   try {
-    accessSync(dirname(path), constants.W_OK)
+    if (existsSync(dirname(path))) accessSync(dirname(path), constants.W_OK)
     if (existsSync(path)) accessSync(path, constants.W_OK)
   } catch {
     writable = false
@@ -96,6 +96,21 @@ function named(path: string, error: unknown): Error {
     : ' (this user cannot write the file or its folder, where SQLite also keeps its -wal and -shm files)'
   failure.message = `${path}: ${failure.message}${why}`
   return failure
+}
+
+/**
+ * `mkdir -p`, one level at a time: Node's recursive mkdir spins forever where mkdir answers
+ * ENOENT under a folder that exists (a path in /proc).
+ */
+function makeFolders(dir: string): void {
+  if (existsSync(dir)) return
+  makeFolders(dirname(dir))
+  try {
+    mkdirSync(dir)
+  } catch (error) {
+    // Another process starting beside this one made it first.
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
+  }
 }
 
 export function sqlitePath(url: string): string {
@@ -133,7 +148,7 @@ export class SqliteStore implements Store {
   #versionRead = false
 
   private constructor(path: string) {
-    mkdirSync(dirname(path), { recursive: true })
+    makeFolders(dirname(path))
     this.#db = new DatabaseSync(path)
     this.#path = path
     this.#identity = fileIdentity(path)

@@ -112,6 +112,15 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     assert.equal(existsSync(dirname(missing)), false)
   })
 
+  it('refuses a folder it cannot make in one error, even where mkdir misbehaves (/proc), rather than spin', {
+    timeout: 10_000,
+  }, async () => {
+    await assert.rejects(
+      SqliteStore.open('sqlite:/proc/animal-store-test/db.sqlite'),
+      /^Error: \/proc\/animal-store-test\/db\.sqlite: ENOENT/,
+    )
+  })
+
   it('keeps every acknowledged write after the store is reopened', async (t) => {
     const url = `sqlite:${join(tempDir(t), 'db.sqlite')}`
     const store = await SqliteStore.open(url)
