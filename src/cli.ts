@@ -188,6 +188,11 @@ const MAX_PASSWORD_INPUT = 4096
 /** The new password: one line, checked against the portal's rule before anything is stored. */
 async function readPassword(): Promise<string> {
   const password = await readStdin('New password: ')
+  // Bytes that are not UTF-8 (a terminal in Latin-1) arrive as U+FFFD: stored so, the password the
+  // owner types in a browser would never match, and any other such bytes would.
+  if (password.includes('\uFFFD')) {
+    throw new CliError("The password is not UTF-8 text (check the terminal's encoding); no password was set.")
+  }
   if (!Value.Check(PasswordSchema, password)) throw new CliError(`The password must be ${PASSWORD_DESCRIPTION}.`)
   return password
 }

@@ -34,12 +34,17 @@ function rawControls(text: string): string[] {
 const EVIL_NAME = 'evil\u001b]0;pwned\u0007\u001b[31mRED\nfake row'
 
 /** Runs `animal-store <args>` on `databaseUrl` (with `input` piped to it) and collects its exit code and output. */
-function cliOn(databaseUrl: string, args: string[], env: Record<string, string> = {}, input?: string): Promise<Exit> {
+function cliOn(
+  databaseUrl: string,
+  args: string[],
+  env: Record<string, string> = {},
+  input?: string | Buffer,
+): Promise<Exit> {
   return cli(args, { DATABASE_URL: databaseUrl, ...env }, input)
 }
 
 /** A run that must succeed: exit 0, nothing on stderr. */
-async function ok(databaseUrl: string, args: string[], env: Record<string, string> = {}, input?: string) {
+async function ok(databaseUrl: string, args: string[], env: Record<string, string> = {}, input?: string | Buffer) {
   const run = await cliOn(databaseUrl, args, env, input)
   assert.equal(run.code, 0, `animal-store ${args.join(' ')} failed: ${run.stderr}`)
   assert.equal(run.stderr, '', `animal-store ${args.join(' ')} wrote to stderr`)
@@ -47,7 +52,7 @@ async function ok(databaseUrl: string, args: string[], env: Record<string, strin
 }
 
 /** A run that must fail: non-zero exit, exactly one line on stderr, nothing on stdout. */
-async function fails(databaseUrl: string, args: string[], env: Record<string, string> = {}, input?: string) {
+async function fails(databaseUrl: string, args: string[], env: Record<string, string> = {}, input?: string | Buffer) {
   const run = await cliOn(databaseUrl, args, env, input)
   const what = `animal-store ${args.join(' ')}`
   assert.notEqual(run.code, 0, `${what} exited 0`)
@@ -196,6 +201,16 @@ describe('CLI: accounts set-password', () => {
       assert.equal((await store.findAccountLogin(email))?.passwordHash, null)
     })
   }
+
+  it('refuses input that is not UTF-8 in one line, and stores nothing (it would be kept as U+FFFD)', async (t) => {
+    const { url, email } = await withAccount(t)
+    for (const input of [Buffer.alloc(40, 0xff), Buffer.from(`caf\xe9 caf\xe9 caf\xe9 caf\xe9\n`, 'latin1')]) {
+      assert.match(await fails(url, ['accounts', 'set-password', email], {}, input), /not UTF-8/)
+    }
+    const store = await openStore({ databaseUrl: url, poolSize: 1, timeoutMs: 5000 })
+    t.after(() => store.close())
+    assert.equal((await store.findAccountLogin(email))?.passwordHash, null)
+  })
 
   it('at a terminal, prompts on stderr and does not echo what is typed; Ctrl-C cancels', async () => {
     const typed = async (keys: string) => {

@@ -111,7 +111,7 @@ export interface Exit {
  * Spawns `node <args>` in ROOT and collects its output; `exited` resolves once it has all been read.
  * `input`, when given, is written to its standard input, which is then closed.
  */
-export function spawnNode(args: string[], env: Record<string, string>, timeout?: number, input?: string) {
+export function spawnNode(args: string[], env: Record<string, string>, timeout?: number, input?: string | Buffer) {
   const child = spawn(process.execPath, args, { cwd: ROOT, env: childEnv(env), timeout })
   if (input !== undefined) child.stdin.end(input)
   const output = { stdout: '', stderr: '', both: '' }
@@ -140,12 +140,17 @@ export function runServer(env: Record<string, string>, timeout: number): Promise
 }
 
 /** Runs `node <args>` to completion, killed after `timeout` ms; never rejects on a non-zero exit. */
-export function runNode(args: string[], env: Record<string, string>, timeout = 20_000, input?: string): Promise<Exit> {
+export function runNode(
+  args: string[],
+  env: Record<string, string>,
+  timeout = 20_000,
+  input?: string | Buffer,
+): Promise<Exit> {
   return spawnNode(args, env, timeout, input).exited
 }
 
 /** Runs the CLI (`animal-store <args>`), with `input` piped to it; resolves with its exit code and output. */
-export function cli(args: string[], env: Record<string, string>, input?: string): Promise<Exit> {
+export function cli(args: string[], env: Record<string, string>, input?: string | Buffer): Promise<Exit> {
   return runNode(['bin/animal-store.ts', ...args], env, undefined, input)
 }
 
