@@ -223,9 +223,26 @@ export function frameworkError(error: Error, request: FastifyRequest, reply: Fas
 }
 
 /**
- * Sends any error as the Error body. Logged: failures (5xx) at error, with the stack; a database
- * outage at warn, in one line; answers we chose (4xx, 501, our own 503s) at info.
+ * Logs an error answered as `sent`: failures (5xx) at error, with the stack; a database outage at
+ * warn, in one line; answers we chose (4xx, 501, our own 503s) at info. `what` names the request
+ * in the message ("portal request failed").
  */
+export function logError(error: unknown, sent: ApiError, request: FastifyRequest, what = 'request'): void {
+  if (error instanceof DatabaseUnavailableError) {
+    // An outage fails every request alike, thousands a second: one line each, without a stack (it
+    // is always the store's), at warn. The store's own error says what is down.
+    request.log.warn({ code: sent.code, detail: error.message }, 'database unavailable')
+  } else if (sent.statusCode >= 500 && sent.code !== 'not_implemented' && !(error instanceof ApiError)) {
+    // (A 501 is the client's doing, a method or coding we do not take, not a failure of ours; an
+    // ApiError is an answer we chose, such as /readyz's 503 while shutting down.)
+    request.log.error({ err: error }, `${what} failed`)
+  } else {
+    // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.
+    request.log.info({ code: sent.code, detail: redactApiKeys(sent.message) }, `${what} refused`)
+  }
+}
+
+/** Sends any error as the Error body, logged by logError. */
 export function sendError(error: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   // An empty path parameter (`/v1/pets/`) is no route at all: it gets none of the route's own headers.
   const noRoute = emptyPathParameter(error, request)
@@ -235,18 +252,7 @@ export function sendError(error: unknown, request: FastifyRequest, reply: Fastif
   if (sent.code === 'payload_too_large') {
     sent.message = `The request body is larger than this operation's limit of ${request.routeOptions.bodyLimit} bytes.`
   }
-  if (error instanceof DatabaseUnavailableError) {
-    // An outage fails every request alike, thousands a second: one line each, without a stack (it
-    // is always the store's), at warn. The store's own error says what is down.
-    request.log.warn({ code: sent.code, detail: error.message }, 'database unavailable')
-  } else if (sent.statusCode >= 500 && sent.code !== 'not_implemented' && !(error instanceof ApiError)) {
-    // (A 501 is the client's doing, a method or coding we do not take, not a failure of ours; an
-    // ApiError is an answer we chose, such as /readyz's 503 while shutting down.)
-    request.log.error({ err: error }, 'request failed')
-  } else {
-    // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.
-    request.log.info({ code: sent.code, detail: redactApiKeys(sent.message) }, 'request refused')
-  }
+  logError(error, sent, request)
   if (sent.headers) reply.headers(sent.headers)
   if (!noRoute) request.routeOptions.config.answerHeaders?.(request, reply)
   // Refused before its body arrived (a bad key, a wrong path): the connection ends with the answer,

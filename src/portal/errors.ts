@@ -4,7 +4,7 @@
  */
 import type { FastifyInstance } from 'fastify'
 import { toApiError } from '../errors.ts'
-import { answerUnrouted } from '../plugins/errors.ts'
+import { answerUnrouted, logError } from '../plugins/errors.ts'
 import type { Portal } from './context.ts'
 import { portalHeaders } from './headers.ts'
 import { errorPage } from './views/error.ts'
@@ -53,8 +53,7 @@ export function htmlErrors(app: FastifyInstance, portal: Portal): void {
 
   app.setErrorHandler(async (error, request, reply) => {
     const sent = toApiError(error)
-    if (sent.statusCode >= 500) request.log.error({ err: error }, 'portal request failed')
-    else request.log.info({ code: sent.code }, 'portal request refused')
+    logError(error, sent, request, 'portal request')
     if (sent.headers?.['retry-after']) reply.header('retry-after', sent.headers['retry-after'])
     const [title, text] = pageFor(sent.statusCode)
     const requestId = sent.statusCode >= 500 ? request.id : undefined

@@ -27,6 +27,32 @@ describe('Portal sign-up', () => {
     assert.match(keys.body, new RegExp(`Signed in as <strong>${email}</strong>`))
   })
 
+  it('answers a database outage with a 503 page, logged at warn in one line without a stack', async (t) => {
+    const { app, logs } = await build(t, {}, { captureLogs: true })
+    const browser = new FormBrowser(app)
+    const page = await browser.get('/portal/sign-up')
+    await app.store.close() // the database is gone from under the app
+    const email = newEmail()
+    const csrf = csrfOf(page.body, '/portal/sign-up')
+    const response = await browser.post('/portal/sign-up', {
+      _csrf: csrf,
+      email,
+      password: PASSWORD,
+      confirm: PASSWORD,
+    })
+    assert.equal(response.statusCode, 503)
+    assert.equal(response.headers['retry-after'], '5')
+    const logged = logs.filter((line) => line.requestId === response.headers['x-request-id'])
+    assert.ok(
+      logged.some((line) => line.msg === 'database unavailable' && line.level === 40),
+      JSON.stringify(logged),
+    )
+    assert.deepEqual(
+      logged.filter((line) => Number(line.level) >= 50),
+      [],
+    )
+  })
+
   it('refuses an email that is taken, whatever its case, and keeps the first account', async (t) => {
     const { app } = await build(t)
     const email = newEmail()
