@@ -53,8 +53,11 @@ const TOUCH_INTERVAL_MS = 60_000
 const CACHE_ENTRIES = 10_000
 const REALM = 'animal-store'
 const BEARER = /^Bearer +([^\s]+) *$/i
-/** No credentials of ours: another scheme (Basic, Bearer-Token…), or `Bearer` with no token. */
-const NO_BEARER_TOKEN = /^(?!bearer( |$))|^bearer *$/i
+/**
+ * No credentials of ours: another scheme (Basic, Bearer-Token…), or `Bearer` with no token. `Bearer`
+ * and a token after a tab or a no-break space is a key sent in a malformed header instead.
+ */
+const NO_BEARER_TOKEN = /^(?!bearer(\s|$))|^bearer\s*$/i
 
 export default fp<{ config: Config }>(
   async (app, { config }) => {

@@ -59,11 +59,14 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
     })
   }
 
-  it('refuses a malformed Bearer header with 401 invalid_api_key and error="invalid_request"', async (t) => {
-    const { app } = await build(t)
-    const response = await app.inject({ url: '/v1/pets', headers: { authorization: 'Bearer a b' } })
-    assert.match(assertRefused(response, 'invalid_api_key'), /error="invalid_request", error_description="[^"]+"$/)
-  })
+  // A token after another separator than spaces (a tab, a no-break space) was meant as a key.
+  for (const header of ['Bearer a b', 'Bearer\tas_test_abc', 'Bearer\u00a0as_test_abc', 'Bearer \tas_test_abc']) {
+    it(`refuses a malformed Bearer header (${JSON.stringify(header)}) with 401 invalid_api_key and error="invalid_request"`, async (t) => {
+      const { app } = await build(t)
+      const response = await app.inject({ url: '/v1/pets', headers: { authorization: header } })
+      assert.match(assertRefused(response, 'invalid_api_key'), /error="invalid_request", error_description="[^"]+"$/)
+    })
+  }
 
   const badTokens: [string, string][] = [
     ['a token that is not one of our keys', 'Bearer hello'],
