@@ -45,7 +45,7 @@ export interface AppOptions {
 /** A client's X-Request-Id is kept when it is a sane token (and not an API key); otherwise we make one. */
 const REQUEST_ID = /^[\w.:-]{1,128}$/
 
-/** Why a request cannot be taken whatever its route: a bad Host, Host or Authorization sent twice. */
+/** Why a request cannot be taken whatever its route: a bad Host; Host, Authorization, Content-Type or Idempotency-Key sent twice. */
 function framingError(request: FastifyRequest): ApiError | undefined {
   const raw = request.raw
   // Node's parser takes any version it can read (HTTP/2.0, a line with none): we speak 1.0 and 1.1.
@@ -86,6 +86,7 @@ function framingError(request: FastifyRequest): ApiError | undefined {
   let hosts = 0
   let authorizations = 0
   let contentTypes = 0
+  let idempotencyKeys = 0
   for (let i = 0; i < names.length; i += 2) {
     const name = names[i] as string
     if (name.length === 4 && name.toLowerCase() === 'host' && ++hosts > 1) return sentTwice('Host')
@@ -94,6 +95,10 @@ function framingError(request: FastifyRequest): ApiError | undefined {
     }
     if (name.length === 12 && name.toLowerCase() === 'content-type' && ++contentTypes > 1) {
       return sentTwice('Content-Type')
+    }
+    // Node joins the two with ", " into a key that is neither (and then not valid): say why instead.
+    if (name.length === 15 && name.toLowerCase() === 'idempotency-key' && ++idempotencyKeys > 1) {
+      return sentTwice('Idempotency-Key')
     }
   }
   return undefined

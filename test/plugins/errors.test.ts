@@ -475,7 +475,7 @@ describe('Errors: every error is application/json {code, message, status} (point
     assert.equal((await test.app.store.listPets({ limit: 10 })).pets.length, 0)
   })
 
-  it('Host or Authorization sent twice: 400, whichever of them is valid', async (t) => {
+  it('Host, Authorization or Idempotency-Key sent twice: 400, whichever of them is valid', async (t) => {
     const test = await build(t)
     const { secret } = await test.newKey()
     await test.app.listen({ port: 0, host: '127.0.0.1' })
@@ -484,10 +484,14 @@ describe('Errors: every error is application/json {code, message, status} (point
       `Host: x\r\nAuthorization: Bearer ${secret}\r\nAuthorization: Bearer junk`,
       `Host: x\r\nAuthorization: Bearer junk\r\nauthorization: Bearer ${secret}`,
       `Host: x\r\nHost: y\r\nAuthorization: Bearer ${secret}`,
+      `Host: x\r\nAuthorization: Bearer ${secret}\r\nIdempotency-Key: k1\r\nidempotency-key: k1`,
     ]) {
       const response = await rawExchange(port, [`GET /v1/pets HTTP/1.1\r\n${headers}\r\nConnection: close\r\n\r\n`])
       assert.match(response, /^HTTP\/1.1 400 /, headers)
-      assert.match(response, /"code":"bad_request","message":"The (Host|Authorization) header must be sent once."/)
+      assert.match(
+        response,
+        /"code":"bad_request","message":"The (Host|Authorization|Idempotency-Key) header must be sent once."/,
+      )
     }
   })
 
