@@ -56,8 +56,9 @@ const KEY_COLUMNS = `id, account_id AS accountId, name, prefix, created_at AS cr
   revoked_at AS revokedAt, last_used_at AS lastUsedAt`
 const MESSAGE_COLUMNS = 'id, body AS message, status, created_at AS createdAt'
 
-// SQLITE_BUSY, _LOCKED, _IOERR, _FULL, _CANTOPEN: the database cannot serve now, rather than "this write is wrong".
-const UNAVAILABLE_RESULT_CODES = new Set([5, 6, 10, 13, 14])
+// SQLITE_BUSY, _LOCKED, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB: the database cannot serve
+// (now, or until an operator restores it), rather than "this request is wrong".
+const UNAVAILABLE_RESULT_CODES = new Set([5, 6, 10, 11, 13, 14, 26])
 
 function translate(error: unknown): unknown {
   const { code, errcode } = (error ?? {}) as { code?: string; errcode?: number }
@@ -77,7 +78,6 @@ function read<T>(run: () => T): Promise<T> {
   }
 }
 
-/** `sqlite:data/x.db`, `sqlite:/abs/x.db` or `sqlite:///abs/x.db` → the file path. */
 /**
  * SQLite's own words ("unable to open database file", "attempt to write a readonly database") say
  * neither which file nor why: name the file, and the likely cause when its folder is read-only.
@@ -113,6 +113,7 @@ function makeFolders(dir: string): void {
   }
 }
 
+/** `sqlite:data/x.db`, `sqlite:/abs/x.db` or `sqlite:///abs/x.db` → the file path. */
 export function sqlitePath(url: string): string {
   const rest = url.replace(/^sqlite:/, '')
   return rest.startsWith('//') ? rest.slice(2) : rest

@@ -1,5 +1,15 @@
 import assert from 'node:assert/strict'
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs'
 import { Session } from 'node:inspector/promises'
 import { dirname, join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
@@ -119,6 +129,26 @@ describe('SQLite store: durability and migrations (point 11)', () => {
       SqliteStore.open('sqlite:/proc/animal-store-test/db.sqlite'),
       /^Error: \/proc\/animal-store-test\/db\.sqlite: ENOENT/,
     )
+  })
+
+  it('answers reads and writes of a corrupt file as unavailable (503), and says not ready once a write failed', async (t) => {
+    const path = join(tempDir(t), 'db.sqlite')
+    const store = await SqliteStore.open(`sqlite:${path}`)
+    await Promise.all(Array.from({ length: 2000 }, (_, i) => store.createPet({ name: `pet ${i}`, categoryId: 1 })))
+    await store.close()
+    const file = openSync(path, 'r+')
+    writeSync(file, Buffer.alloc(30 * 4096, 0xab), 0, 30 * 4096, 10 * 4096) // pages 11 to 40 of the pets
+    closeSync(file)
+    const damaged = await SqliteStore.open(`sqlite:${path}`)
+    t.after(() => damaged.close())
+    const walk = async () => {
+      for (let after: number | null | undefined; after !== null; ) {
+        after = (await damaged.listPets({ limit: 100, afterId: after ?? undefined })).nextAfterId
+      }
+    }
+    await assert.rejects(walk(), DatabaseUnavailableError)
+    await assert.rejects(damaged.createPet({ name: 'x', categoryId: 1 }), DatabaseUnavailableError)
+    await assert.rejects(damaged.ping(), DatabaseUnavailableError)
   })
 
   it('keeps every acknowledged write after the store is reopened', async (t) => {
