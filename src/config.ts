@@ -198,8 +198,8 @@ function invalid(name: keyof Env, value: string | undefined): string {
   return `Invalid configuration: ${name} must be ${description} (got ${JSON.stringify(withoutPassword(value))})`
 }
 
-/** A URL's password is not echoed into start-up errors (and from there into logs). */
-function withoutPassword(value: string | undefined): string | undefined {
+/** A URL's password is not echoed into start-up errors or logs. */
+export function withoutPassword(value: string | undefined): string | undefined {
   return value?.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:@/?#]*:)[^@/?#]*@/i, '$1***@')
 }
 

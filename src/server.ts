@@ -12,7 +12,7 @@ import { hostname } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import Fastify from 'fastify'
-import { type Config, ConfigError, LOG_LEVEL_VALUES, loadConfig } from './config.ts'
+import { type Config, ConfigError, LOG_LEVEL_VALUES, loadConfig, withoutPassword } from './config.ts'
 import { startDraining } from './drain.ts'
 import { bufferedLogStream } from './log-stream.ts'
 import { openStore } from './store/index.ts'
@@ -79,6 +79,8 @@ async function serve(config: Config): Promise<void> {
     if (stopping) return
     throw error
   }
+  // What this process serves, from its log alone (is a refused key from the other deployment?).
+  app.log.info({ deployment: config.deployment, database: withoutPassword(config.databaseUrl) }, 'serving')
   // Node writes its compile cache (NODE_COMPILE_CACHE, set by `npm start`) at exit; write it now,
   // so that a process that is later killed, not stopped, still leaves it for the next start.
   flushCompileCache()

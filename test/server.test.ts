@@ -233,6 +233,13 @@ async function sigtermWhileBodyArrives(t: TestContext, pet: { name: string; cate
 }
 
 describe('server: request ids and JSON logs', () => {
+  it('says what it serves once it listens: the deployment and the database', async (t) => {
+    const databaseUrl = newDatabase(t)
+    const server = await startLogging(t, { DATABASE_URL: databaseUrl, DEPLOYMENT: 'production' })
+    const serving = await server.waitForLog((l) => l.msg === 'serving')
+    assert.deepEqual([serving.deployment, serving.database], ['production', databaseUrl])
+  })
+
   it('logs JSON lines, one per request with a requestId, and returns that id in X-Request-Id', async (t) => {
     const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
     const response = await fetch(`${server.url}/healthz`)
