@@ -77,7 +77,7 @@ export function schemaErrorFormatter(errors: ErrorObject[], dataVar: string): Er
 const NAME_SHOWN = 64
 
 /** A name the client chose, as a message shows it: cut short if long, and visible if empty. */
-function shown(name: string): string {
+export function shown(name: string): string {
   if (name === '') return '""'
   return name.length > NAME_SHOWN ? `${name.slice(0, NAME_SHOWN).toWellFormed()}…` : name
 }

@@ -14,6 +14,7 @@ import type { FastifyInstance } from 'fastify'
 import type { Config } from '../config.ts'
 import { ApiError } from '../errors.ts'
 import { wellEncoded } from '../percent-encoding.ts'
+import { shown } from '../validation.ts'
 import { ownFile, serveAssets } from './assets.ts'
 import { createPortal } from './context.ts'
 import docs from './docs.ts'
@@ -27,11 +28,17 @@ import messages from './routes/messages.ts'
  * A form body (application/x-www-form-urlencoded). Bytes that are not UTF-8 would turn into U+FFFD
  * and be stored so; a bad escape would be stored as its literal text.
  */
-function parseForm(bytes: Buffer): Record<string, string | string[]> {
+function parseForm(bytes: Buffer): Record<string, string> {
   if (!isUtf8(bytes)) throw new ApiError('bad_request', 'The form is not valid UTF-8.')
   const text = bytes.toString()
   if (!wellEncoded(text)) throw new ApiError('bad_request', 'The form is not properly URL-encoded.')
-  return parseQuery(text) as Record<string, string | string[]>
+  const fields = parseQuery(text)
+  // Our forms name each field once: a field sent twice (even the CSRF token) is a malformed form.
+  for (const [name, value] of Object.entries(fields)) {
+    if (Array.isArray(value))
+      throw new ApiError('bad_request', `The form gives the field "${shown(name)}" more than once.`)
+  }
+  return fields as Record<string, string>
 }
 
 async function pages(app: FastifyInstance, { config }: { config: Config }): Promise<void> {

@@ -118,6 +118,24 @@ describe('Portal sign-up', () => {
     assert.equal(await app.store.findAccountByEmail('r1\ufffd@example.com'), null)
   })
 
+  it('refuses a form that gives a field twice with 400, the CSRF token included, and creates nothing', async (t) => {
+    const { app } = await build(t)
+    const browser = new FormBrowser(app)
+    const page = await browser.get('/portal/sign-up')
+    const csrf = encodeURIComponent(csrfOf(page.body, '/portal/sign-up'))
+    const password = encodeURIComponent(PASSWORD)
+    for (const [twice, email] of [
+      [`_csrf=${csrf}`, 'r2@example.com'],
+      ['email=r3@example.com', 'r3@example.com'],
+    ] as const) {
+      const body = `${twice}&_csrf=${csrf}&email=${email}&password=${password}&confirm=${password}`
+      const response = await browser.post('/portal/sign-up', body)
+      assert.equal(response.statusCode, 400, twice)
+      assert.match(response.body, /<h1>Something is wrong with this request<\/h1>/)
+      assert.equal(await app.store.findAccountByEmail(email), null)
+    }
+  })
+
   it(`accepts a password of exactly ${PASSWORD_MIN_LENGTH} characters, spaces and any script included`, async (t) => {
     const { app } = await build(t)
     const password = 'ça va très bien'
