@@ -198,9 +198,14 @@ function invalid(name: keyof Env, value: string | undefined): string {
   return `Invalid configuration: ${name} must be ${description} (got ${JSON.stringify(withoutPassword(value))})`
 }
 
-/** A URL's password is not echoed into start-up errors or logs. */
+/**
+ * A URL's passwords are not echoed into start-up errors or logs: the user information's (up to
+ * the last "@", as URL parsers read it) and the query parameters pg reads (`password`, `sslpassword`).
+ */
 export function withoutPassword(value: string | undefined): string | undefined {
-  return value?.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:@/?#]*:)[^@/?#]*@/i, '$1***@')
+  return value
+    ?.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:@/?#]*:)[^/?#]*@/i, '$1***@')
+    .replace(/([?&](?:ssl)?password=)[^&#]*/gi, '$1***')
 }
 
 /** TRUST_PROXY as Fastify takes it, or null when an address in the list is not one. */

@@ -22,7 +22,7 @@ export const ERRORS = {
   idempotency_conflict: [409, 'A request with this Idempotency-Key is still being processed; retry later.'],
   precondition_failed: [
     412,
-    'The If-Match or If-None-Match condition does not hold (this API sends no entity tags: only "*" can match).',
+    'The If-Match or If-None-Match condition does not hold (the API\'s answers carry no ETag: only "*" matches them).',
   ],
   payload_too_large: [413, 'The request body is too large.'],
   unsupported_media_type: [415, 'Send the body as application/json.'],

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { ConfigError, loadConfig } from '../src/config.ts'
+import { ConfigError, loadConfig, withoutPassword } from '../src/config.ts'
 
 describe('Configuration: read and validated once (point 9)', () => {
   it('has working defaults: 127.0.0.1:8080, SQLite under ./data, staging, /v1 servers', () => {
@@ -109,6 +109,18 @@ describe('Configuration: read and validated once (point 9)', () => {
     ['DATABASE_URL', 'sqlite:file:/tmp/x.db?mode=memory&cache=shared'],
     ['DATABASE_URL', 'sqlite://file::memory:?cache=shared'],
   ]
+  it("masks a URL's passwords, in the user information (up to its last @) and in pg's query parameters", () => {
+    for (const [url, masked] of [
+      ['postgres://app:s3cret@db:5432/x', 'postgres://app:***@db:5432/x'],
+      ['postgres://app:p@ss@db/x', 'postgres://app:***@db/x'],
+      ['postgres://app@db/x?password=s3cret&sslmode=require', 'postgres://app@db/x?password=***&sslmode=require'],
+      ['postgres://app@db/x?sslmode=require&SSLPASSWORD=s3cret', 'postgres://app@db/x?sslmode=require&SSLPASSWORD=***'],
+      ['sqlite:data/animal-store.db', 'sqlite:data/animal-store.db'],
+    ]) {
+      assert.equal(withoutPassword(url), masked)
+    }
+  })
+
   it("does not echo a URL's password in the error", () => {
     assert.throws(
       () => loadConfig({ DATABASE_URL: 'postgres://app:s3cret@db.internal:5432' }),

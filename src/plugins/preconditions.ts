@@ -1,34 +1,59 @@
 /**
- * Conditional requests (RFC 9110 §13). Our answers carry no validator (no ETag, no Last-Modified),
- * so an entity-tag condition depends only on whether the target resource has a current
- * representation: `If-Match: *` holds when it has one, and `If-Match` with entity tags never holds
- * (none can match); `If-None-Match: *` fails when it has one, and with entity tags always holds.
- * With no modification date, If-Modified-Since and If-Unmodified-Since are ignored (§13.1.3,
- * §13.1.4), and so is If-Range, as nothing serves ranges.
+ * Conditional requests (RFC 9110 §13.1.1, §13.1.2, §13.2). The API's answers carry no validator
+ * (no ETag, no Last-Modified); the portal's and the reference's static files carry an ETag. So a
+ * condition compares against the answer's ETag when it has one, and otherwise depends only on
+ * whether the target resource has a current representation: `If-Match: *` holds when it has one,
+ * `If-None-Match: *` fails when it has one, and listed entity tags match nothing. If-Match compares
+ * strongly (a weak tag never matches), If-None-Match weakly (§8.8.3.2). With no modification date,
+ * If-Modified-Since and If-Unmodified-Since are ignored (§13.1.3, §13.1.4), and so is If-Range.
  *
  * A failed condition is 412 precondition_failed, or 304 for If-None-Match on GET and HEAD
  * (§13.2.2). Conditions count only where the answer without them would be 2xx (§13.2.1): on GET
- * and HEAD they are judged on that answer, once it is ready; on other methods, after the checks
- * that come before the content (key, rate limit, media type), and before the body is validated or
- * anything is written. A target has a representation there when a GET route serves its path.
+ * and HEAD they are judged on that answer, once it is ready; on other methods, once the key and
+ * the rate limit have passed and before the content is read (preParsing), so a failed condition
+ * writes nothing. A target has a representation there when a GET route serves its path.
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError } from '../errors.ts'
 
 type Outcome = 'ok' | 'failed' | 'not_modified'
 
-/** `*`, or else a list of entity tags (none of which can match ours, as we have none). */
-function isAny(field: string | string[]): boolean {
-  return (Array.isArray(field) ? field.join(',') : field).trim() === '*'
+/** A representation as a condition sees it: none, one without a validator (null), or its ETag. */
+type Current = { etag: string | null } | undefined
+
+const ENTITY_TAG = /\s*((?:W\/)?"[\x21\x23-\x7e\x80-\xff]*")\s*(?:,|$)/y
+
+/** `*`, or the entity tags of a field (anything malformed matches nothing). */
+function tags(field: string): '*' | string[] {
+  if (field.trim() === '*') return '*'
+  const found: string[] = []
+  ENTITY_TAG.lastIndex = 0
+  for (let match = ENTITY_TAG.exec(field); match; match = ENTITY_TAG.exec(field)) {
+    found.push(match[1] as string)
+    if (ENTITY_TAG.lastIndex >= field.length) break
+  }
+  return found
 }
 
+const opaque = (tag: string) => (tag.startsWith('W/') ? tag.slice(2) : tag)
+
 /** RFC 9110 §13.2.2, steps 1 and 3 (steps 2, 4 and 5 need dates or ranges we do not have). */
-function evaluate(request: FastifyRequest, hasRepresentation: boolean): Outcome {
+function evaluate(request: FastifyRequest, current: Current): Outcome {
   const { 'if-match': ifMatch, 'if-none-match': ifNoneMatch } = request.headers
-  if (ifMatch !== undefined && !(hasRepresentation && isAny(ifMatch))) return 'failed'
-  if (ifNoneMatch !== undefined && hasRepresentation && isAny(ifNoneMatch)) {
-    return request.method === 'GET' || request.method === 'HEAD' ? 'not_modified' : 'failed'
+  if (ifMatch !== undefined) {
+    const wanted = tags(ifMatch)
+    const etag = current?.etag
+    const holds =
+      current !== undefined &&
+      (wanted === '*' || (typeof etag === 'string' && !etag.startsWith('W/') && wanted.includes(etag)))
+    if (!holds) return 'failed'
+  }
+  if (ifNoneMatch !== undefined && current !== undefined) {
+    const unwanted = tags(ifNoneMatch)
+    const etag = current.etag
+    const matches = unwanted === '*' || (etag !== null && unwanted.some((tag) => opaque(tag) === opaque(etag)))
+    if (matches) return request.method === 'GET' || request.method === 'HEAD' ? 'not_modified' : 'failed'
   }
   return 'ok'
 }
@@ -37,16 +62,24 @@ function conditional(request: FastifyRequest): boolean {
   return request.headers['if-match'] !== undefined || request.headers['if-none-match'] !== undefined
 }
 
+function isRead(request: FastifyRequest): boolean {
+  return request.method === 'GET' || request.method === 'HEAD'
+}
+
 export default fp(
   async (app: FastifyInstance) => {
     // GET and HEAD: a 2xx answer is the current representation.
     app.addHook('onSend', (request, reply, payload, done) => {
-      const read = request.method === 'GET' || request.method === 'HEAD'
-      if (!read || !conditional(request) || reply.statusCode < 200 || reply.statusCode > 299) {
+      if (!isRead(request) || !conditional(request) || reply.statusCode < 200 || reply.statusCode > 299) {
         return done(null, payload)
       }
-      const outcome = evaluate(request, true)
-      if (outcome === 'failed') return done(new ApiError('precondition_failed'))
+      const etag = reply.getHeader('etag')
+      const outcome = evaluate(request, { etag: typeof etag === 'string' ? etag : null })
+      if (outcome === 'failed') {
+        // What described the 200 does not describe this error (a page's next link).
+        reply.removeHeader('link').removeHeader('etag')
+        return done(new ApiError('precondition_failed'))
+      }
       if (outcome === 'not_modified') {
         // A 304 has no content, nor a Content-Type (RFC 9110 §15.4.5). On HEAD, Fastify's own
         // hook after this one sets Content-Length from the payload: that of the 200, as allowed (§8.6).
@@ -56,17 +89,18 @@ export default fp(
       done(null, payload)
     })
 
-    // Other methods: before the body is validated, so a failed condition is refused untouched.
+    // Other methods: before the content is read, so a failed condition is refused untouched.
     const readable = new Map<string, boolean>()
-    app.addHook('preValidation', (request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction) => {
-      if (request.method === 'GET' || request.method === 'HEAD' || !conditional(request)) return done()
+    app.addHook('preParsing', (request: FastifyRequest, _reply: FastifyReply, payload, done) => {
+      if (isRead(request) || !conditional(request)) return done(null, payload)
       const path = request.routeOptions.url ?? ''
       let exists = readable.get(path)
       if (exists === undefined) {
         exists = app.hasRoute({ method: 'GET', url: path })
         readable.set(path, exists)
       }
-      done(evaluate(request, exists) === 'ok' ? undefined : new ApiError('precondition_failed'))
+      const outcome = evaluate(request, exists ? { etag: null } : undefined)
+      done(outcome === 'ok' ? null : new ApiError('precondition_failed'), payload)
     })
   },
   { name: 'preconditions' },

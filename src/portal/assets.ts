@@ -44,8 +44,8 @@ export function serveAssets(app: FastifyInstance, files: Record<string, string |
     async (request, reply) => {
       const asset = assets.get((request.params as { name: string }).name)
       if (!asset) return reply.callNotFound()
+      // A revalidation (If-None-Match) is answered 304 by src/plugins/preconditions.ts.
       reply.header('cache-control', 'no-cache').header('etag', asset.etag)
-      if (request.headers['if-none-match'] === asset.etag) return reply.code(304).send()
       return reply.type(asset.type).send(asset.body)
     },
   )

@@ -32,9 +32,10 @@ export function htmlErrors(app: FastifyInstance, portal: Portal): void {
   // policy and its framing, sniffing, referrer and caching headers.
   for (const prefix of ['/portal/', '/docs/']) {
     answerUnrouted(app.server, prefix, (error, request, reply) => {
-      const status = toApiError(error).statusCode
+      const sent = toApiError(error)
+      const status = sent.statusCode
       const [title, text] = pageFor(status)
-      request.log.info({ status }, 'portal request refused')
+      logError(error, sent, request, 'portal request')
       const page = errorPage({ email: null, csrf: '' }, title, text)
       reply
         .code(status)

@@ -431,7 +431,8 @@ export class PostgresStore implements Store {
     try {
       await client.query('BEGIN')
       const { rows: where } = await client.query(`SELECT current_schema() AS schema, current_database() AS database,
-        current_setting('search_path') AS "searchPath", to_regclass('schema_migrations') IS NOT NULL AS "setUp"`)
+        current_setting('search_path') AS "searchPath",
+        current_schema() IS NOT NULL AND to_regclass(quote_ident(current_schema()) || '.schema_migrations') IS NOT NULL AS "setUp"`)
       const { schema, database, searchPath, setUp } = where[0]
       // PostgreSQL's own words for this ("no schema has been selected to create in") name no schema.
       if (schema === null) {

@@ -4,7 +4,8 @@ import { bearer, build, errorBody, type TestApp } from '../helper.ts'
 
 const PRECONDITION_FAILED = {
   code: 'precondition_failed',
-  message: 'The If-Match or If-None-Match condition does not hold (this API sends no entity tags: only "*" can match).',
+  message:
+    'The If-Match or If-None-Match condition does not hold (the API\'s answers carry no ETag: only "*" matches them).',
   status: 412,
 }
 
@@ -38,6 +39,30 @@ describe('Conditional requests (RFC 9110 §13): no validators, conditions still 
         assert.equal(any.statusCode, 200, `${method} ${url} *`)
       }
     }
+    // What described the 200 is not sent with the 412: no next-page link.
+    const page = await test.app.inject({ url: '/v1/pets?limit=1', headers: { ...bearer(secret), 'if-match': '"a"' } })
+    assert.equal(page.statusCode, 412)
+    assert.equal(page.headers.link, undefined)
+  })
+
+  it('files that have an ETag: If-Match compares it strongly, If-None-Match weakly, in lists', async (t) => {
+    const { test } = await setup(t)
+    for (const url of ['/portal/assets/portal.css', '/docs/assets/docs.js']) {
+      const plain = await test.app.inject({ url })
+      const etag = String(plain.headers.etag)
+      assert.match(etag, /^"[\w-]+"$/, url)
+      const status = async (headers: Record<string, string>, method: 'GET' | 'HEAD' = 'GET') =>
+        (await test.app.inject({ method, url, headers })).statusCode
+      assert.equal(await status({ 'if-match': etag }), 200, url)
+      assert.equal(await status({ 'if-match': `"x", ${etag}` }), 200, url)
+      assert.equal(await status({ 'if-match': `W/${etag}` }), 412, url)
+      assert.equal(await status({ 'if-match': '"x"' }), 412, url)
+      assert.equal(await status({ 'if-none-match': etag }), 304, url)
+      assert.equal(await status({ 'if-none-match': etag }, 'HEAD'), 304, url)
+      assert.equal(await status({ 'if-none-match': `W/${etag}` }), 304, url)
+      assert.equal(await status({ 'if-none-match': `"x", ${etag}` }), 304, url)
+      assert.equal(await status({ 'if-none-match': '"x"' }), 200, url)
+    }
   })
 
   it('GET and HEAD: If-None-Match: * is 304 with no content; entity tags never match, so the answer is 200', async (t) => {
@@ -70,14 +95,20 @@ describe('Conditional requests (RFC 9110 §13): no validators, conditions still 
     for (const [condition, payload] of [
       [{ 'if-match': '"abc"' }, { name: 'Max', categoryId: 1 }],
       [{ 'if-none-match': '*' }, { name: 'Max', categoryId: 1 }],
-      // Conditions come before the content is judged.
+      // Conditions come before the content is read or judged.
       [{ 'if-match': '"abc"' }, { name: '' }],
+      [{ 'if-match': '"abc"' }, '{"name": "Max", "categ'],
     ] as const) {
       const response = await test.app.inject({
         method: 'POST',
         url: '/v1/pets',
-        headers: { ...bearer(secret), ...condition, 'idempotency-key': `k-${Object.values(condition)[0]}` },
-        payload,
+        headers: {
+          ...bearer(secret),
+          ...condition,
+          'content-type': 'application/json',
+          'idempotency-key': `k-${Object.values(condition)[0]}`,
+        },
+        payload: typeof payload === 'string' ? payload : JSON.stringify(payload),
       })
       assert.equal(response.statusCode, 412, JSON.stringify(condition))
       assert.deepEqual(errorBody(response), PRECONDITION_FAILED)

@@ -38,6 +38,19 @@ describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () 
       await postgres(`SELECT table_name FROM information_schema.tables WHERE table_schema = '${schemaOf(url)}'`),
       [],
     )
+    // Tables in a later schema of the search_path are not this one's: migrating would put them here.
+    const other = await testDatabaseUrl(t)
+    await open(t, other)
+    const both = new URL(url)
+    both.searchParams.set('options', `-c search_path=${schemaOf(url)},${schemaOf(other)}`)
+    await assert.rejects(
+      PostgresStore.open({ databaseUrl: both.toString(), poolSize: 2, timeoutMs: 2000, existing: true }),
+      DatabaseNotSetUpError,
+    )
+    assert.deepEqual(
+      await postgres(`SELECT table_name FROM information_schema.tables WHERE table_schema = '${schemaOf(url)}'`),
+      [],
+    )
     // Once set up, it opens.
     await open(t, url)
     const again = await PostgresStore.open({ databaseUrl: url, poolSize: 2, timeoutMs: 2000, existing: true })
