@@ -40,6 +40,16 @@ describe('Conditional requests (RFC 9110 §13): no validators, conditions still 
       }
     }
     // What described the 200 is not sent with the 412: no next-page link.
+    await test.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers: bearer(secret),
+      payload: { name: 'Max', categoryId: 1 },
+    })
+    assert.match(
+      String((await test.app.inject({ url: '/v1/pets?limit=1', headers: bearer(secret) })).headers.link),
+      /next/,
+    )
     const page = await test.app.inject({ url: '/v1/pets?limit=1', headers: { ...bearer(secret), 'if-match': '"a"' } })
     assert.equal(page.statusCode, 412)
     assert.equal(page.headers.link, undefined)
