@@ -111,6 +111,21 @@ export async function build(
 
 export const bearer = (secret: string) => ({ authorization: `Bearer ${secret}` })
 
+/**
+ * The log lines of `response`'s request show a database outage as the README says: one
+ * `database unavailable` line at warn, without a stack, and nothing at error. Returns that line.
+ */
+export function loggedAsOutage(logs: Record<string, unknown>[], response: LightMyRequestResponse) {
+  const logged = logs.filter((line) => line.requestId === response.headers['x-request-id'])
+  const warning = logged.find((line) => line.msg === 'database unavailable')
+  if (warning?.level !== 40 || warning.err !== undefined) {
+    throw new Error(`no warn line 'database unavailable' without a stack: ${JSON.stringify(logged)}`)
+  }
+  const errors = logged.filter((line) => Number(line.level) >= 50)
+  if (errors.length > 0) throw new Error(`logged at error: ${JSON.stringify(errors)}`)
+  return warning
+}
+
 /** The Error object of the spec, exactly: `{code, message, status}` with status equal to the HTTP status. */
 export function errorBody(response: LightMyRequestResponse): { code: string; message: string; status: number } {
   const type = response.headers['content-type']

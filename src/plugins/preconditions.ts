@@ -31,7 +31,6 @@ function tags(field: string): '*' | string[] {
   ENTITY_TAG.lastIndex = 0
   for (let match = ENTITY_TAG.exec(field); match; match = ENTITY_TAG.exec(field)) {
     found.push(match[1] as string)
-    if (ENTITY_TAG.lastIndex >= field.length) break
   }
   return found
 }

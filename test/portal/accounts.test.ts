@@ -8,7 +8,7 @@ import { describe, it } from 'node:test'
 import { PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH } from '../../src/accounts.ts'
 import { SIGN_IN_PER_ADDRESS, SIGN_IN_PER_EMAIL } from '../../src/portal/limits.ts'
 import { SESSION_LIFETIME_MS } from '../../src/portal/session.ts'
-import { build } from '../helper.ts'
+import { build, loggedAsOutage } from '../helper.ts'
 import { csrfOf, FormBrowser, heading, newEmail, PASSWORD } from './browser.ts'
 
 describe('Portal sign-up', () => {
@@ -42,15 +42,7 @@ describe('Portal sign-up', () => {
     })
     assert.equal(response.statusCode, 503)
     assert.equal(response.headers['retry-after'], '5')
-    const logged = logs.filter((line) => line.requestId === response.headers['x-request-id'])
-    assert.ok(
-      logged.some((line) => line.msg === 'database unavailable' && line.level === 40),
-      JSON.stringify(logged),
-    )
-    assert.deepEqual(
-      logged.filter((line) => Number(line.level) >= 50),
-      [],
-    )
+    loggedAsOutage(logs, response)
   })
 
   it('refuses an email that is taken, whatever its case, and keeps the first account', async (t) => {
