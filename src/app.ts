@@ -14,6 +14,7 @@ import { onDraining } from './drain.ts'
 import { ApiError } from './errors.ts'
 import { malformedOrigin, setTargetScheme } from './host.ts'
 import { wellEncoded } from './percent-encoding.ts'
+import { limitPipelining } from './pipelining.ts'
 import auth from './plugins/auth.ts'
 import errors, {
   clientErrorHandler,
@@ -191,6 +192,8 @@ export default async function animalStore(fastify: FastifyInstance, { config }: 
   // They are answered, in order, and the connection closes after the last answer. A close in the
   // middle of a body is still a 400 (clientErrorHandler). `httpAllowHalfOpen` is Node's own switch.
   ;(app.server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true
+  // A connection's pipelined requests are served only so far ahead of what its client has read.
+  limitPipelining(app.server)
 
   // Once the shutdown has begun, every answer closes its connection (src/drain.ts).
   let draining = false
