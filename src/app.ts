@@ -172,7 +172,14 @@ export function serverOptions(
     requestTimeout: config.requestTimeoutMs,
     // Node checks these timeouts every connectionsCheckingInterval (30 s by default): check every second.
     // Node's own "no Host" reply has no body: the onRequest hook below sends the Error instead.
-    http: { headersTimeout: config.headersTimeoutMs, connectionsCheckingInterval: 1000, requireHostHeader: false },
+    // A request with neither Content-Length nor Transfer-Encoding has no body: Node then skips the
+    // body stream's events ('end', 'close'), which no route of ours waits for.
+    http: {
+      headersTimeout: config.headersTimeoutMs,
+      connectionsCheckingInterval: 1000,
+      requireHostHeader: false,
+      optimizeEmptyRequests: true,
+    },
     return503OnClosing: false,
     routerOptions: { maxParamLength: 500 },
     schemaErrorFormatter,
