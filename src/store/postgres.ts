@@ -133,8 +133,14 @@ type Run = <T>(name: Statement, values: unknown[]) => Promise<T[]>
 export class PostgresStore implements Store {
   #pool: Pool
   #closing: Promise<void> | null = null
-  /** Statements under way, so that close() lets them finish. */
-  #inflight = new Set<Promise<unknown>>()
+  /**
+   * How many statements are under way, so that close() lets them finish (it waits for `#drained`).
+   * A count, not a Set of their promises: a Set kept for the process's life makes the young
+   * collector keep and promote every settled promise its old tables still point at, and all the
+   * request state those promises hold (decision 64).
+   */
+  #inflight = 0
+  #drained: (() => void) | null = null
 
   private constructor(pool: Pool) {
     this.#pool = pool
@@ -189,7 +195,10 @@ export class PostgresStore implements Store {
   }
 
   close(): Promise<void> {
-    this.#closing ??= Promise.allSettled(this.#inflight).then(() => this.#pool.end())
+    this.#closing ??= (async () => {
+      if (this.#inflight > 0) await new Promise<void>((resolve) => (this.#drained = resolve))
+      await this.#pool.end()
+    })()
     return this.#closing
   }
 
@@ -340,8 +349,10 @@ export class PostgresStore implements Store {
   #track<T>(work: () => Promise<T>): Promise<T> {
     if (this.#closing) return Promise.reject(new DatabaseUnavailableError('The store is closed'))
     const promise = work()
-    this.#inflight.add(promise)
-    return promise.finally(() => this.#inflight.delete(promise))
+    this.#inflight++
+    return promise.finally(() => {
+      if (--this.#inflight === 0) this.#drained?.()
+    })
   }
 
   /**
