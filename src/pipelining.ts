@@ -5,16 +5,26 @@
  * and serves every request at once, holding each answer until the ones before it are written. A
  * client that pipelines thousands of requests and never reads made us hold them all (200 such
  * connections: 1.1 GB, and /healthz took 10 s). So at most PIPELINE_DEPTH requests of a connection
- * wait behind an answer not yet written. At the next one we stop reading the connection, serve
- * none of what follows, and close it after the last answer under way (which says
- * `Connection: close`): a pipelining client retries the unanswered requests on a new connection
- * (RFC 9112 §9.3.2), and a client that does not read ends at the connection timeout.
+ * wait behind an answer not yet written. From the next one on, nothing more of the connection is
+ * served, and it is closed after the last answer under way (which says `Connection: close` when
+ * still possible): a pipelining client retries the unanswered requests on a new connection
+ * (RFC 9112 §9.3.2).
+ *
+ * The close lingers (RFC 9112 §9.6): the server ends its side, goes on reading what the client
+ * still sends, and lets the connection go when the client ends its side, or after LINGER_MS. Closed
+ * at once, with requests unread, the kernel would reset the connection, and the client would lose
+ * answers it had not read yet. What is read meanwhile is still turned into requests by Node, and
+ * thrown away: past DROPPED_LIMIT of them the connection is no longer read at all.
  */
 import type { RequestListener, Server, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 
 /** More than any pipelining client uses (browsers do not pipeline; benchmarks use 16). */
 export const PIPELINE_DEPTH = 64
+/** Requests thrown away before the connection is no longer read. */
+export const DROPPED_LIMIT = 256
+/** How long a closing connection waits for its client to end its side. */
+export const LINGER_MS = 2000
 
 interface Pipeline {
   /** Requests whose answers wait behind another one not yet written. */
@@ -23,6 +33,8 @@ interface Pipeline {
   last: ServerResponse | null
   /** The limit was passed: nothing more of this connection is served. */
   closing: boolean
+  /** Requests thrown away since. */
+  dropped: number
 }
 
 const PIPELINE = Symbol('pipeline')
@@ -39,9 +51,12 @@ export function limitPipelining(server: Server, depth = PIPELINE_DEPTH): void {
     const socket = request.socket as PipelinedSocket
     // The usual case: no answer is under way on this connection, and it was never over the limit.
     if (response.socket !== null && socket[PIPELINE] === undefined) return serve(request, response)
-    socket[PIPELINE] ??= { waiting: 0, last: null, closing: false }
+    socket[PIPELINE] ??= { waiting: 0, last: null, closing: false, dropped: 0 }
     const pipeline = socket[PIPELINE]
-    if (pipeline.closing) return
+    if (pipeline.closing) {
+      if (++pipeline.dropped === DROPPED_LIMIT) stopReading(socket)
+      return
+    }
     if (response.socket === null) {
       if (pipeline.waiting >= depth) return close(socket, pipeline)
       pipeline.waiting++
@@ -52,17 +67,39 @@ export function limitPipelining(server: Server, depth = PIPELINE_DEPTH): void {
   })
 }
 
-/** Stops reading the connection, and ends it after the last answer under way. */
+/** Serves nothing more of the connection, and closes it after the last answer under way. */
 function close(socket: Socket, pipeline: Pipeline): void {
   pipeline.closing = true
-  socket.pause()
+  pipeline.dropped = 1
+  // Node closes a connection after an answer that says `Connection: close` with destroySoon():
+  // this one lingers instead.
+  socket.destroySoon = () => linger(socket)
   const last = pipeline.last
-  if (last === null || last.writableFinished) {
-    socket.end()
-  } else if (!last.headersSent) {
-    // Node then writes `Connection: close` and ends the connection after this answer.
-    last.shouldKeepAlive = false
-  } else {
-    last.once('finish', () => socket.end())
-  }
+  if (last !== null && !last.headersSent) last.shouldKeepAlive = false
+  else if (last === null || last.writableFinished) linger(socket)
+  else last.once('finish', () => linger(socket))
+}
+
+/** Ends our side, and lets the connection go once the client ends its own, or after LINGER_MS. */
+function linger(socket: Socket): void {
+  if (socket.destroyed) return
+  socket.end()
+  const timer = setTimeout(() => socket.destroy(), LINGER_MS).unref()
+  socket.once('end', () => socket.destroy())
+  socket.once('close', () => clearTimeout(timer))
+}
+
+/** Reads nothing more of the connection: Node resumes reading by itself (as requests start, as answers finish). */
+function stopReading(socket: Socket): void {
+  socket.pause()
+  socket.resume = () => socket
+}
+
+/**
+ * The last answer served on a connection that has pipelined, finished or not (null for one that
+ * never has: its only answer is Node's `_httpMessage`). Answers go in order, so once it is
+ * written all are: the client error handler sends its refusal after it.
+ */
+export function lastAnswer(socket: Socket): ServerResponse | null {
+  return (socket as PipelinedSocket)[PIPELINE]?.last ?? null
 }

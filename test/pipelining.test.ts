@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict'
-import { describe, it } from 'node:test'
-import { PIPELINE_DEPTH } from '../src/pipelining.ts'
+import { connect } from 'node:net'
+import { describe, it, type TestContext } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { DROPPED_LIMIT, LINGER_MS, PIPELINE_DEPTH } from '../src/pipelining.ts'
 import { build, DATABASE, rawExchange } from './helper.ts'
 
 /** `count` requests for /healthz, numbered by their X-Request-Id (r1, r2…), as one write. */
@@ -58,5 +60,88 @@ describe(`Pipelining (${DATABASE})`, () => {
     assert.equal(got.at(-1)?.closes, true, 'the last answer says Connection: close')
     // The server is unharmed: a new connection is served.
     assert.equal((await fetch(`http://127.0.0.1:${port}/healthz`)).status, 200)
+  })
+
+  /** A client that keeps its side open, so that only the server can end the connection. */
+  async function openClient(port: number) {
+    const socket = connect({ port, host: '127.0.0.1', allowHalfOpen: true })
+    const client = { socket, received: '', ended: '' }
+    socket.on('data', (data) => {
+      client.received += data
+    })
+    socket.on('end', () => {
+      client.ended ||= 'end'
+    })
+    socket.on('error', (error) => {
+      client.ended ||= String(error)
+    })
+    await new Promise((resolve) => socket.on('connect', resolve))
+    return client
+  }
+
+  /** An app with a route whose answer takes 400 ms, counting the requests Node parses, served or not. */
+  async function slowApp(t: TestContext) {
+    const parsed = { count: 0 }
+    const test = await build(
+      t,
+      {},
+      {
+        setup: (app) => {
+          app.get('/slow', async () => {
+            await sleep(400)
+            return { ok: true }
+          })
+          app.server.on('request', () => parsed.count++)
+        },
+      },
+    )
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const connections = () =>
+      new Promise<number>((resolve) => test.app.server.getConnections((_, count) => resolve(count)))
+    return { port, parsed, connections }
+  }
+
+  it('past that, when the answers under way are slow, closes after them without a reset, and lets the connection go', async (t) => {
+    const { port, connections } = await slowApp(t)
+    const client = await openClient(port)
+    // A slow request and PIPELINE_DEPTH behind it; the next ones, in later reads, pass the limit.
+    client.socket.write(`GET /slow HTTP/1.1\r\nHost: x\r\n\r\n${burst(PIPELINE_DEPTH, 2)}`)
+    await sleep(50)
+    client.socket.write(burst(100, PIPELINE_DEPTH + 2))
+    await sleep(800)
+    // Every answer under way arrived, then the server's end of the connection, not a reset.
+    assert.equal(client.ended, 'end')
+    assert.equal(answers(client.received).length, PIPELINE_DEPTH + 1)
+    assert.equal(await connections(), 1, 'lingering: the client has not ended its side')
+    await sleep(LINGER_MS)
+    assert.equal(await connections(), 0, 'the connection is let go after LINGER_MS')
+    client.socket.destroy()
+  })
+
+  it(`reads nothing more of a connection that sends over ${DROPPED_LIMIT} requests past the limit`, async (t) => {
+    const { port, parsed } = await slowApp(t)
+    const client = await openClient(port)
+    client.socket.write(`GET /slow HTTP/1.1\r\nHost: x\r\n\r\n${burst(PIPELINE_DEPTH + 1, 2)}`)
+    for (let i = 0; i < 10; i++) {
+      await sleep(20)
+      client.socket.write(burst(500, 1000 + i * 500))
+    }
+    await sleep(600)
+    // Node parses the rest of the read that passes DROPPED_LIMIT (up to 64 KiB), and then no more.
+    assert.ok(parsed.count < 2500, `the server parsed ${parsed.count} of 5,066 requests: it went on reading`)
+    client.socket.destroy()
+  })
+
+  it('answers a malformed request after the pipelined ones before it, in order', async (t) => {
+    const test = await build(t)
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const port = (test.app.server.address() as { port: number }).port
+    const received = await rawExchange(port, [`${burst(3)}GARBAGE\r\n\r\n`], 0, { halfClose: true })
+    const got = answers(received)
+    assert.deepEqual(
+      got.map(({ status, id }) => (status === 200 ? `${status} ${id}` : `${status}`)),
+      ['200 r1', '200 r2', '200 r3', '400'],
+    )
   })
 })

@@ -11,6 +11,7 @@ import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest, 
 import fp from 'fastify-plugin'
 import { redactApiKeys } from '../api-keys.ts'
 import { ApiError, ERRORS, type ErrorCode, toApiError, toErrorBody } from '../errors.ts'
+import { lastAnswer } from '../pipelining.ts'
 import { DatabaseUnavailableError } from '../store/types.ts'
 import { OPENAPI_PATH } from './openapi.ts'
 import { BODY_FAILED, type BodyRequest, hasBody, REFUSE_BODY } from './request-body.ts'
@@ -71,7 +72,9 @@ export function clientErrorHandler(this: FastifyInstance, error: Error & { code?
     socket.destroy()
     return
   }
-  const pending = responseOn(socket)
+  // The answer of the last request read: with pipelining, others may be waiting behind the one
+  // being written, and the refusal must come after all of them.
+  const pending = lastAnswer(socket) ?? responseOn(socket)
   const request = pending?.req as BodyRequest | undefined
   // The body of the request being answered went wrong (a bad chunk, the client closed its side
   // halfway, the deadline): no more of this connection can be read. That request is answered by its

@@ -14,6 +14,7 @@
  */
 import { isUtf8 } from 'node:buffer'
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http'
+import { Readable } from 'node:stream'
 import type { preParsingHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError } from '../errors.ts'
@@ -64,7 +65,10 @@ export default fp(
       const headers = request.headers
       const refused = encodingError(headers)
       if (refused) return done(refused)
-      if (!hasBody(headers)) return done(null, payload)
+      // Neither Content-Length nor Transfer-Encoding: no body (RFC 9112 §6.3). Node has ended such a
+      // request's stream without a word (optimizeEmptyRequests, decision 63), and a parser that read
+      // it would wait for its 'end' forever: it reads an empty stream instead.
+      if (!hasBody(headers)) return done(null, Readable.from([]))
       const refuse = (error: ApiError) => {
         if (request.raw.complete || reply.sent) return false
         reply.header('connection', 'close').send(error)

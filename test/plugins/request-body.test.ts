@@ -107,6 +107,29 @@ describe('Request bodies: JSON in UTF-8, taken as sent (point 2)', () => {
   })
 })
 
+describe('Requests without a body (point 2)', () => {
+  it('are answered when they name a Content-Type, though Node ends their stream without an event', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    // What `curl -X POST -H 'Content-Type: …' URL` sends: no Content-Length, no Transfer-Encoding.
+    for (const [head, status] of [
+      [
+        `POST /v1/pets HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\n\r\n`,
+        400,
+      ],
+      ['POST /portal/sign-up HTTP/1.1\r\nHost: a\r\nContent-Type: application/x-www-form-urlencoded\r\n\r\n', 403],
+    ] as const) {
+      const answer = await Promise.race([
+        rawExchange(port, [head], 0, { halfClose: true }),
+        new Promise<string>((resolve) => setTimeout(() => resolve('(no answer within 3 s)'), 3000)),
+      ])
+      assert.match(answer, new RegExp(`^HTTP/1.1 ${status} `), head.slice(0, head.indexOf('\r\n')))
+    }
+  })
+})
+
 describe('Bodies nobody reads are not drained (point 2)', () => {
   /** What the server answered, and whether it closed the connection within `waitMs`. */
   function exchange(port: number, head: string, waitMs = 3000): Promise<{ answer: string; closed: boolean }> {
