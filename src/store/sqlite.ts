@@ -492,6 +492,9 @@ export class SqliteStore implements Store {
     if (sent.answered === sent.writes.length) {
       this.#oldest = sent.next
       if (this.#oldest === null) this.#newest = null
+      // A message that waited long may be in the old generation by now: let it hold nothing.
+      sent.next = null
+      sent.writes = NO_WRITES
     }
     return waiting
   }
@@ -510,6 +513,8 @@ export class SqliteStore implements Store {
     this.#drained?.()
   }
 }
+
+const NO_WRITES: Waiting[] = []
 
 /** A write waiting for its commit. */
 interface Waiting {
