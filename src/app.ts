@@ -173,7 +173,8 @@ export function serverOptions(
     // Node checks these timeouts every connectionsCheckingInterval (30 s by default): check every second.
     // Node's own "no Host" reply has no body: the onRequest hook below sends the Error instead.
     // A request with neither Content-Length nor Transfer-Encoding has no body: Node then skips the
-    // body stream's events ('end', 'close'), which no route of ours waits for.
+    // body stream's events ('end', 'close'). Routes that take a body read an empty stream instead
+    // (src/plugins/request-body.ts; decision 63).
     http: {
       headersTimeout: config.headersTimeoutMs,
       connectionsCheckingInterval: 1000,

@@ -42,7 +42,7 @@ const PIPELINE = Symbol('pipeline')
 type PipelinedSocket = Socket & { [PIPELINE]?: Pipeline }
 
 /** Puts the bound in front of the server's request listener (Fastify's). */
-export function limitPipelining(server: Server, depth = PIPELINE_DEPTH): void {
+export function limitPipelining(server: Server): void {
   const listeners = server.listeners('request') as RequestListener[]
   if (listeners.length !== 1) throw new Error(`limitPipelining expects one request listener, found ${listeners.length}`)
   const serve = listeners[0] as RequestListener
@@ -58,7 +58,7 @@ export function limitPipelining(server: Server, depth = PIPELINE_DEPTH): void {
       return
     }
     if (response.socket === null) {
-      if (pipeline.waiting >= depth) return close(socket, pipeline)
+      if (pipeline.waiting >= PIPELINE_DEPTH) return close(socket, pipeline)
       pipeline.waiting++
       response.once('finish', () => pipeline.waiting--)
     }

@@ -24,11 +24,36 @@ function answers(received: string) {
     }))
 }
 
+/**
+ * The app on a real port. With `slow`, it also has GET /slow, answered after 400 ms, and counts
+ * the requests Node parses, served or not.
+ */
+async function listening(t: TestContext, { slow = false } = {}) {
+  const parsed = { count: 0 }
+  const test = await build(
+    t,
+    {},
+    {
+      setup: (app) => {
+        if (!slow) return
+        app.get('/slow', async () => {
+          await sleep(400)
+          return { ok: true }
+        })
+        app.server.on('request', () => parsed.count++)
+      },
+    },
+  )
+  await test.app.listen({ port: 0, host: '127.0.0.1' })
+  const { port } = test.app.server.address() as { port: number }
+  const connections = () =>
+    new Promise<number>((resolve) => test.app.server.getConnections((_, count) => resolve(count)))
+  return { port, parsed, connections }
+}
+
 describe(`Pipelining (${DATABASE})`, () => {
   it(`serves ${PIPELINE_DEPTH} requests waiting behind an answer, in order, and keeps the connection`, async (t) => {
-    const test = await build(t)
-    await test.app.listen({ port: 0, host: '127.0.0.1' })
-    const port = (test.app.server.address() as { port: number }).port
+    const { port } = await listening(t)
     // The first is answered at once, the other PIPELINE_DEPTH wait; then one more, sent later on the same connection.
     const received = await rawExchange(port, [burst(PIPELINE_DEPTH + 1), burst(1, PIPELINE_DEPTH + 2)], 300, {
       halfClose: true,
@@ -46,9 +71,7 @@ describe(`Pipelining (${DATABASE})`, () => {
   })
 
   it('past that, serves none of the rest and closes the connection after the answers under way', async (t) => {
-    const test = await build(t)
-    await test.app.listen({ port: 0, host: '127.0.0.1' })
-    const port = (test.app.server.address() as { port: number }).port
+    const { port } = await listening(t)
     // Ends its side after writing, so that a server serving all 100 would close too, not hang the test.
     const received = await rawExchange(port, [burst(100)], 0, { halfClose: true })
     const got = answers(received)
@@ -79,31 +102,8 @@ describe(`Pipelining (${DATABASE})`, () => {
     return client
   }
 
-  /** An app with a route whose answer takes 400 ms, counting the requests Node parses, served or not. */
-  async function slowApp(t: TestContext) {
-    const parsed = { count: 0 }
-    const test = await build(
-      t,
-      {},
-      {
-        setup: (app) => {
-          app.get('/slow', async () => {
-            await sleep(400)
-            return { ok: true }
-          })
-          app.server.on('request', () => parsed.count++)
-        },
-      },
-    )
-    await test.app.listen({ port: 0, host: '127.0.0.1' })
-    const { port } = test.app.server.address() as { port: number }
-    const connections = () =>
-      new Promise<number>((resolve) => test.app.server.getConnections((_, count) => resolve(count)))
-    return { port, parsed, connections }
-  }
-
   it('past that, when the answers under way are slow, closes after them without a reset, and lets the connection go', async (t) => {
-    const { port, connections } = await slowApp(t)
+    const { port, connections } = await listening(t, { slow: true })
     const client = await openClient(port)
     // A slow request and PIPELINE_DEPTH behind it; the next ones, in later reads, pass the limit.
     client.socket.write(`GET /slow HTTP/1.1\r\nHost: x\r\n\r\n${burst(PIPELINE_DEPTH, 2)}`)
@@ -120,7 +120,7 @@ describe(`Pipelining (${DATABASE})`, () => {
   })
 
   it(`reads nothing more of a connection that sends over ${DROPPED_LIMIT} requests past the limit`, async (t) => {
-    const { port, parsed } = await slowApp(t)
+    const { port, parsed } = await listening(t, { slow: true })
     const client = await openClient(port)
     client.socket.write(`GET /slow HTTP/1.1\r\nHost: x\r\n\r\n${burst(PIPELINE_DEPTH + 1, 2)}`)
     for (let i = 0; i < 10; i++) {
@@ -134,9 +134,7 @@ describe(`Pipelining (${DATABASE})`, () => {
   })
 
   it('answers a malformed request after the pipelined ones before it, in order', async (t) => {
-    const test = await build(t)
-    await test.app.listen({ port: 0, host: '127.0.0.1' })
-    const port = (test.app.server.address() as { port: number }).port
+    const { port } = await listening(t)
     const received = await rawExchange(port, [`${burst(3)}GARBAGE\r\n\r\n`], 0, { halfClose: true })
     const got = answers(received)
     assert.deepEqual(

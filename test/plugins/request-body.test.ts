@@ -12,6 +12,23 @@ async function post(test: TestApp, secret: string, url: string, payload: string 
   })
 }
 
+/**
+ * What the server answered, and whether it closed the connection within `waitMs`; with `halfClose`
+ * the client ends its side after the request (then the server closes after its answer).
+ */
+function exchange(
+  port: number,
+  head: string,
+  { waitMs = 3000, halfClose = false } = {},
+): Promise<{ answer: string; closed: boolean }> {
+  return Promise.race([
+    rawExchange(port, [head], 0, { halfClose }).then((answer) => ({ answer, closed: true })),
+    new Promise<{ answer: string; closed: boolean }>((resolve) =>
+      setTimeout(() => resolve({ answer: '', closed: false }), waitMs),
+    ),
+  ])
+}
+
 describe('Request bodies: JSON in UTF-8, taken as sent (point 2)', () => {
   it('bytes that are not UTF-8 are 400 invalid_json, never stored as U+FFFD', async (t) => {
     const test = await build(t)
@@ -121,26 +138,15 @@ describe('Requests without a body (point 2)', () => {
       ],
       ['POST /portal/sign-up HTTP/1.1\r\nHost: a\r\nContent-Type: application/x-www-form-urlencoded\r\n\r\n', 403],
     ] as const) {
-      const answer = await Promise.race([
-        rawExchange(port, [head], 0, { halfClose: true }),
-        new Promise<string>((resolve) => setTimeout(() => resolve('(no answer within 3 s)'), 3000)),
-      ])
-      assert.match(answer, new RegExp(`^HTTP/1.1 ${status} `), head.slice(0, head.indexOf('\r\n')))
+      const { answer, closed } = await exchange(port, head, { halfClose: true })
+      const line = head.slice(0, head.indexOf('\r\n'))
+      assert.ok(closed, `${line}: no answer within 3 s`)
+      assert.match(answer, new RegExp(`^HTTP/1.1 ${status} `), line)
     }
   })
 })
 
 describe('Bodies nobody reads are not drained (point 2)', () => {
-  /** What the server answered, and whether it closed the connection within `waitMs`. */
-  function exchange(port: number, head: string, waitMs = 3000): Promise<{ answer: string; closed: boolean }> {
-    return Promise.race([
-      rawExchange(port, [head]).then((answer) => ({ answer, closed: true })),
-      new Promise<{ answer: string; closed: boolean }>((resolve) =>
-        setTimeout(() => resolve({ answer: '', closed: false }), waitMs),
-      ),
-    ])
-  }
-
   it('a GET with a body, or a request refused before its body arrived, ends its connection with the answer', async (t) => {
     const test = await build(t)
     await test.app.listen({ port: 0, host: '127.0.0.1' })
@@ -163,7 +169,7 @@ describe('Bodies nobody reads are not drained (point 2)', () => {
       assert.match(answer, /\r\nconnection: close\r\n/i, line)
     }
     // A GET without a body keeps its connection.
-    const kept = await exchange(port, 'GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n', 1000)
+    const kept = await exchange(port, 'GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n', { waitMs: 1000 })
     assert.equal(kept.closed, false)
   })
 })
