@@ -1,6 +1,7 @@
 /** docs/performance.md: the machine, the method and the tables of one run, all generated. */
 
 import { startCommand } from '../scripts/start-command.ts'
+import type { FsyncCost } from './disk.ts'
 import type { Machine, Measurement } from './report.ts'
 import { changedSettings, type Settings } from './settings.ts'
 import { POOL_SIZE, TARGETS } from './targets.ts'
@@ -11,6 +12,7 @@ export interface DocumentInput {
   settings: Settings
   started: Date
   host: Machine
+  disk: FsyncCost
   markdown: string
   verdict: string
   labels: Record<string, string>
@@ -106,7 +108,7 @@ function scriptSettings(): string {
 }
 
 export function documentation(input: DocumentInput): string {
-  const { settings, started, host, markdown, verdict, labels, workloads, measurements, contention } = input
+  const { settings, started, host, disk, markdown, verdict, labels, workloads, measurements, contention } = input
   const primary = settings.targets[0] as string
   const postgres = settings.targets.filter((t) => TARGETS[t]?.database === 'postgres')
   const wait = contention === null ? '' : `; some task waited for a CPU ${contention.toFixed(0)}% of the run's time`
@@ -126,6 +128,8 @@ rates across machines and runs.
 ## Results
 
 **Machine:** ${host.cpu}, ${host.cores} cores, Node ${host.node}, ${host.os}, ${wrkVersion()}.
+**Disk:** a 16 KiB write and its fsync, where the SQLite databases are, took ${disk.wallMicros.toFixed(0)} µs (median of 200),
+${disk.cpuMicros.toFixed(0)} µs of them on the CPU. Each batch of POSTs waits for one, and the writer thread spends that CPU on the service's core.
 **Date:** ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC. **Command:** \`${`${changedSettings()} npm run bench`.trim()}\`.
 **Load:** load average ${host.loadAverage} at the start${wait} (/proc/pressure/cpu, the bench's own
 processes included): the machine is shared, so read the spread below the table before trusting a

@@ -9,6 +9,7 @@
 import { writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { ROOT } from '../scripts/start-command.ts'
+import { fsyncCost } from './disk.ts'
 import { documentation } from './document.ts'
 import { cpuTable, limitSentence, type TargetShape } from './limits.ts'
 import { fileBackedMb, measure, probe } from './measure.ts'
@@ -61,9 +62,11 @@ async function main(): Promise<void> {
     pets: settings.pets,
     dir: tempDir(),
   }
+  const disk = fsyncCost(context.dir)
   log(
     `bench: ${host.cpu}, ${host.cores} cores, Node ${host.node}; servers on CPU ${settings.serverCpu} (several instances on ${settings.clusterCpu}), wrk on CPU ${settings.clientCpu}`,
   )
+  log(`bench: a 16 KiB write and fsync takes ${disk.wallMicros.toFixed(0)} µs (${disk.cpuMicros.toFixed(0)} µs of CPU)`)
 
   /**
    * Every target, started afresh on a fresh database for each round: two starts of the same server
@@ -164,6 +167,7 @@ async function main(): Promise<void> {
       settings,
       started,
       host,
+      disk,
       markdown,
       verdict,
       labels,
