@@ -50,6 +50,10 @@ const REQUEST_ID = /^[\w.:-]{1,128}$/
 function framingError(request: FastifyRequest): ApiError | undefined {
   const raw = request.raw
   // Node's parser takes any version it can read (HTTP/2.0, a line with none): we speak 1.0 and 1.1.
+  // Another major version is 505 (RFC 9110 §15.6.6); a line without one (Node's "0.9") is malformed.
+  if (raw.httpVersionMajor > 1) {
+    return new ApiError('http_version_not_supported', undefined, { connection: 'close' })
+  }
   if (raw.httpVersionMajor !== 1 || raw.httpVersionMinor > 1) {
     return new ApiError('bad_request', 'The HTTP version must be HTTP/1.1 or HTTP/1.0.', { connection: 'close' })
   }

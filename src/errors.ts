@@ -36,6 +36,7 @@ export const ERRORS = {
   ],
   not_implemented: [501, 'This method or Transfer-Encoding is not supported.'],
   service_unavailable: [503, 'The service is temporarily unavailable; retry after the time in Retry-After.'],
+  http_version_not_supported: [505, 'Only HTTP/1.1 and HTTP/1.0 are supported.'],
 } as const satisfies Record<string, readonly [number, string]>
 
 export type ErrorCode = keyof typeof ERRORS

@@ -126,7 +126,7 @@ export interface components {
       message: string
     }
     Error: {
-      /** @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, not_found, pet_not_found, method_not_allowed, operation_removed, request_timeout, idempotency_conflict, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable. */
+      /** @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, not_found, pet_not_found, method_not_allowed, operation_removed, request_timeout, idempotency_conflict, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported. */
       code: string
       /** @description Human-readable description. */
       message: string
@@ -257,7 +257,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431 or 501. The body is still the Error object. */
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
@@ -434,7 +434,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431 or 501. The body is still the Error object. */
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
@@ -640,7 +640,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431 or 501. The body is still the Error object. */
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
@@ -815,7 +815,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431 or 501. The body is still the Error object. */
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */

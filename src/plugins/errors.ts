@@ -23,6 +23,8 @@ const { STATUS_CODES, METHODS, maxHeaderSize } = process.getBuiltinModule('node:
 
 /** A well-formed request line: when its method is unknown to Node, that is 501, not malformed HTTP. */
 const REQUEST_LINE = /^(?:\r\n)*([!#$%&'*+.^_`|~0-9A-Za-z-]+) [^ \r\n]+ HTTP\/1\.[01]\r\n/
+/** A well-formed request line of another major version of HTTP than 1 (Node's parser refuses HTTP/3.0). */
+const OTHER_VERSION_LINE = /^(?:\r\n)*[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ \r\n]+ HTTP\/[2-9]\.\d\r\n/
 
 /** How long a socket answered by hand may take to receive its answer before it is destroyed. */
 const RAW_SOCKET_GRACE_MS = 5000
@@ -36,6 +38,8 @@ function rawError(log: FastifyBaseLogger, socket: Socket | undefined, code: Erro
   const error = new ApiError(code, message)
   const body = JSON.stringify(toErrorBody(error))
   const headers = {
+    // Every 4xx answer carries a Date (RFC 9110 §6.6.1), these written by hand too.
+    date: new Date().toUTCString(),
     'content-type': 'application/json; charset=utf-8',
     'content-length': String(Buffer.byteLength(body)),
     'x-request-id': randomUUID(),
@@ -132,6 +136,9 @@ function clientErrorAnswer(
   const method = REQUEST_LINE.exec(failedLine(error))?.[1]
   if (error.code === 'HPE_INVALID_METHOD' && method !== undefined && !METHODS.includes(method)) {
     return rawErrorResponse('not_implemented', 'This method is not supported (RFC 9110 §9.1).')
+  }
+  if (error.code === 'HPE_INVALID_VERSION' && OTHER_VERSION_LINE.test(failedLine(error))) {
+    return rawErrorResponse('http_version_not_supported')
   }
   return rawErrorResponse(error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'request_timeout' : 'bad_request')
 }

@@ -92,7 +92,7 @@ const ERROR_RESPONSES = {
     'Retry-After': header('Seconds to wait before retrying.'),
   }),
   default: jsonResponse(
-    'Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431 or 501. The body is still the Error object.',
+    'Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object.',
     ErrorSchema,
   ),
 }
