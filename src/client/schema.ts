@@ -76,7 +76,7 @@ export interface components {
        * @description Unique identifier assigned by the service on creation.
        */
       id: number
-      /** @description The animal's name: 1 to 200 characters, not only spaces, no NUL. */
+      /** @description The animal's name: 1 to 200 characters, not only spaces or invisible characters, no NUL. */
       name: string
       /**
        * Format: int64
@@ -91,7 +91,7 @@ export interface components {
     }
     /** @description An animal to add. */
     NewPet: {
-      /** @description The animal's name: 1 to 200 characters, not only spaces, no NUL. */
+      /** @description The animal's name: 1 to 200 characters, not only spaces or invisible characters, no NUL. */
       name: string
       /**
        * Format: int64
@@ -122,7 +122,7 @@ export interface components {
       createdAt: string
     }
     NewMessage: {
-      /** @description The text to send: 1 to 10000 characters, not only spaces, no NUL. */
+      /** @description The text to send: 1 to 10000 characters, not only spaces or invisible characters, no NUL. */
       message: string
     }
     Error: {

@@ -19,10 +19,19 @@ export const ErrorSchema = Type.Object(
 export const MAX_EXACT_INTEGER = Number.MAX_SAFE_INTEGER
 
 /**
- * Text that is not only whitespace and holds no NUL character (PostgreSQL cannot store U+0000 in
- * text, so neither store accepts it).
+ * Characters that show nothing: whitespace, controls (C0, DEL, C1), and the invisible format and
+ * filler characters (soft hyphen, zero-width space and joiners, bidi controls, word joiner,
+ * variation selectors, byte order mark, Hangul fillers).
  */
-export const VISIBLE_TEXT = '^(?=[\\s\\S]*\\S)[^\\u0000]*$'
+const INVISIBLE =
+  '\\s\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u034f\\u061c\\u115f\\u1160\\u17b4\\u17b5\\u180b-\\u180f' +
+  '\\u200b-\\u200f\\u202a-\\u202e\\u2060-\\u206f\\u3164\\ufe00-\\ufe0f\\ufeff\\uffa0\\ufff0-\\ufff8'
+
+/**
+ * Text with at least one character that shows (a name of zero-width spaces is as blank as one of
+ * spaces) and no NUL (PostgreSQL cannot store U+0000 in text, so neither store accepts it).
+ */
+export const VISIBLE_TEXT = `^(?=[\\s\\S]*[^${INVISIBLE}])[^\\u0000]*$`
 
 /** An int64 identifier in a body or response: exact in JSON, so at most MAX_EXACT_INTEGER. */
 export const Int64 = (options: { description: string; minimum?: number }) =>

@@ -7,7 +7,7 @@ export const NewMessageSchema = Type.Object(
       minLength: 1,
       maxLength: 10_000,
       pattern: VISIBLE_TEXT,
-      description: 'The text to send: 1 to 10000 characters, not only spaces, no NUL.',
+      description: 'The text to send: 1 to 10000 characters, not only spaces or invisible characters, no NUL.',
     }),
   },
   { $id: 'NewMessage', additionalProperties: false },

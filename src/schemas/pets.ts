@@ -12,7 +12,7 @@ const petFields = {
     minLength: 1,
     maxLength: 200,
     pattern: VISIBLE_TEXT,
-    description: "The animal's name: 1 to 200 characters, not only spaces, no NUL.",
+    description: "The animal's name: 1 to 200 characters, not only spaces or invisible characters, no NUL.",
   }),
   categoryId: Int64({ minimum: 1, description: 'Identifier of the category the animal belongs to.' }),
 }

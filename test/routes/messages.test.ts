@@ -82,6 +82,7 @@ describe('Messages: POST /v1/messages (point 7)', () => {
     ['message not a string', '{"message": 42}', 'validation_failed', /body\.message must be a string/],
     ['message empty', '{"message": ""}', 'validation_failed', /body\.message must be at least 1 character long/],
     ['message blank', '{"message": "  \\n "}', 'validation_failed', /body\.message is invalid/],
+    ['message invisible', '{"message": "\\u200b\\u00ad"}', 'validation_failed', /body\.message is invalid/],
     ['message too long', JSON.stringify({ message: 'x'.repeat(10_001) }), 'validation_failed', /at most 10000/],
     ['an unknown field', '{"message": "hi", "to": "bob"}', 'validation_failed', /body\.to is not a known field/],
     ['invalid JSON', '{"message": ', 'invalid_json', /not valid JSON/],
