@@ -174,7 +174,8 @@ export async function run(argv: string[], config: Config, print: Print): Promise
         if (arg === undefined) throw new CliError('A key id (key_…) is required. See "animal-store keys list <email>".')
         const key = await store.revokeApiKey(arg)
         if (!key) throw new CliError(`No key with id "${arg}".`)
-        return say(`Revoked key ${key.id} (${key.prefix}…) at ${key.revokedAt}.`)
+        // Revoking again keeps the first time: say since when, true whether it was now or before.
+        return say(`Key ${key.id} (${key.prefix}…) is revoked, since ${key.revokedAt}.`)
       }
     }
   } finally {
@@ -257,6 +258,15 @@ function printTable(header: string[], cells: string[][], print: Print): void {
 }
 
 /** Entry point of bin/animal-store.ts. */
+/** parseArgs's error in one line; an unknown option as the other bad input is, with the way to help. */
+function parseErrorLine(error: Error & { code: string }): string {
+  const option = /^Unknown option '(.*?)'\./.exec(error.message)?.[1]
+  if (error.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' && option !== undefined) {
+    return `Unknown option "${option}". Run "animal-store help".`
+  }
+  return error.message.split('\n').join(' ')
+}
+
 export async function main(argv: string[]): Promise<number> {
   try {
     // A reader that went away (`| head -1`) is reported by each write's callback, not as an uncaught 'error'.
@@ -280,7 +290,7 @@ export async function main(argv: string[]): Promise<number> {
     const message = error instanceof Error ? error.message : String(error)
     // parseArgs spreads its advice over several lines: keep it, on one. Anything else that is not
     // one line (typed or stored text, an unexpected error) has its line breaks escaped.
-    const line = printable(parseError ? message.split('\n').join(' ') : message)
+    const line = printable(parseError ? parseErrorLine(error as Error & { code: string }) : message)
     process.stderr.write(`animal-store: ${known ? line : `failed: ${line}`}\n`)
     return 1
   }

@@ -435,6 +435,19 @@ describe('CLI: keys revoke', () => {
     assert.equal((await listedKey(url, email, revoked)).STATE, 'revoked')
     assert.equal((await listedKey(url, email, kept)).STATE, 'active')
   })
+
+  it('revoking a key again succeeds and says since when it is revoked: the first time, kept', async (t) => {
+    const { url, email } = await withAccount(t)
+    const id = (await listedKey(url, email, await createKey(url, email))).ID as string
+    const first = await ok(url, ['keys', 'revoke', id])
+    const since = /is revoked, since (\S+)\.$/m.exec(first.stdout)?.[1]
+    assert.ok(since && !Number.isNaN(Date.parse(since)), first.stdout)
+    const again = await ok(url, ['keys', 'revoke', id])
+    assert.match(
+      again.stdout,
+      new RegExp(`^Key ${id} \\(.*\\) is revoked, since ${since.replace(/\./g, '\\.')}\\.$`, 'm'),
+    )
+  })
 })
 
 describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing on stdout', () => {
@@ -490,7 +503,16 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
       /--expires-in .*more than once/,
     ],
     ['--expires-in without a value', ['keys', 'create', 'alice@example.com', '--expires-in'], /expires-in/],
-    ['an unknown flag', ['keys', 'create', 'alice@example.com', '--scope', 'admin'], /--scope/],
+    [
+      'an unknown flag, in the words of the other bad input',
+      ['keys', 'create', 'alice@example.com', '--scope', 'admin'],
+      /^animal-store: Unknown option "--scope"\. Run "animal-store help"\.$/,
+    ],
+    [
+      '--version (there is none)',
+      ['--version'],
+      /^animal-store: Unknown option "--version"\. Run "animal-store help"\.$/,
+    ],
     ['a flag of another command', ['keys', 'list', 'alice@example.com', '--name', 'x'], /--name/],
     ['an empty --name', ['keys', 'create', 'alice@example.com', '--name', ''], /--name/],
     ['an extra argument', ['accounts', 'create', 'alice@example.com', 'bob@example.com'], /bob@example\.com/],
