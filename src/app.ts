@@ -61,6 +61,10 @@ function framingError(request: FastifyRequest): ApiError | undefined {
     return new ApiError('bad_request', 'The Host header is required (HTTP/1.1).')
   }
   const target = raw.url as string
+  // The asterisk-form is for OPTIONS alone (RFC 9112 §3.2.4).
+  if (target === '*' && request.method !== 'OPTIONS') {
+    return new ApiError('bad_request', 'The request target "*" is only for OPTIONS (RFC 9112 §3.2.4).')
+  }
   if (target.charCodeAt(0) !== 47 /* / */ && target !== '*') {
     const refused = absoluteForm(request, target)
     if (refused) return refused

@@ -325,6 +325,11 @@ export default fp(
     // key comes first (and a valid key's request is counted, as any other). Each scope below holds
     // only a not-found handler, so the real routes never run this hook.
     const refuseUnrouted: onRequestHookHandler = (request, reply, done) => {
+      // `OPTIONS *` asks about the server itself (RFC 9110 §9.3.7): the methods some route takes.
+      if (request.url === '*' && request.method === 'OPTIONS') {
+        const allow = [...new Set(routes.flatMap((r) => r.methods))].sort().join(', ')
+        return void reply.code(204).header('allow', allow).send()
+      }
       if (!needsKey(request.url)) return done(routeError(request))
       app.authenticate(request, reply, (refused) => {
         if (refused) return done(refused)

@@ -457,6 +457,19 @@ describe('Errors: every error is application/json {code, message, status} (point
     assert.match(noVersion, /"message":"The HTTP version must be HTTP\/1.1 or HTTP\/1.0."/)
   })
 
+  it('OPTIONS * (about the server itself): 204 with the methods some route takes; "*" with another method: 400', async (t) => {
+    const test = await build(t)
+    await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { port } = test.app.server.address() as { port: number }
+    const options = await rawExchange(port, ['OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'])
+    assert.match(options, /^HTTP\/1.1 204 /)
+    const allow = /\r\nallow: ([^\r]*)\r\n/i.exec(options)?.[1]?.split(', ')
+    for (const method of ['GET', 'HEAD', 'POST']) assert.ok(allow?.includes(method), `${method} in ${allow}`)
+    const get = await rawExchange(port, ['GET * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'])
+    assert.match(get, /^HTTP\/1.1 400 /)
+    assert.match(get, /"message":"The request target \\"\*\\" is only for OPTIONS \(RFC 9112 §3.2.4\)."/)
+  })
+
   it('Content-Type sent twice: 400, even when one of them is JSON (which one a parser keeps varies)', async (t) => {
     const test = await build(t)
     const { secret } = await test.newKey()
