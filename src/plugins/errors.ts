@@ -140,6 +140,13 @@ function clientErrorAnswer(
   if (error.code === 'HPE_INVALID_VERSION' && OTHER_VERSION_LINE.test(failedLine(error))) {
     return rawErrorResponse('http_version_not_supported')
   }
+  if (error.code === 'HPE_INVALID_URL') {
+    const where = / query$/.test(error.message) ? 'query' : 'path'
+    return rawErrorResponse(
+      'bad_request',
+      `The request target's ${where} holds a character that must be percent-encoded (a control, or one outside ASCII: RFC 3986 §2.1).`,
+    )
+  }
   return rawErrorResponse(error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'request_timeout' : 'bad_request')
 }
 

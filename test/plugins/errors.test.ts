@@ -686,6 +686,9 @@ describe('Errors: every error is application/json {code, message, status} (point
         501,
         'not_implemented',
       ],
+      // Raw (not percent-encoded) non-ASCII text in the target, UTF-8 on the wire.
+      ['GET /v1/pets?limit=\u0661 HTTP/1.1\r\nHost: x\r\n\r\n', 400, 'bad_request'],
+      ['GET /v1/p\u00e9ts HTTP/1.1\r\nHost: x\r\n\r\n', 400, 'bad_request'],
     ]
     const messages = []
     for (const [request, status, code] of cases) {
@@ -710,6 +713,8 @@ describe('Errors: every error is application/json {code, message, status} (point
       [],
     )
     assert.match(messages[1], /larger than the limit of 16384 bytes/)
+    assert.match(messages[4], /^The request target's query holds a character that must be percent-encoded/)
+    assert.match(messages[5], /^The request target's path holds a character that must be percent-encoded/)
     // A final coding other than chunked leaves the body unframed: one 400, and the connection closes.
     const unframed = await raw(
       'GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n',
