@@ -29,6 +29,14 @@ const LOG_BUFFER_BYTES = 4096
 const LOG_FLUSH_MS = 1000
 
 /**
+ * Connections the kernel holds for us until we accept them. With Node's default, 511, 1,000 clients
+ * connecting at once overflowed it (786 handshakes dropped, TcpExtListenOverflows): each such
+ * client waits a second or more for its retransmission. The kernel caps it at net.core.somaxconn
+ * (4096 by default since Linux 5.4).
+ */
+const LISTEN_BACKLOG = 4096
+
+/**
  * When a signal comes, the kernel may already hold work for us: connections not yet accepted
  * (closing the listener resets them) and requests sent but not yet read (their connections look
  * idle, and the shutdown closes idle ones). So the shutdown first lets that in: it waits this long,
@@ -73,7 +81,7 @@ async function serve(config: Config): Promise<void> {
   process.on('SIGINT', stop)
 
   try {
-    await app.listen({ port: config.port, host: config.host })
+    await app.listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG })
   } catch (error) {
     // A signal that came during start-up is closing the app, and exits 0 when done: no failure.
     if (stopping) return

@@ -4,8 +4,8 @@
  * Keys are made with the real CLI (bin/animal-store.ts), as an operator would.
  */
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { execFileSync, spawn } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import net from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -445,6 +445,19 @@ describe('server: memory', () => {
     const { code, stdout, stderr } = await runNode(['--input-type=module', '-e', script], {})
     assert.equal(code, 0, stderr)
     assert.equal(stdout.trim(), '[]')
+  })
+})
+
+describe('server: listening', () => {
+  it("keeps up to 4096 connections waiting to be accepted, not Node's 511 (a burst of clients is not dropped)", async (t) => {
+    const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
+    const { port } = new URL(server.url)
+    // `ss` shows a listening socket's backlog as its Send-Q; the kernel caps it at somaxconn.
+    const [, , backlog] = execFileSync('ss', ['-Hltn', `sport = :${port}`], { encoding: 'utf8' })
+      .trim()
+      .split(/\s+/)
+    const cap = Number(readFileSync('/proc/sys/net/core/somaxconn', 'utf8'))
+    assert.equal(Number(backlog), Math.min(4096, cap))
   })
 })
 
