@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
-import { mkdtempSync, openSync, readFileSync } from 'node:fs'
+import { execFileSync } from 'node:child_process'
+import { constants, mkdtempSync, openSync, readFileSync, readSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
@@ -11,7 +12,80 @@ function logFile() {
   return { fd: openSync(path, 'w'), read: () => readFileSync(path, 'utf8') }
 }
 
+/** A named pipe: the stream writes to its end as a shell's pipe (blocking); the test reads when it chooses. */
+function pipe() {
+  const path = join(mkdtempSync(join(tmpdir(), 'log-pipe-')), 'stdout')
+  execFileSync('mkfifo', [path])
+  const reader = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK)
+  const writer = openSync(path, constants.O_WRONLY)
+  const chunks: Buffer[] = []
+  /** Everything the pipe holds now. */
+  const read = () => {
+    const buffer = Buffer.alloc(65_536)
+    for (;;) {
+      try {
+        const n = readSync(reader, buffer)
+        if (n === 0) return
+        chunks.push(Buffer.from(buffer.subarray(0, n)))
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code === 'EAGAIN') return
+        throw error
+      }
+    }
+  }
+  return { writer, read, text: () => Buffer.concat(chunks).toString() }
+}
+
 describe('bufferedLogStream', () => {
+  it('a reader that stops reading stops nothing: writes return, and every line arrives, in order, once it reads again', {
+    timeout: 10_000,
+  }, () => {
+    const out = pipe()
+    const stream = bufferedLogStream(out.writer, 4096, 60_000, { exitWaitMs: 50 })
+    // About 230 KB: more than a pipe holds (64 KiB). A blocking write would wait here for ever.
+    const lines = Array.from({ length: 2000 }, (_, i) => `{"n":${i},"pad":"${'x'.repeat(100)}"}\n`)
+    for (const line of lines) stream.write(line)
+    stream.flushSync()
+    out.read()
+    assert.ok(out.text().length < lines.join('').length, 'the pipe took it all: nothing was tested')
+    for (let i = 0; i < 50 && out.text().length < lines.join('').length; i++) {
+      stream.flushSync()
+      out.read()
+    }
+    assert.equal(out.text(), lines.join(''))
+  })
+
+  it('past its bound, drops lines while the reader does not read, and says how many bytes once it does', {
+    timeout: 10_000,
+  }, () => {
+    const out = pipe()
+    const stream = bufferedLogStream(out.writer, 1024, 60_000, { maxPendingBytes: 10_000, exitWaitMs: 20 })
+    const lines = Array.from({ length: 1000 }, (_, i) => `{"n":${i},"pad":"${'x'.repeat(100)}"}\n`)
+    for (const line of lines) stream.write(line)
+    for (let i = 0; i < 50; i++) {
+      stream.flushSync()
+      out.read()
+    }
+    const received = out
+      .text()
+      .trimEnd()
+      .split('\n')
+      .map((line) => JSON.parse(line))
+    const notice = received.at(-1)
+    assert.equal(notice.msg, 'log lines dropped: standard output was not read')
+    assert.equal(notice.level, 40)
+    const kept = received.slice(0, -1).map((line) => line.n as number)
+    assert.deepEqual(
+      kept,
+      [...kept].sort((a, b) => a - b),
+      'lines reordered',
+    )
+    assert.ok(kept.length < lines.length && kept.length > 500, `kept ${kept.length}`)
+    // Whole chunks are dropped, and counted to the byte.
+    const keptBytes = kept.reduce((sum, n) => sum + Buffer.byteLength(lines[n] as string), 0)
+    assert.equal(notice.droppedBytes, Buffer.byteLength(lines.join('')) - keptBytes)
+  })
+
   it('writes lines in whole chunks once they reach the chunk size, in order', () => {
     const file = logFile()
     const stream = bufferedLogStream(file.fd, 100, 60_000)
