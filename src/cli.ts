@@ -257,7 +257,6 @@ function printTable(header: string[], cells: string[][], print: Print): void {
     )
 }
 
-/** Entry point of bin/animal-store.ts. */
 /** parseArgs's error in one line; an unknown option as the other bad input is, with the way to help. */
 function parseErrorLine(error: Error & { code: string }): string {
   const option = /^Unknown option '(.*?)'\./.exec(error.message)?.[1]
@@ -267,6 +266,7 @@ function parseErrorLine(error: Error & { code: string }): string {
   return error.message.split('\n').join(' ')
 }
 
+/** Entry point of bin/animal-store.ts. */
 export async function main(argv: string[]): Promise<number> {
   try {
     // A reader that went away (`| head -1`) is reported by each write's callback, not as an uncaught 'error'.

@@ -8,9 +8,10 @@
  * stuck log shipper, a paused pipe) would otherwise block the write, and with it every request,
  * health check and shutdown of the process, until it read again. Chunks it has not taken yet are
  * kept, in order, and written as soon as it takes them; past `maxPendingBytes` new lines are
- * dropped, and a line says how many bytes were lost once writing resumes.
+ * dropped, and a line in their place says how many bytes were lost.
  */
 import { constants, fstatSync, openSync, writeSync } from 'node:fs'
+import { hostname } from 'node:os'
 import type { DestinationStream } from 'pino'
 
 export interface LogStream extends DestinationStream {
@@ -30,6 +31,7 @@ const MAX_BYTES_PER_UNIT = 3
 const MAX_PENDING_BYTES = 16 * 1024 * 1024
 const EXIT_WAIT_MS = 1000
 const RETRY_SLEEP_MS = 10
+const EMPTY = Buffer.alloc(0)
 
 /**
  * A pipe's own non-blocking description, opened through /proc (Linux). Setting O_NONBLOCK on the
@@ -56,63 +58,93 @@ export function bufferedLogStream(
   { maxPendingBytes = MAX_PENDING_BYTES, exitWaitMs = EXIT_WAIT_MS }: LogStreamLimits = {},
 ): LogStream {
   const out = nonBlocking(fd)
-  /** Chunks the reader has not taken yet, oldest first (the first may be partly written). */
+  /** Bytes the reader has not taken yet, oldest first: copies of their own size (see keep). */
   const pending: Buffer[] = []
   let pendingBytes = 0
   let droppedBytes = 0
-  /** The reader is gone (EPIPE) or the descriptor unusable: nothing can be written any more. */
+  /** The reader is gone (EPIPE) or there is no stdout (EBADF): nothing can be written any more. */
   let broken = false
+
+  /** How much of `bytes` the reader took: 0 when it took nothing (a full pipe, a full disk: tried again later). */
+  const tryWrite = (bytes: Buffer): number => {
+    try {
+      return writeSync(out, bytes)
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code
+      if (code === 'EPIPE' || code === 'EBADF') {
+        broken = true
+        pending.length = 0
+        pendingBytes = 0
+        droppedBytes = 0
+      }
+      return 0
+    }
+  }
 
   /** Writes what is pending, as far as the reader takes it; true when nothing is left. */
   const drain = (): boolean => {
     while (pending.length > 0) {
       const head = pending[0] as Buffer
-      let written: number
-      try {
-        written = writeSync(out, head)
-      } catch (error) {
-        if ((error as NodeJS.ErrnoException).code === 'EAGAIN') return false
-        broken = true
-        pending.length = 0
-        pendingBytes = 0
-        return true
-      }
+      const written = tryWrite(head)
+      if (written === 0) return broken
       pendingBytes -= written
       if (written < head.length) pending[0] = head.subarray(written)
       else pending.shift()
     }
-    if (droppedBytes > 0) {
-      const notice = `{"level":40,"time":${Date.now()},"pid":${process.pid},"msg":"log lines dropped: standard output was not read","droppedBytes":${droppedBytes}}\n`
-      droppedBytes = 0
-      send(Buffer.from(notice))
-    }
     return true
   }
 
-  const send = (bytes: Buffer) => {
-    if (broken) return
-    if (pendingBytes + bytes.length > maxPendingBytes) {
+  const enqueue = (bytes: Buffer) => {
+    pending.push(bytes)
+    pendingBytes += bytes.length
+  }
+
+  /** The line that marks where lines were dropped, in their place. */
+  const noteDropped = () => {
+    if (droppedBytes === 0) return
+    enqueue(
+      Buffer.from(
+        `{"level":40,"time":${Date.now()},"pid":${process.pid},"hostname":${JSON.stringify(hostname())},"msg":"log lines dropped: standard output was not read","droppedBytes":${droppedBytes}}\n`,
+      ),
+    )
+    droppedBytes = 0
+  }
+
+  /**
+   * Keeps what the reader did not take, as a copy of its own size: a chunk's buffer is larger than
+   * what it holds, and a queue of slices would hold far more memory than it counts. Past the bound
+   * whole chunks are dropped; the rest of a chunk written in part is always kept (a line is never cut).
+   */
+  const keep = (bytes: Buffer, started: boolean) => {
+    if (!started && pendingBytes + bytes.length > maxPendingBytes) {
       droppedBytes += bytes.length
       return
     }
-    pending.push(bytes)
-    pendingBytes += bytes.length
-    drain()
+    noteDropped()
+    enqueue(Buffer.from(bytes))
+  }
+
+  /** Writes `bytes` after what is pending, or keeps them until the reader takes them. */
+  const send = (bytes: Buffer) => {
+    if (broken) return
+    if (!drain()) return void (bytes.length > 0 && keep(bytes, false))
+    if (droppedBytes > 0) {
+      noteDropped()
+      if (!drain()) return void (bytes.length > 0 && keep(bytes, false))
+    }
+    if (bytes.length === 0) return
+    const written = tryWrite(bytes)
+    if (!broken && written < bytes.length) keep(bytes.subarray(written), written > 0)
   }
 
   // Room for a chunk and the line that completes it, so that chunks are whole lines of about chunkBytes.
   const capacity = 2 * chunkBytes
-  let chunk = Buffer.allocUnsafe(capacity)
+  const chunk = Buffer.allocUnsafe(capacity)
   let used = 0
   const flush = () => {
-    if (used === 0) {
-      // Nothing new: try again what the reader did not take last time.
-      if (pending.length > 0) drain()
-      return
-    }
-    // A chunk may wait in `pending`: the next lines go into a new one.
+    // Nothing new: still try again what the reader did not take, and say what was dropped.
+    if (used === 0) return void ((pending.length > 0 || droppedBytes > 0) && send(EMPTY))
     send(chunk.subarray(0, used))
-    chunk = Buffer.allocUnsafe(capacity)
     used = 0
   }
   setInterval(flush, flushMs).unref()
@@ -130,7 +162,10 @@ export function bufferedLogStream(
     flushSync() {
       flush()
       const deadline = Date.now() + exitWaitMs
-      while (!drain() && Date.now() < deadline) sleepSync(RETRY_SLEEP_MS)
+      while ((pending.length > 0 || droppedBytes > 0) && !broken && Date.now() < deadline) {
+        sleepSync(RETRY_SLEEP_MS)
+        send(EMPTY)
+      }
     },
   }
 }

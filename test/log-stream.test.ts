@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
-import { constants, mkdtempSync, openSync, readFileSync, readSync } from 'node:fs'
+import { closeSync, constants, mkdtempSync, openSync, readFileSync, readSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
@@ -33,7 +33,7 @@ function pipe() {
       }
     }
   }
-  return { writer, read, text: () => Buffer.concat(chunks).toString() }
+  return { reader, writer, read, text: () => Buffer.concat(chunks).toString() }
 }
 
 describe('bufferedLogStream', () => {
@@ -71,10 +71,14 @@ describe('bufferedLogStream', () => {
       .trimEnd()
       .split('\n')
       .map((line) => JSON.parse(line))
-    const notice = received.at(-1)
-    assert.equal(notice.msg, 'log lines dropped: standard output was not read')
+    const notices = received.filter((line) => line.msg === 'log lines dropped: standard output was not read')
+    assert.equal(notices.length, 1)
+    const [notice] = notices
     assert.equal(notice.level, 40)
-    const kept = received.slice(0, -1).map((line) => line.n as number)
+    // In the place of the lines dropped: those before it and after it are each in order, and none missing around it.
+    const at = received.indexOf(notice)
+    assert.ok(at > 0, 'the notice came before any line')
+    const kept = received.filter((line) => line !== notice).map((line) => line.n as number)
     assert.deepEqual(
       kept,
       [...kept].sort((a, b) => a - b),
@@ -84,6 +88,52 @@ describe('bufferedLogStream', () => {
     // Whole chunks are dropped, and counted to the byte.
     const keptBytes = kept.reduce((sum, n) => sum + Buffer.byteLength(lines[n] as string), 0)
     assert.equal(notice.droppedBytes, Buffer.byteLength(lines.join('')) - keptBytes)
+    // The lines dropped are exactly those between the ones around the notice.
+    const before = received[at - 1].n as number
+    const after = (received[at + 1]?.n as number | undefined) ?? lines.length
+    const gapBytes = lines.slice(before + 1, after).reduce((sum, line) => sum + Buffer.byteLength(line), 0)
+    assert.equal(notice.droppedBytes, gapBytes)
+  })
+
+  it('after dropping, resumes as soon as the reader reads, with lines still coming (no pause, no flushSync needed)', {
+    timeout: 10_000,
+  }, () => {
+    const out = pipe()
+    const stream = bufferedLogStream(out.writer, 4096, 60_000, { maxPendingBytes: 100_000 })
+    const line = (phase: number, i: number) => `{"phase":${phase},"n":${i},"pad":"${'x'.repeat(100)}"}\n`
+    // The reader does not read: the pipe fills, then the bound, then lines are dropped.
+    for (let i = 0; i < 2000; i++) stream.write(line(1, i))
+    // It reads again, after every line, while lines keep coming.
+    for (let i = 0; i < 5000; i++) {
+      stream.write(line(2, i))
+      out.read()
+    }
+    const received = out
+      .text()
+      .trimEnd()
+      .split('\n')
+      .map((text) => JSON.parse(text))
+    const notice = received.find((entry) => entry.msg === 'log lines dropped: standard output was not read')
+    assert.ok(notice?.droppedBytes > 0, 'no notice of the dropped lines')
+    const resumed = received.filter((entry) => entry.phase === 2).map((entry) => entry.n as number)
+    // All but the last chunk, still gathering, of the lines written while it reads again.
+    assert.ok(resumed.length > 4900, `only ${resumed.length} of the 5000 lines after the reader resumed`)
+    assert.deepEqual(
+      resumed,
+      [...resumed].sort((a, b) => a - b),
+      'lines reordered',
+    )
+    // The notice stands where the lines were dropped: after the kept phase-1 lines, before phase 2's.
+    const at = received.indexOf(notice)
+    assert.ok(received.slice(0, at).every((entry) => entry.phase === 1))
+  })
+
+  it('a reader that has gone (EPIPE): lines are thrown away without an error, and flushSync returns', () => {
+    const out = pipe()
+    closeSync(out.reader)
+    const stream = bufferedLogStream(out.writer, 1024, 60_000)
+    for (let i = 0; i < 100; i++) stream.write(`{"n":${i}}\n`)
+    stream.flushSync()
   })
 
   it('writes lines in whole chunks once they reach the chunk size, in order', () => {

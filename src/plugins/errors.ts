@@ -141,10 +141,10 @@ function clientErrorAnswer(
     return rawErrorResponse('http_version_not_supported')
   }
   if (error.code === 'HPE_INVALID_URL') {
-    const where = / query$/.test(error.message) ? 'query' : 'path'
+    const where = / (query|path|fragment)$/.exec(error.message)?.[1]
     return rawErrorResponse(
       'bad_request',
-      `The request target's ${where} holds a character that must be percent-encoded (a control, or one outside ASCII: RFC 3986 §2.1).`,
+      `The request target${where ? `'s ${where}` : ''} holds a character that must be percent-encoded (a control, or one outside ASCII: RFC 3986 §2.1).`,
     )
   }
   return rawErrorResponse(error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'request_timeout' : 'bad_request')

@@ -20,12 +20,13 @@ export const MAX_EXACT_INTEGER = Number.MAX_SAFE_INTEGER
 
 /**
  * Characters that show nothing: whitespace, controls (C0, DEL, C1), and the invisible format and
- * filler characters (soft hyphen, zero-width space and joiners, bidi controls, word joiner,
- * variation selectors, byte order mark, Hangul fillers).
+ * filler characters of the BMP (soft hyphen, zero-width space and joiners, bidi controls, word
+ * joiner, braille blank, variation selectors, byte order mark, Hangul fillers, interlinear
+ * annotation). Listed, not `\p{…}`: the pattern is also read by clients' validators, without /u.
  */
 const INVISIBLE =
   '\\s\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u034f\\u061c\\u115f\\u1160\\u17b4\\u17b5\\u180b-\\u180f' +
-  '\\u200b-\\u200f\\u202a-\\u202e\\u2060-\\u206f\\u3164\\ufe00-\\ufe0f\\ufeff\\uffa0\\ufff0-\\ufff8'
+  '\\u200b-\\u200f\\u202a-\\u202e\\u2060-\\u206f\\u2800\\u3164\\ufe00-\\ufe0f\\ufeff\\uffa0\\ufff9-\\ufffb'
 
 /**
  * Text with at least one character that shows (a name of zero-width spaces is as blank as one of

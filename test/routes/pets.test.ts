@@ -144,8 +144,8 @@ describe('createPet: POST /v1/pets (point 1)', () => {
     ],
     ['name empty', { name: '', categoryId: 1 }, /body\.name must be at least 1 character long/],
     ['name blank', { name: '   ', categoryId: 1 }, /body\.name is invalid/],
-    // Zero-width space, word joiner, byte order mark, a bidi control, a C0 control: nothing shows.
-    ['name invisible', { name: '\u200b\u2060\ufeff\u202e\u0001', categoryId: 1 }, /body\.name is invalid/],
+    // Zero-width space, word joiner, byte order mark, a bidi control, a C0 control, braille blank, an annotation anchor.
+    ['name invisible', { name: '\u200b\u2060\ufeff\u202e\u0001\u2800\ufff9', categoryId: 1 }, /body\.name is invalid/],
     ['name too long', { name: 'x'.repeat(201), categoryId: 1 }, /body\.name must be at most 200 characters long/],
     ['an unknown field', { name: 'Rex', categoryId: 1, color: 'red' }, /body\.color is not a known field/],
     ['an id (assigned by the service)', { id: 5, name: 'Rex', categoryId: 1 }, /body\.id is not a known field/],
