@@ -127,11 +127,9 @@ export function bufferedLogStream(
   /** Writes `bytes` after what is pending, or keeps them until the reader takes them. */
   const send = (bytes: Buffer) => {
     if (broken) return
+    // The notice of lines dropped goes out once the reader has taken what was kept before them.
+    if (drain()) noteDropped()
     if (!drain()) return void (bytes.length > 0 && keep(bytes, false))
-    if (droppedBytes > 0) {
-      noteDropped()
-      if (!drain()) return void (bytes.length > 0 && keep(bytes, false))
-    }
     if (bytes.length === 0) return
     const written = tryWrite(bytes)
     if (!broken && written < bytes.length) keep(bytes.subarray(written), written > 0)
@@ -143,7 +141,7 @@ export function bufferedLogStream(
   let used = 0
   const flush = () => {
     // Nothing new: still try again what the reader did not take, and say what was dropped.
-    if (used === 0) return void ((pending.length > 0 || droppedBytes > 0) && send(EMPTY))
+    if (used === 0) return send(EMPTY)
     send(chunk.subarray(0, used))
     used = 0
   }

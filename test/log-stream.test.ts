@@ -12,6 +12,8 @@ function logFile() {
   return { fd: openSync(path, 'w'), read: () => readFileSync(path, 'utf8') }
 }
 
+const DROPPED = 'log lines dropped: standard output was not read'
+
 /** A named pipe: the stream writes to its end as a shell's pipe (blocking); the test reads when it chooses. */
 function pipe() {
   const path = join(mkdtempSync(join(tmpdir(), 'log-pipe-')), 'stdout')
@@ -33,7 +35,14 @@ function pipe() {
       }
     }
   }
-  return { reader, writer, read, text: () => Buffer.concat(chunks).toString() }
+  const text = () => Buffer.concat(chunks).toString()
+  /** What was read, as JSON lines. */
+  const entries = () =>
+    text()
+      .trimEnd()
+      .split('\n')
+      .map((line) => JSON.parse(line))
+  return { reader, writer, read, text, entries }
 }
 
 describe('bufferedLogStream', () => {
@@ -66,12 +75,8 @@ describe('bufferedLogStream', () => {
       stream.flushSync()
       out.read()
     }
-    const received = out
-      .text()
-      .trimEnd()
-      .split('\n')
-      .map((line) => JSON.parse(line))
-    const notices = received.filter((line) => line.msg === 'log lines dropped: standard output was not read')
+    const received = out.entries()
+    const notices = received.filter((entry) => entry.msg === DROPPED)
     assert.equal(notices.length, 1)
     const [notice] = notices
     assert.equal(notice.level, 40)
@@ -108,12 +113,8 @@ describe('bufferedLogStream', () => {
       stream.write(line(2, i))
       out.read()
     }
-    const received = out
-      .text()
-      .trimEnd()
-      .split('\n')
-      .map((text) => JSON.parse(text))
-    const notice = received.find((entry) => entry.msg === 'log lines dropped: standard output was not read')
+    const received = out.entries()
+    const notice = received.find((entry) => entry.msg === DROPPED)
     assert.ok(notice?.droppedBytes > 0, 'no notice of the dropped lines')
     const resumed = received.filter((entry) => entry.phase === 2).map((entry) => entry.n as number)
     // All but the last chunk, still gathering, of the lines written while it reads again.

@@ -21,10 +21,11 @@ import { BODY_FAILED, type BodyRequest, hasBody, REFUSE_BODY } from './request-b
 // 13 MB of RSS that nothing here uses. The CommonJS exports object reads no export.
 const { STATUS_CODES, METHODS, maxHeaderSize } = process.getBuiltinModule('node:http')
 
-/** A well-formed request line: when its method is unknown to Node, that is 501, not malformed HTTP. */
-const REQUEST_LINE = /^(?:\r\n)*([!#$%&'*+.^_`|~0-9A-Za-z-]+) [^ \r\n]+ HTTP\/1\.[01]\r\n/
-/** A well-formed request line of another major version of HTTP than 1 (Node's parser refuses HTTP/3.0). */
-const OTHER_VERSION_LINE = /^(?:\r\n)*[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ \r\n]+ HTTP\/[2-9]\.\d\r\n/
+/**
+ * A well-formed request line, its method and version: with a method Node does not know, that is
+ * 501, and with another major version than 1 (Node's parser refuses HTTP/3.0) 505, not malformed HTTP.
+ */
+const REQUEST_LINE = /^(?:\r\n)*([!#$%&'*+.^_`|~0-9A-Za-z-]+) [^ \r\n]+ HTTP\/(\d)\.(\d)\r\n/
 
 /** How long a socket answered by hand may take to receive its answer before it is destroyed. */
 const RAW_SOCKET_GRACE_MS = 5000
@@ -131,13 +132,14 @@ function clientErrorAnswer(
     const message = `The request line and headers are larger than the limit of ${maxHeaderSize} bytes.`
     return rawErrorResponse('headers_too_large', message)
   }
-  // A well-formed request line whose method Node does not know (anything else is malformed). The
-  // line is the one the parser stopped in: requests pipelined before it came in the same bytes.
-  const method = REQUEST_LINE.exec(failedLine(error))?.[1]
-  if (error.code === 'HPE_INVALID_METHOD' && method !== undefined && !METHODS.includes(method)) {
+  // A well-formed request line whose method Node does not know, or whose major version is not 1
+  // (anything else is malformed). The line is the one the parser stopped in: requests pipelined
+  // before it came in the same bytes.
+  const [, method, major, minor] = REQUEST_LINE.exec(failedLine(error)) ?? []
+  if (error.code === 'HPE_INVALID_METHOD' && major === '1' && Number(minor) <= 1 && !METHODS.includes(method ?? '')) {
     return rawErrorResponse('not_implemented', 'This method is not supported (RFC 9110 §9.1).')
   }
-  if (error.code === 'HPE_INVALID_VERSION' && OTHER_VERSION_LINE.test(failedLine(error))) {
+  if (error.code === 'HPE_INVALID_VERSION' && Number(major) >= 2) {
     return rawErrorResponse('http_version_not_supported')
   }
   if (error.code === 'HPE_INVALID_URL') {
