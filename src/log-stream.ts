@@ -30,7 +30,12 @@ export interface LogStreamLimits {
 const MAX_BYTES_PER_UNIT = 3
 const MAX_PENDING_BYTES = 16 * 1024 * 1024
 const EXIT_WAIT_MS = 1000
-const RETRY_SLEEP_MS = 10
+/**
+ * How soon a chunk the reader did not take is tried again. The reader takes a pipe's 64 KiB at a
+ * time: tried only as lines come or at the flush interval, a backlog would drain at 64 KiB a second
+ * once traffic stops, and what it held at exit would be lost.
+ */
+const RETRY_MS = 1
 const EMPTY = Buffer.alloc(0)
 
 /**
@@ -124,15 +129,29 @@ export function bufferedLogStream(
     enqueue(Buffer.from(bytes))
   }
 
+  let retry: NodeJS.Timeout | null = null
+  const retryLater = () => {
+    if (retry !== null) return
+    retry = setTimeout(() => {
+      retry = null
+      send(EMPTY)
+    }, RETRY_MS).unref()
+  }
+
   /** Writes `bytes` after what is pending, or keeps them until the reader takes them. */
   const send = (bytes: Buffer) => {
     if (broken) return
     // The notice of lines dropped goes out once the reader has taken what was kept before them.
     if (drain()) noteDropped()
-    if (!drain()) return void (bytes.length > 0 && keep(bytes, false))
+    if (!drain()) {
+      if (bytes.length > 0) keep(bytes, false)
+      return retryLater()
+    }
     if (bytes.length === 0) return
     const written = tryWrite(bytes)
-    if (!broken && written < bytes.length) keep(bytes.subarray(written), written > 0)
+    if (broken || written === bytes.length) return
+    keep(bytes.subarray(written), written > 0)
+    retryLater()
   }
 
   // Room for a chunk and the line that completes it, so that chunks are whole lines of about chunkBytes.
@@ -161,7 +180,7 @@ export function bufferedLogStream(
       flush()
       const deadline = Date.now() + exitWaitMs
       while ((pending.length > 0 || droppedBytes > 0) && !broken && Date.now() < deadline) {
-        sleepSync(RETRY_SLEEP_MS)
+        sleepSync(RETRY_MS)
         send(EMPTY)
       }
     },

@@ -129,6 +129,24 @@ describe('bufferedLogStream', () => {
     assert.ok(received.slice(0, at).every((entry) => entry.phase === 1))
   })
 
+  it('once the reader reads again, what it left drains by itself: no new lines, no flush interval, no flushSync', {
+    timeout: 10_000,
+  }, async () => {
+    const out = pipe()
+    const stream = bufferedLogStream(out.writer, 4096, 60_000)
+    // About 1.2 MB, 18 times what the pipe holds, written while nobody reads.
+    const lines = Array.from({ length: 10_000 }, (_, i) => `{"n":${i},"pad":"${'x'.repeat(100)}"}\n`)
+    for (const line of lines) stream.write(line)
+    const kept = lines.join('').length - 4096 * 2
+    for (let i = 0; i < 400 && out.text().length < kept; i++) {
+      out.read()
+      await sleep(5)
+    }
+    // All but the last chunk, still gathering for the flush interval.
+    assert.ok(out.text().length >= kept, `${out.text().length} of ${kept} bytes drained`)
+    assert.ok(lines.join('').startsWith(out.text()), 'lines reordered or cut')
+  })
+
   it('a reader that has gone (EPIPE): lines are thrown away without an error, and flushSync returns', () => {
     const out = pipe()
     closeSync(out.reader)
