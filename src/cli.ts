@@ -38,10 +38,17 @@ const USAGE = `Usage: animal-store <command>
   keys revoke <key-id>                            Revoke a key.
   help                                            Show this help.
 
-Uses DATABASE_URL and DEPLOYMENT like the server (see README).`
+Uses DATABASE_URL and DEPLOYMENT like the server (see README).
+Exit status: 0 done, 1 failed (the reason on stderr), 2 the command line is wrong.`
 
-/** Thrown for bad input: printed as one line, exit code 1. */
+/** Thrown for a command that cannot be done (no such account, bad password input): one line, exit 1. */
 export class CliError extends Error {}
+
+/**
+ * Thrown for a command line that is wrong (an unknown command or option, an argument missing or
+ * malformed): exit 2, as POSIX utilities do, so that a script can tell its own mistake from a failure.
+ */
+export class UsageError extends CliError {}
 
 /** Control characters, and the invisible ones that reorder or break a line (bidi controls, U+2028/9). */
 const CONTROL = new RegExp(
@@ -63,14 +70,14 @@ function lifetime(text: string): number {
   try {
     return parseDuration(text)
   } catch (error) {
-    if (error instanceof AccountRuleError) throw new CliError(`--expires-in ${error.message}`)
+    if (error instanceof AccountRuleError) throw new UsageError(`--expires-in ${error.message}`)
     throw error
   }
 }
 
 function email(text: string | undefined): string {
-  if (text === undefined) throw new CliError('An email address is required. Run "animal-store help".')
-  if (!isEmail(text)) throw new CliError(`"${text}" is not ${EMAIL_DESCRIPTION}`)
+  if (text === undefined) throw new UsageError('An email address is required. Run "animal-store help".')
+  if (!isEmail(text)) throw new UsageError(`"${text}" is not ${EMAIL_DESCRIPTION}`)
   return text
 }
 
@@ -96,23 +103,23 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   const given = new Set<string>()
   for (const token of tokens) {
     if (token.kind !== 'option') continue
-    if (given.has(token.name)) throw new CliError(`--${token.name} is given more than once.`)
+    if (given.has(token.name)) throw new UsageError(`--${token.name} is given more than once.`)
     given.add(token.name)
   }
   const [group, action, arg, ...extra] = positionals
   if (values.help || group === undefined || group === 'help') return print(USAGE)
-  if (extra.length > 0) throw new CliError(`Unexpected argument "${extra[0]}". Run "animal-store help".`)
+  if (extra.length > 0) throw new UsageError(`Unexpected argument "${extra[0]}". Run "animal-store help".`)
   const command = `${group} ${action ?? ''}`.trim()
   const known = ['accounts create', 'accounts set-password', 'keys create', 'keys list', 'keys revoke']
-  if (!known.includes(command)) throw new CliError(`Unknown command "${command}". Run "animal-store help".`)
+  if (!known.includes(command)) throw new UsageError(`Unknown command "${command}". Run "animal-store help".`)
   if (command !== 'keys create' && (values.name !== undefined || values['expires-in'] !== undefined)) {
-    throw new CliError(`--name and --expires-in apply only to "keys create".`)
+    throw new UsageError(`--name and --expires-in apply only to "keys create".`)
   }
   // Check the arguments before touching the database.
   const address = command === 'keys revoke' ? undefined : email(arg)
   const lifetimeMs = values['expires-in'] === undefined ? undefined : lifetime(values['expires-in'])
   const name = values.name ?? DEFAULT_KEY_NAME
-  if (!Value.Check(KeyNameSchema, name)) throw new CliError(`--name must be ${KEY_NAME_DESCRIPTION}`)
+  if (!Value.Check(KeyNameSchema, name)) throw new UsageError(`--name must be ${KEY_NAME_DESCRIPTION}`)
   const password = command === 'accounts set-password' ? await readPassword() : undefined
   const say: Print = (line) => print(printable(line))
 
@@ -171,7 +178,8 @@ export async function run(argv: string[], config: Config, print: Print): Promise
         return printTable(['ID', 'NAME', 'PREFIX', 'STATE', 'CREATED', 'EXPIRES', 'LAST USED'], rows, print)
       }
       case 'keys revoke': {
-        if (arg === undefined) throw new CliError('A key id (key_…) is required. See "animal-store keys list <email>".')
+        if (arg === undefined)
+          throw new UsageError('A key id (key_…) is required. See "animal-store keys list <email>".')
         const key = await store.revokeApiKey(arg)
         if (!key) throw new CliError(`No key with id "${arg}".`)
         // Revoking again keeps the first time: say since when, true whether it was now or before.
@@ -292,6 +300,6 @@ export async function main(argv: string[]): Promise<number> {
     // one line (typed or stored text, an unexpected error) has its line breaks escaped.
     const line = printable(parseError ? parseErrorLine(error as Error & { code: string }) : message)
     process.stderr.write(`animal-store: ${known ? line : `failed: ${line}`}\n`)
-    return 1
+    return error instanceof UsageError || parseError ? 2 : 1
   }
 }

@@ -51,11 +51,21 @@ async function ok(databaseUrl: string, args: string[], env: Record<string, strin
   return run
 }
 
-/** A run that must fail: non-zero exit, exactly one line on stderr, nothing on stdout. */
-async function fails(databaseUrl: string, args: string[], env: Record<string, string> = {}, input?: string | Buffer) {
+/** Exit statuses of a failed run: the command could not be done, or its command line is wrong. */
+const FAILED = 1
+const USAGE = 2
+
+/** A run that must fail with `code`: exactly one line on stderr, nothing on stdout. */
+async function fails(
+  databaseUrl: string,
+  args: string[],
+  env: Record<string, string> = {},
+  input?: string | Buffer,
+  code = FAILED,
+) {
   const run = await cliOn(databaseUrl, args, env, input)
   const what = `animal-store ${args.join(' ')}`
-  assert.notEqual(run.code, 0, `${what} exited 0`)
+  assert.equal(run.code, code, `${what} exited ${run.code}`)
   assert.equal(run.stdout, '', `${what} wrote to stdout`)
   assert.match(run.stderr, /^[^\n]+\n$/, `${what}: stderr is not exactly one line: ${JSON.stringify(run.stderr)}`)
   return run.stderr.trimEnd()
@@ -342,7 +352,10 @@ describe('CLI: keys create', () => {
 
   it('refuses a key name with control characters, saying so, and stores no key', async (t) => {
     const { url, email } = await withAccount(t)
-    assert.match(await fails(url, ['keys', 'create', email, '--name', EVIL_NAME]), /control characters/)
+    assert.match(
+      await fails(url, ['keys', 'create', email, '--name', EVIL_NAME], {}, undefined, USAGE),
+      /control characters/,
+    )
     assert.match((await ok(url, ['keys', 'list', email])).stdout, /has no keys/)
   })
 })
@@ -461,72 +474,89 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
   })
   after(() => rmSync(dir, { recursive: true, force: true }))
 
-  const cases: [string, string[], RegExp][] = [
-    ['an unknown command', ['frobnicate'], /frobnicate/],
-    ['an unknown action', ['keys', 'rotate', 'alice@example.com'], /rotate/],
-    ['a group without an action', ['keys'], /keys/],
-    ['accounts create without an email', ['accounts', 'create'], /email/i],
-    ['keys create without an email', ['keys', 'create'], /email/i],
-    ['keys list without an email', ['keys', 'list'], /email/i],
-    ['keys revoke without a key id', ['keys', 'revoke'], /key/i],
-    ['a malformed email', ['accounts', 'create', 'not-an-email'], /not-an-email/],
-    ['an email with a space', ['keys', 'create', 'alice @example.com'], /alice @example\.com/],
-    ['keys create for an unknown account', ['keys', 'create', 'nobody@example.com'], /nobody@example\.com/],
-    ['keys list for an unknown account', ['keys', 'list', 'nobody@example.com'], /nobody@example\.com/],
-    ['a duration with an unknown unit (3x)', ['keys', 'create', 'alice@example.com', '--expires-in', '3x'], /3x/],
-    ['a duration without a unit (30)', ['keys', 'create', 'alice@example.com', '--expires-in', '30'], /expires-in/],
-    ['a zero duration (0d)', ['keys', 'create', 'alice@example.com', '--expires-in', '0d'], /expires-in/],
-    ['a negative duration (-1d)', ['keys', 'create', 'alice@example.com', '--expires-in=-1d'], /expires-in/],
+  const cases: [string, string[], RegExp, number][] = [
+    ['an unknown command', ['frobnicate'], /frobnicate/, USAGE],
+    ['an unknown action', ['keys', 'rotate', 'alice@example.com'], /rotate/, USAGE],
+    ['a group without an action', ['keys'], /keys/, USAGE],
+    ['accounts create without an email', ['accounts', 'create'], /email/i, USAGE],
+    ['keys create without an email', ['keys', 'create'], /email/i, USAGE],
+    ['keys list without an email', ['keys', 'list'], /email/i, USAGE],
+    ['keys revoke without a key id', ['keys', 'revoke'], /key/i, USAGE],
+    ['a malformed email', ['accounts', 'create', 'not-an-email'], /not-an-email/, USAGE],
+    ['an email with a space', ['keys', 'create', 'alice @example.com'], /alice @example\.com/, USAGE],
+    ['keys create for an unknown account', ['keys', 'create', 'nobody@example.com'], /nobody@example\.com/, FAILED],
+    ['keys list for an unknown account', ['keys', 'list', 'nobody@example.com'], /nobody@example\.com/, FAILED],
+    [
+      'a duration with an unknown unit (3x)',
+      ['keys', 'create', 'alice@example.com', '--expires-in', '3x'],
+      /3x/,
+      USAGE,
+    ],
+    [
+      'a duration without a unit (30)',
+      ['keys', 'create', 'alice@example.com', '--expires-in', '30'],
+      /expires-in/,
+      USAGE,
+    ],
+    ['a zero duration (0d)', ['keys', 'create', 'alice@example.com', '--expires-in', '0d'], /expires-in/, USAGE],
+    ['a negative duration (-1d)', ['keys', 'create', 'alice@example.com', '--expires-in=-1d'], /expires-in/, USAGE],
     [
       'a negative duration as a separate argument (-5d)',
       ['keys', 'create', 'alice@example.com', '--expires-in', '-5d'],
       /expires-in/,
+      USAGE,
     ],
     [
       'a duration over 100 years (1000000w), naming the limit',
       ['keys', 'create', 'alice@example.com', '--expires-in', '1000000w'],
       /--expires-in must be at most 100 years \(36500d\).*1000000w/,
+      USAGE,
     ],
     [
       'a duration just over 100 years (36501d), naming the limit',
       ['keys', 'create', 'alice@example.com', '--expires-in', '36501d'],
       /at most 100 years \(36500d\)/,
+      USAGE,
     ],
     [
       'a repeated --name',
       ['keys', 'create', 'alice@example.com', '--name', 'a', '--name', 'b'],
       /--name .*more than once/,
+      USAGE,
     ],
     [
       'a repeated --expires-in',
       ['keys', 'create', 'alice@example.com', '--expires-in', '1d', '--expires-in=2d'],
       /--expires-in .*more than once/,
+      USAGE,
     ],
-    ['--expires-in without a value', ['keys', 'create', 'alice@example.com', '--expires-in'], /expires-in/],
+    ['--expires-in without a value', ['keys', 'create', 'alice@example.com', '--expires-in'], /expires-in/, USAGE],
     [
       'an unknown flag, in the words of the other bad input',
       ['keys', 'create', 'alice@example.com', '--scope', 'admin'],
       /^animal-store: Unknown option "--scope"\. Run "animal-store help"\.$/,
+      USAGE,
     ],
     [
       '--version (there is none)',
       ['--version'],
       /^animal-store: Unknown option "--version"\. Run "animal-store help"\.$/,
+      USAGE,
     ],
-    ['a flag of another command', ['keys', 'list', 'alice@example.com', '--name', 'x'], /--name/],
-    ['an empty --name', ['keys', 'create', 'alice@example.com', '--name', ''], /--name/],
-    ['an extra argument', ['accounts', 'create', 'alice@example.com', 'bob@example.com'], /bob@example\.com/],
-    ['revoking an unknown key id', ['keys', 'revoke', 'key_doesNotExist0000'], /key_doesNotExist0000/],
+    ['a flag of another command', ['keys', 'list', 'alice@example.com', '--name', 'x'], /--name/, USAGE],
+    ['an empty --name', ['keys', 'create', 'alice@example.com', '--name', ''], /--name/, USAGE],
+    ['an extra argument', ['accounts', 'create', 'alice@example.com', 'bob@example.com'], /bob@example\.com/, USAGE],
+    ['revoking an unknown key id', ['keys', 'revoke', 'key_doesNotExist0000'], /key_doesNotExist0000/, FAILED],
   ]
-  for (const [what, args, message] of cases) {
-    it(`refuses ${what}: animal-store ${args.join(' ')}`, async () => {
-      assert.match(await fails(url, args), message)
+  for (const [what, args, message, code] of cases) {
+    it(`refuses ${what} (exit ${code}): animal-store ${args.join(' ')}`, async () => {
+      assert.match(await fails(url, args, {}, undefined, code), message)
     })
   }
 
   // Not in the table above: its title would carry the escape character to the test report.
   it('refuses an email with an escape character, saying so, and echoes it escaped', async () => {
-    const message = await fails(url, ['accounts', 'create', 'z\u001b[31m@example.com'])
+    const message = await fails(url, ['accounts', 'create', 'z\u001b[31m@example.com'], {}, undefined, USAGE)
     assert.match(message, /"z\\u001b\[31m@example\.com" is not an email address .*control characters/)
   })
 
@@ -535,8 +565,8 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
   })
 
   it('writes nothing to the database when refusing', async () => {
-    await fails(url, ['keys', 'create', 'alice@example.com', '--expires-in', '3x'])
-    await fails(url, ['keys', 'create', 'alice@example.com', '--bogus'])
+    await fails(url, ['keys', 'create', 'alice@example.com', '--expires-in', '3x'], {}, undefined, USAGE)
+    await fails(url, ['keys', 'create', 'alice@example.com', '--bogus'], {}, undefined, USAGE)
     const run = await ok(url, ['keys', 'list', 'alice@example.com'])
     assert.doesNotMatch(run.stdout, /as_(test|live)_/)
   })
