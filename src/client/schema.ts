@@ -274,7 +274,7 @@ export interface operations {
     parameters: {
       query?: never
       header?: {
-        /** @description Makes retries safe (draft-ietf-httpapi-idempotency-key-header): 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Remembered for 24 hours per API key. */
+        /** @description 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
         'idempotency-key'?: string
       }
       path?: never
@@ -657,7 +657,7 @@ export interface operations {
     parameters: {
       query?: never
       header?: {
-        /** @description Makes retries safe (draft-ietf-httpapi-idempotency-key-header): 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Remembered for 24 hours per API key. */
+        /** @description 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
         'idempotency-key'?: string
       }
       path?: never

@@ -138,9 +138,10 @@ export const IdempotencyHeadersSchema = Type.Object({
     Type.String({
       // A quoted key must hold something: `""` is no key. The quotes do not count towards the 255.
       pattern: '^(?!""$)(?:"[!-~]{1,255}"|[!-~]{1,255})$',
+      // The rule first: a malformed key's 400 quotes the description (src/validation.ts).
       description:
-        'Makes retries safe (draft-ietf-httpapi-idempotency-key-header): 1 to 255 visible ASCII characters, ' +
-        'e.g. a UUID, optionally in double quotes. Remembered for 24 hours per API key.',
+        '1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe ' +
+        '(draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key.',
     }),
   ),
 })
