@@ -78,6 +78,18 @@ function read<T>(run: () => T): Promise<T> {
   }
 }
 
+/** Whether the file holds a database this service has set up (read only: it is left as it is). */
+function isSetUp(path: string): boolean {
+  const db = new DatabaseSync(path, { readOnly: true })
+  try {
+    return (
+      db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").get() !== undefined
+    )
+  } finally {
+    db.close()
+  }
+}
+
 /**
  * SQLite's own words ("unable to open database file", "attempt to write a readonly database") say
  * neither which file nor why: name the file, and the likely cause when its folder is read-only.
@@ -185,12 +197,16 @@ export class SqliteStore implements Store {
       throw new DatabaseNotSetUpError(`No SQLite database at ${path}: check DATABASE_URL`)
     let store: SqliteStore | undefined
     try {
+      // An empty file, or another program's database, is not one to set up unasked either.
+      if (existing && !isSetUp(path)) {
+        throw new DatabaseNotSetUpError(`The SQLite file ${path} holds no Animal Store tables: check DATABASE_URL`)
+      }
       store = new SqliteStore(path)
       await store.#ready
       return store
     } catch (error) {
       await store?.close()
-      throw named(path, error)
+      throw error instanceof DatabaseNotSetUpError ? error : named(path, error)
     }
   }
 

@@ -7,6 +7,7 @@ import {
   readFileSync,
   renameSync,
   rmSync,
+  statSync,
   writeFileSync,
   writeSync,
 } from 'node:fs'
@@ -120,6 +121,29 @@ describe('SQLite store: durability and migrations (point 11)', () => {
         error.message === `No SQLite database at ${missing}: check DATABASE_URL`,
     )
     assert.equal(existsSync(dirname(missing)), false)
+  })
+
+  it("refuses, and leaves as it is, a file without its tables (empty, or another program's) when asked for an existing one", async (t) => {
+    const empty = join(tempDir(t), 'empty.db')
+    writeFileSync(empty, '')
+    const other = join(tempDir(t), 'other.db')
+    const db = new DatabaseSync(other)
+    db.exec('CREATE TABLE notes (body TEXT)')
+    db.close()
+    const otherBytes = readFileSync(other)
+    for (const path of [empty, other]) {
+      await assert.rejects(
+        SqliteStore.open(`sqlite:${path}`, { existing: true }),
+        (error: Error) =>
+          error instanceof DatabaseNotSetUpError &&
+          error.message === `The SQLite file ${path} holds no Animal Store tables: check DATABASE_URL`,
+      )
+    }
+    assert.equal(statSync(empty).size, 0)
+    assert.deepEqual(readFileSync(other), otherBytes)
+    // Once set up, it is one.
+    await (await SqliteStore.open(`sqlite:${empty}`)).close()
+    await (await SqliteStore.open(`sqlite:${empty}`, { existing: true })).close()
   })
 
   it('refuses a folder it cannot make in one error, even where mkdir misbehaves (/proc), rather than spin', {
