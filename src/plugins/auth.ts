@@ -14,7 +14,7 @@ import { BoundedMap } from '../bounded-map.ts'
 import type { Config } from '../config.ts'
 import { ApiError, type ErrorCode } from '../errors.ts'
 import { clientNetwork } from '../rate-limit.ts'
-import type { ApiKey } from '../store/types.ts'
+import { type ApiKey, DatabaseUnavailableError } from '../store/types.ts'
 
 export interface Caller {
   keyId: string
@@ -93,7 +93,11 @@ export default fp<{ config: Config }>(
       if (usage.size === 0) return
       const usages = [...usage].map(([id, at]) => ({ id, at }))
       usage.clear()
-      await app.store.touchApiKeys(usages).catch((err) => app.log.warn({ err }, 'could not record key usage'))
+      await app.store.touchApiKeys(usages).catch((err) => {
+        // A database outage is logged as by the requests (src/plugins/errors.ts): one line, no stack.
+        if (err instanceof DatabaseUnavailableError) app.log.warn({ detail: err.message }, 'could not record key usage')
+        else app.log.warn({ err }, 'could not record key usage')
+      })
     }
     const flusher = setInterval(flushUsage, TOUCH_INTERVAL_MS).unref()
     app.addHook('onClose', async () => {

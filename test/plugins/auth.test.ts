@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict'
+import { rmSync } from 'node:fs'
+import { join } from 'node:path'
 import { describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { generateApiKey } from '../../src/api-keys.ts'
-import { bearer, build, errorBody } from '../helper.ts'
+import { bearer, build, errorBody, tempDir } from '../helper.ts'
 
 const OPERATIONS = [
   { method: 'GET', url: '/v1/pets' },
@@ -176,6 +178,20 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
     await test.app.inject({ url: '/v1/nowhere', headers: { ...bearer(`${secret}x`), 'x-forwarded-for': secret } })
     assert.ok(test.logs.some((line) => JSON.stringify(line).includes('as_test_[REDACTED]')))
     assert.ok(!JSON.stringify(test.logs).includes(secret.slice(8)), 'a key reached the logs')
+  })
+
+  it('logs a database outage that stops it recording key usage as the requests do: one warn line, no stack', async (t) => {
+    const file = join(tempDir(t), 'gone.db')
+    const test = await build(t, { DATABASE_URL: `sqlite:${file}` }, { captureLogs: true })
+    const { secret } = await test.newKey()
+    assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
+    // The file goes: the store refuses the write that records the use, which closing the app flushes.
+    for (const suffix of ['', '-wal', '-shm']) rmSync(`${file}${suffix}`, { force: true })
+    await test.app.close()
+    const line = test.logs.find((entry) => entry.msg === 'could not record key usage')
+    assert.equal(line?.level, 40, JSON.stringify(test.logs))
+    assert.equal(line.err, undefined, 'logged with a stack')
+    assert.match(String(line.detail), /gone\.db/)
   })
 
   it('never logs the Authorization header or a key, even one put in the URL', async (t) => {
