@@ -52,7 +52,8 @@ export const MAX_LIFETIME_DESCRIPTION = `100 years (${MAX_LIFETIME_DAYS}d)`
 /** A key lifetime such as `30d` (a number and s, m, h, d or w, at most 100 years), in milliseconds. */
 export function parseDuration(text: string): number {
   const match = /^([1-9][0-9]*)([smhdw])$/.exec(text)
-  if (!match) throw new AccountRuleError(`must be a number followed by s, m, h, d or w, e.g. 30d (got "${text}")`)
+  if (!match)
+    throw new AccountRuleError(`must be a whole number above 0 followed by s, m, h, d or w, e.g. 30d (got "${text}")`)
   const seconds = Number(match[1]) * (UNITS[match[2] as string] as number)
   if (seconds > MAX_LIFETIME_DAYS * (UNITS.d as number)) {
     throw new AccountRuleError(`must be at most ${MAX_LIFETIME_DESCRIPTION} (got "${text}")`)

@@ -111,6 +111,10 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   if (extra.length > 0) throw new UsageError(`Unexpected argument "${extra[0]}". Run "animal-store help".`)
   const command = `${group} ${action ?? ''}`.trim()
   const known = ['accounts create', 'accounts set-password', 'keys create', 'keys list', 'keys revoke']
+  const actions = known.filter((c) => c.startsWith(`${group} `)).map((c) => c.slice(group.length + 1))
+  if (action === undefined && actions.length > 0) {
+    throw new UsageError(`"${group}" needs one of: ${actions.join(', ')}. Run "animal-store help".`)
+  }
   if (!known.includes(command)) throw new UsageError(`Unknown command "${command}". Run "animal-store help".`)
   if (command !== 'keys create' && (values.name !== undefined || values['expires-in'] !== undefined)) {
     throw new UsageError(`--name and --expires-in apply only to "keys create".`)
@@ -265,13 +269,13 @@ function printTable(header: string[], cells: string[][], print: Print): void {
     )
 }
 
-/** parseArgs's error in one line; an unknown option as the other bad input is, with the way to help. */
+/** parseArgs's error in one line, with the way to help; an unknown option in the words of the other bad input. */
 function parseErrorLine(error: Error & { code: string }): string {
   const option = /^Unknown option '(.*?)'\./.exec(error.message)?.[1]
   if (error.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' && option !== undefined) {
     return `Unknown option "${option}". Run "animal-store help".`
   }
-  return error.message.split('\n').join(' ')
+  return `${error.message.split('\n').join(' ')} Run "animal-store help".`
 }
 
 /** Entry point of bin/animal-store.ts. */

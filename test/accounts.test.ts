@@ -94,7 +94,7 @@ describe('Key lifetimes (parseDuration)', () => {
         () => parseDuration(text),
         (error: unknown) => {
           assert.ok(error instanceof AccountRuleError)
-          assert.match(error.message, /^must be a number followed by s, m, h, d or w/)
+          assert.match(error.message, /^must be a whole number above 0 followed by s, m, h, d or w/)
           return true
         },
       )

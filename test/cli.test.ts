@@ -477,7 +477,18 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
   const cases: [string, string[], RegExp, number][] = [
     ['an unknown command', ['frobnicate'], /frobnicate/, USAGE],
     ['an unknown action', ['keys', 'rotate', 'alice@example.com'], /rotate/, USAGE],
-    ['a group without an action', ['keys'], /keys/, USAGE],
+    [
+      'a group without an action, naming its actions',
+      ['keys'],
+      /^animal-store: "keys" needs one of: create, list, revoke\. Run "animal-store help"\.$/,
+      USAGE,
+    ],
+    [
+      'accounts without an action, naming its actions',
+      ['accounts'],
+      /^animal-store: "accounts" needs one of: create, set-password\. Run "animal-store help"\.$/,
+      USAGE,
+    ],
     ['accounts create without an email', ['accounts', 'create'], /email/i, USAGE],
     ['keys create without an email', ['keys', 'create'], /email/i, USAGE],
     ['keys list without an email', ['keys', 'list'], /email/i, USAGE],
@@ -498,7 +509,12 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
       /expires-in/,
       USAGE,
     ],
-    ['a zero duration (0d)', ['keys', 'create', 'alice@example.com', '--expires-in', '0d'], /expires-in/, USAGE],
+    [
+      'a zero duration (0d), saying it must be above 0',
+      ['keys', 'create', 'alice@example.com', '--expires-in', '0d'],
+      /--expires-in must be a whole number above 0 .*"0d"/,
+      USAGE,
+    ],
     ['a negative duration (-1d)', ['keys', 'create', 'alice@example.com', '--expires-in=-1d'], /expires-in/, USAGE],
     [
       'a negative duration as a separate argument (-5d)',
@@ -530,7 +546,12 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
       /--expires-in .*more than once/,
       USAGE,
     ],
-    ['--expires-in without a value', ['keys', 'create', 'alice@example.com', '--expires-in'], /expires-in/, USAGE],
+    [
+      '--expires-in without a value, with the way to help',
+      ['keys', 'create', 'alice@example.com', '--expires-in'],
+      /expires-in.* Run "animal-store help"\.$/,
+      USAGE,
+    ],
     [
       'an unknown flag, in the words of the other bad input',
       ['keys', 'create', 'alice@example.com', '--scope', 'admin'],
