@@ -182,7 +182,10 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
         { name: 'Rex', categoryId: 1 },
       )
       assert.equal(response.statusCode, 400, key)
-      assert.match(errorBody(response).message, /^header\.idempotency-key is invalid: 1 to 255 visible ASCII characters/)
+      assert.match(
+        errorBody(response).message,
+        /^header\.idempotency-key is invalid: 1 to 255 visible ASCII characters/,
+      )
     }
   })
 })
