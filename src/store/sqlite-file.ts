@@ -2,15 +2,25 @@
  * Whether a path still names the database file a connection opened. A file deleted or replaced
  * under a running server keeps taking writes, into an inode nothing points at: they would be gone
  * at the next start. Both threads of the SQLite store compare the file's identity with the one they
- * opened, so that such writes are refused (503) instead of acknowledged.
+ * opened, so that such writes are refused (503) instead of acknowledged. The same holds for its
+ * -wal file (where a commit lives until a checkpoint copies it into the database file) and its
+ * -shm file (the index other connections find the -wal's commits by).
  */
 import { statSync } from 'node:fs'
 
 /** The message's start that says the file went away (the main thread turns it into DatabaseUnavailableError). */
-export const FILE_GONE = 'The database file was removed or replaced while in use'
+export const FILE_GONE = 'The database file, or its -wal or -shm file, was removed or replaced while in use'
 
 /** Device and inode of the file at `path`, or null when there is none. */
 export function fileIdentity(path: string): string | null {
   const stat = statSync(path, { throwIfNoEntry: false })
   return stat ? `${stat.dev}:${stat.ino}` : null
+}
+
+/**
+ * The identities of the database file and of its -wal and -shm files. While the store's
+ * connections are open SQLite keeps both of those (it deletes them with the last connection).
+ */
+export function filesIdentity(path: string): string {
+  return [path, `${path}-wal`, `${path}-shm`].map(fileIdentity).join(' ')
 }

@@ -14,7 +14,7 @@ import { randomId } from '../api-keys.ts'
 import type { Message } from '../schemas/messages.ts'
 import type { Pet } from '../schemas/pets.ts'
 import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
-import { FILE_GONE, fileIdentity } from './sqlite-file.ts'
+import { FILE_GONE, fileIdentity, filesIdentity } from './sqlite-file.ts'
 import type { Account, ApiKey, IdempotencyClaim, IdempotencyRef, IdempotencyState } from './types.ts'
 
 /** A job from the main thread: [id, operation, arguments]. */
@@ -153,6 +153,7 @@ function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): vo
   // object's keyed lookup by such a string threw V8's optimized code out on every batch.
   const ops = new Map(Object.entries(writeOps(sql)) as [string, (...args: unknown[]) => unknown][])
   const identity = fileIdentity(data.path)
+  const identities = filesIdentity(data.path)
   let queue: WriteJob[] = []
   let scheduled = false
 
@@ -195,10 +196,10 @@ function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): vo
       // A file no longer at its path (moved, deleted, replaced) is not where the data is read and
       // kept: refuse the batch without writing it there. Checked again after the commit, in case it
       // went meanwhile; then the writes may be in the moved file, as with any lost answer.
-      const gone = () => fileIdentity(data.path) !== identity
-      if (gone()) throw new Error(`${FILE_GONE}: ${data.path}`)
+      if (fileIdentity(data.path) !== identity) throw new Error(`${FILE_GONE}: ${data.path}`)
       results = runBatch(batch, false) ?? (runBatch(batch, true) as WriteResult[])
-      if (gone()) throw new Error(`${FILE_GONE}: ${data.path}`)
+      // The -wal and -shm too: a commit into a removed -wal is lost like one into a removed file.
+      if (filesIdentity(data.path) !== identities) throw new Error(`${FILE_GONE}: ${data.path}`)
     } catch (error) {
       if (db.isTransaction) sql.rollback.run()
       port.postMessage(batch.map(([id]): WriteResult => [id, false, describe(error)]))

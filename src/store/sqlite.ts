@@ -13,7 +13,7 @@ import { Worker } from 'node:worker_threads'
 import type { Message } from '../schemas/messages.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet } from '../schemas/pets.ts'
 import { newerThanCode, readMigrations } from './migrations.ts'
-import { FILE_GONE, fileIdentity } from './sqlite-file.ts'
+import { FILE_GONE, filesIdentity } from './sqlite-file.ts'
 import type { WriteJob, WriteOps, WriteResult, WriterData } from './sqlite-writer.ts'
 import {
   type Account,
@@ -136,8 +136,8 @@ type Op = keyof WriteOps
 export class SqliteStore implements Store {
   #db: DatabaseSync
   #path: string
-  /** The file this connection opened (see sqlite-file.ts). */
-  #identity: string | null
+  /** The files this connection opened (see sqlite-file.ts). */
+  #identity: string
   #sql: ReturnType<typeof prepareReads>
   #writer!: Worker
   #ready: Promise<void>
@@ -175,7 +175,6 @@ export class SqliteStore implements Store {
     makeFolders(dirname(path))
     this.#db = new DatabaseSync(path)
     this.#path = path
-    this.#identity = fileIdentity(path)
     this.#db.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`)
     this.#db.exec('PRAGMA journal_mode = WAL')
     this.#db.exec('PRAGMA foreign_keys = ON')
@@ -184,6 +183,8 @@ export class SqliteStore implements Store {
     // file cache, shared, not this process's own memory.
     this.#db.exec(`PRAGMA mmap_size = ${MMAP_BYTES}`)
     this.#migrate()
+    // Taken once the -wal and -shm files exist (the migration's first access made them).
+    this.#identity = filesIdentity(path)
     this.#sql = prepareReads(this.#db)
     this.#ready = this.#startWriter()
   }
@@ -214,7 +215,7 @@ export class SqliteStore implements Store {
 
   async ping(): Promise<void> {
     if (this.#writerGone) throw this.#writerGone
-    if (fileIdentity(this.#path) !== this.#identity) throw new DatabaseUnavailableError(`${FILE_GONE}: ${this.#path}`)
+    if (filesIdentity(this.#path) !== this.#identity) throw new DatabaseUnavailableError(`${FILE_GONE}: ${this.#path}`)
     // Reads may answer while every write fails: then this instance cannot serve.
     if (this.#writeFailedAt !== null && Date.now() - this.#writeFailedAt < WRITES_FAILING_MS) {
       throw new DatabaseUnavailableError('Writes to the database are failing')

@@ -296,6 +296,19 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     await assert.rejects(store.ping(), DatabaseUnavailableError)
   })
 
+  for (const suffix of ['-wal', '-shm']) {
+    it(`refuses writes, and says not ready, once its ${suffix} file is removed (a commit there would be lost)`, async (t) => {
+      const path = join(tempDir(t), 'db.sqlite')
+      const store = await SqliteStore.open(`sqlite:${path}`)
+      t.after(() => store.close())
+      await store.createPet({ name: 'before', categoryId: 1 })
+      await store.ping()
+      rmSync(`${path}${suffix}`)
+      await assert.rejects(store.createPet({ name: 'lost', categoryId: 1 }), DatabaseUnavailableError)
+      await assert.rejects(store.ping(), DatabaseUnavailableError)
+    })
+  }
+
   it('refuses a write into a file moved away from its path without writing it there (a 503 is not applied)', async (t) => {
     const dir = tempDir(t)
     const path = join(dir, 'db.sqlite')
