@@ -12,7 +12,7 @@ import { redactApiKeys } from './api-keys.ts'
 import type { Config } from './config.ts'
 import { onDraining } from './drain.ts'
 import { ApiError } from './errors.ts'
-import { malformedOrigin, setTargetScheme } from './host.ts'
+import { malformedOrigin, setTargetScheme, validHost } from './host.ts'
 import { wellEncoded } from './percent-encoding.ts'
 import { limitPipelining } from './pipelining.ts'
 import auth from './plugins/auth.ts'
@@ -126,6 +126,11 @@ function absoluteForm(request: FastifyRequest, target: string): ApiError | undef
   // RFC 9110 §4.2.4: user information in an http(s) URI is an error (it is a phishing device).
   if (url.username || url.password) {
     return new ApiError('bad_request', 'The request target must not hold user information (user:password@).')
+  }
+  // The host as written, not as the URL parser rewrote it ("010.0.0.1" becomes 8.0.0.1): held to
+  // the rule of a Host header (src/host.ts), which it takes the place of.
+  if (!validHost(target.slice(url.protocol.length + 2).split(/[/?#]/, 1)[0] as string)) {
+    return new ApiError('bad_request', "The request target's host is malformed.")
   }
   request.headers.host = url.host
   setTargetScheme(request, url.protocol === 'https:' ? 'https' : 'http')

@@ -12,7 +12,8 @@ const HOST = /^(?:([\w-]+(?:\.[\w-]+)*\.?)|\[([0-9A-Fa-f:.]+)\])(?::([0-9]{0,5})
 /** The last Host found valid: nearly every request repeats its predecessor's, and need not be parsed again. */
 let lastValidHost = ''
 
-function validHost(host: string): boolean {
+/** Whether `host` (a Host header's value, or the authority of an absolute-form target) is a name or an IP literal as written, with a port. */
+export function validHost(host: string): boolean {
   if (host === lastValidHost) return true
   const match = HOST.exec(host)
   if (!match) return false

@@ -384,6 +384,16 @@ describe('Errors: every error is application/json {code, message, status} (point
       assert.match(answer, /^HTTP\/1.1 400 /, target)
       assert.match(answer, /must not hold user information/, target)
     }
+    // Its host is held to Host's rule as written, before the URL parser rewrites it (010.0.0.1 is 8.0.0.1 to it).
+    for (const host of ['010.0.0.1', '0x7f.0.0.1', '127.1', '4294967295', '1.2.3']) {
+      const answer = await ask(`GET http://${host}/v1/pets`, `Authorization: Bearer ${secret}\r\n`)
+      assert.match(answer, /^HTTP\/1.1 400 /, host)
+      assert.match(answer, /The request target's host is malformed\./, host)
+    }
+    for (const host of ['127.0.0.1:80', '[::1]:8080', 'X.Example.']) {
+      const answer = await ask(`GET http://${host}/v1/pets?limit=1`, `Authorization: Bearer ${secret}\r\n`)
+      assert.match(answer, /^HTTP\/1.1 200 /, host)
+    }
     assert.match(fragment, /^HTTP\/1.1 400 /)
     assert.match(fragment, /must not hold a fragment/)
     assert.match(notHttp, /^HTTP\/1.1 400 /)
