@@ -71,6 +71,9 @@ async function fails(
   return run.stderr.trimEnd()
 }
 
+/** A run whose command line is wrong: exit 2, one line on stderr. */
+const wrongUsage = (databaseUrl: string, args: string[]) => fails(databaseUrl, args, {}, undefined, USAGE)
+
 function lastLine(text: string): string {
   return text.trimEnd().split('\n').at(-1) as string
 }
@@ -352,10 +355,7 @@ describe('CLI: keys create', () => {
 
   it('refuses a key name with control characters, saying so, and stores no key', async (t) => {
     const { url, email } = await withAccount(t)
-    assert.match(
-      await fails(url, ['keys', 'create', email, '--name', EVIL_NAME], {}, undefined, USAGE),
-      /control characters/,
-    )
+    assert.match(await wrongUsage(url, ['keys', 'create', email, '--name', EVIL_NAME]), /control characters/)
     assert.match((await ok(url, ['keys', 'list', email])).stdout, /has no keys/)
   })
 })
@@ -577,7 +577,7 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
 
   // Not in the table above: its title would carry the escape character to the test report.
   it('refuses an email with an escape character, saying so, and echoes it escaped', async () => {
-    const message = await fails(url, ['accounts', 'create', 'z\u001b[31m@example.com'], {}, undefined, USAGE)
+    const message = await wrongUsage(url, ['accounts', 'create', 'z\u001b[31m@example.com'])
     assert.match(message, /"z\\u001b\[31m@example\.com" is not an email address .*control characters/)
   })
 
@@ -586,8 +586,8 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
   })
 
   it('writes nothing to the database when refusing', async () => {
-    await fails(url, ['keys', 'create', 'alice@example.com', '--expires-in', '3x'], {}, undefined, USAGE)
-    await fails(url, ['keys', 'create', 'alice@example.com', '--bogus'], {}, undefined, USAGE)
+    await wrongUsage(url, ['keys', 'create', 'alice@example.com', '--expires-in', '3x'])
+    await wrongUsage(url, ['keys', 'create', 'alice@example.com', '--bogus'])
     const run = await ok(url, ['keys', 'list', 'alice@example.com'])
     assert.doesNotMatch(run.stdout, /as_(test|live)_/)
   })

@@ -93,11 +93,15 @@ export default fp<{ config: Config }>(
       if (usage.size === 0) return
       const usages = [...usage].map(([id, at]) => ({ id, at }))
       usage.clear()
-      await app.store.touchApiKeys(usages).catch((err) => {
-        // A database outage is logged as by the requests (src/plugins/errors.ts): one line, no stack.
-        if (err instanceof DatabaseUnavailableError) app.log.warn({ detail: err.message }, 'could not record key usage')
-        else app.log.warn({ err }, 'could not record key usage')
-      })
+      // A database outage is logged as the requests log it (src/plugins/errors.ts): one line, no stack.
+      await app.store
+        .touchApiKeys(usages)
+        .catch((err) =>
+          app.log.warn(
+            err instanceof DatabaseUnavailableError ? { detail: err.message } : { err },
+            'could not record key usage',
+          ),
+        )
     }
     const flusher = setInterval(flushUsage, TOUCH_INTERVAL_MS).unref()
     app.addHook('onClose', async () => {

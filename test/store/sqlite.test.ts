@@ -132,8 +132,16 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     db.close()
     const otherBytes = readFileSync(other)
     for (const path of [empty, other]) {
+      const opening = SqliteStore.open(`sqlite:${path}`, { existing: true })
+      // Were it opened, its writer thread would keep the test run from ending.
+      t.after(() =>
+        opening.then(
+          (store) => store.close(),
+          () => {},
+        ),
+      )
       await assert.rejects(
-        SqliteStore.open(`sqlite:${path}`, { existing: true }),
+        opening,
         (error: Error) =>
           error instanceof DatabaseNotSetUpError &&
           error.message === `The SQLite file ${path} holds no Animal Store tables: check DATABASE_URL`,
