@@ -14,7 +14,7 @@
  *   1000 distinct pages of 20 exist, no more than the cache holds; three page sizes triple that.
  *   Every start is chosen so that each page is full.
  */
-import { cursorCodec } from '../src/pagination.ts'
+import { cursorCodec } from '../src/domain/pagination.ts'
 import { RARE_STATUS, rareIds } from './growth-data.ts'
 import { random } from './seed.ts'
 

@@ -6,6 +6,7 @@ import { createInterface } from 'node:readline'
 import { Writable } from 'node:stream'
 import { parseArgs } from 'node:util'
 import Value from 'typebox/value'
+import { type Config, loadConfig } from './config.ts'
 import {
   AccountRuleError,
   createAccount,
@@ -20,8 +21,7 @@ import {
   PASSWORD_DESCRIPTION,
   PasswordSchema,
   parseDuration,
-} from './accounts.ts'
-import { type Config, loadConfig } from './config.ts'
+} from './domain/accounts.ts'
 import { CONTROL_CHARACTERS, EMAIL_DESCRIPTION } from './schemas/accounts.ts'
 import { DatabaseNotSetUpError, openStore, type Store } from './store/index.ts'
 

@@ -1,5 +1,3 @@
-import { DatabaseUnavailableError } from './store/types.ts'
-
 /**
  * Every error the API can return, declared once: its `code`, HTTP status and default message.
  * The README's error table and the OpenAPI `Error.code` enum are generated from this list
@@ -90,6 +88,15 @@ const STATUS_CODES: Record<number, ErrorCode> = {
   415: 'unsupported_media_type',
   429: 'rate_limited',
   431: 'headers_too_large',
+}
+
+/**
+ * The database cannot be reached or did not answer in time. Stores throw it instead of a driver
+ * error so that the API can answer 503 with Retry-After; the write it interrupted was not applied
+ * or, at worst, is applied exactly once and was never acknowledged.
+ */
+export class DatabaseUnavailableError extends Error {
+  override name = 'DatabaseUnavailableError'
 }
 
 /** What clients are told to wait before retrying when the database is unreachable. */

@@ -13,8 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import Fastify from 'fastify'
 import { type Config, ConfigError, LOG_LEVEL_VALUES, loadConfig, withoutPassword } from './config.ts'
-import { startDraining } from './drain.ts'
-import { bufferedLogStream } from './log-stream.ts'
+import { bufferedLogStream } from './observability/log-stream.ts'
 import { openStore } from './store/index.ts'
 
 /** A worker that dies sooner than this after starting is restarted only after a pause. */
@@ -28,21 +27,12 @@ const CRASH_LOOP_MS = 5000
 const LOG_BUFFER_BYTES = 4096
 const LOG_FLUSH_MS = 1000
 
-/**
- * Connections the kernel holds for us until we accept them. With Node's default, 511, 1,000 clients
- * connecting at once overflowed it (786 handshakes dropped, TcpExtListenOverflows): each such
- * client waits a second or more for its retransmission. The kernel caps it at net.core.somaxconn
- * (4096 by default since Linux 5.4).
- */
+/** Connections the kernel holds for us until we accept them: Node's 511 overflows in a burst (decision 66). */
 const LISTEN_BACKLOG = 4096
 
 /**
- * When a signal comes, the kernel may already hold work for us: connections not yet accepted
- * (closing the listener resets them) and requests sent but not yet read (their connections look
- * idle, and the shutdown closes idle ones). So the shutdown first lets that in: it waits this long,
- * then a few turns of the event loop (accept, read, parse), and only then closes. On a loaded
- * machine a write can take tens of milliseconds to reach us (16 ms seen here under load), hence
- * the margin.
+ * At a signal the kernel may hold connections not yet accepted and requests not yet read: the
+ * shutdown lets them in for this long and a few turns of the event loop before it closes (decision 58).
  */
 const SETTLE_MS = 200
 const SETTLE_TURNS = 3
@@ -72,7 +62,7 @@ async function serve(config: Config): Promise<void> {
     if (stopping) return
     stopping = true
     app.log.info({ signal }, 'shutting down')
-    startDraining(app.server)
+    app.startDraining()
     await sleep(SETTLE_MS)
     for (let turn = 0; turn < SETTLE_TURNS; turn++) await new Promise(setImmediate)
     grace.close()

@@ -12,9 +12,9 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify, { type FastifyInstance, type LightMyRequestResponse } from 'fastify'
 import fp from 'fastify-plugin'
 import pg from 'pg'
-import { generateApiKey } from '../src/api-keys.ts'
 import animalStore, { serverOptions } from '../src/app.ts'
 import { type Config, loadConfig } from '../src/config.ts'
+import { generateApiKey } from '../src/domain/api-keys.ts'
 
 export interface TestApp {
   app: FastifyInstance

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict'
 import { existsSync, readFileSync } from 'node:fs'
 import { describe, it } from 'node:test'
-import { hashApiKey } from '../src/api-keys.ts'
+import { hashApiKey } from '../src/domain/api-keys.ts'
 import { sqlitePath } from '../src/store/sqlite.ts'
 import { DATABASE, postgres, testDatabaseUrl } from './helper.ts'
 import { cli, cliKey, startServer } from './processes.ts'

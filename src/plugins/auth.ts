@@ -9,12 +9,12 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { apiKeyDeployment, hashApiKey } from '../api-keys.ts'
-import { BoundedMap } from '../bounded-map.ts'
 import type { Config } from '../config.ts'
+import { apiKeyDeployment, hashApiKey } from '../domain/api-keys.ts'
 import { ApiError, type ErrorCode } from '../errors.ts'
-import { clientNetwork } from '../rate-limit.ts'
+import { BoundedMap } from '../lib/bounded-map.ts'
 import { type ApiKey, DatabaseUnavailableError } from '../store/types.ts'
+import { clientNetwork } from './rate-limit-counters.ts'
 
 export interface Caller {
   keyId: string

@@ -11,7 +11,7 @@ import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fast
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
 import { ApiError } from '../errors.ts'
-import { type Counter, type Hit, memoryCounter, redisCounter } from '../rate-limit.ts'
+import { type Counter, type Hit, memoryCounter, redisCounter } from './rate-limit-counters.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {

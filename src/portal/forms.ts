@@ -5,7 +5,7 @@
  */
 import type { FastifySchemaValidationError } from 'fastify'
 import Type, { type TSchema } from 'typebox'
-import { KeyNameSchema, PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, PasswordSchema } from '../accounts.ts'
+import { KeyNameSchema, PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, PasswordSchema } from '../domain/accounts.ts'
 import { EmailSchema } from '../schemas/accounts.ts'
 import { CSRF_FIELD } from './csrf.ts'
 

@@ -4,7 +4,7 @@
  * They use the app's shared rate counter (memory, or Redis across instances) and, like the API's
  * limiter, fail open.
  */
-import { type Counter, clientNetwork } from '../rate-limit.ts'
+import { type Counter, clientNetwork } from '../plugins/rate-limit-counters.ts'
 
 export const SIGN_IN_WINDOW_MS = 15 * 60_000
 /** Sign-in attempts per email address per window, successful or not. */

@@ -1,7 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
-import { isDraining } from '../drain.ts'
 import { ApiError, RETRY_AFTER_SECONDS } from '../errors.ts'
 import { errorResponses, jsonResponse } from '../schemas/common.ts'
 import { DatabaseUnavailableError } from '../store/types.ts'
@@ -20,8 +19,8 @@ const health: FastifyPluginAsyncTypebox = async (app) => {
     '/readyz',
     { schema: { hide: true, response: { 200: jsonResponse('Ready.', Status), ...errorResponses(503) } } },
     async () => {
-      // Shutting down: a balancer should send no more here (src/drain.ts).
-      if (isDraining(app.server)) {
+      // Shutting down: a balancer should send no more here.
+      if (app.draining) {
         throw new ApiError('service_unavailable', 'The service is shutting down.', {
           'retry-after': String(RETRY_AFTER_SECONDS),
         })

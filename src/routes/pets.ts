@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { BoundedMap } from '../bounded-map.ts'
+import { cursorCodec } from '../domain/pagination.ts'
 import { ApiError } from '../errors.ts'
-import { linkScheme, malformedOrigin } from '../host.ts'
-import { cursorCodec } from '../pagination.ts'
+import { linkScheme, malformedOrigin } from '../http/host.ts'
+import { BoundedMap } from '../lib/bounded-map.ts'
 import {
   ErrorSchema,
   errorResponses,

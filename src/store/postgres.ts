@@ -10,7 +10,7 @@
  *   apply them once.
  */
 import type { Pool, PoolClient, QueryConfig } from 'pg'
-import { randomId } from '../api-keys.ts'
+import { randomId } from '../domain/api-keys.ts'
 import type { Message } from '../schemas/messages.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet } from '../schemas/pets.ts'
 import { type IdempotencyRow, idempotencyState } from './idempotency.ts'

@@ -10,7 +10,7 @@
 import { flushCompileCache } from 'node:module'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { parentPort, workerData } from 'node:worker_threads'
-import { randomId } from '../api-keys.ts'
+import { randomId } from '../domain/api-keys.ts'
 import type { Message } from '../schemas/messages.ts'
 import type { Pet } from '../schemas/pets.ts'
 import { type IdempotencyRow, idempotencyState } from './idempotency.ts'

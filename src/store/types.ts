@@ -13,14 +13,7 @@
 import type { Message } from '../schemas/messages.ts'
 import type { NewPet, Pet, PetStatus } from '../schemas/pets.ts'
 
-/**
- * The database cannot be reached or did not answer in time. Stores throw it instead of a driver
- * error so that the API can answer 503 with Retry-After; the write it interrupted was not applied
- * or, at worst, is applied exactly once and was never acknowledged.
- */
-export class DatabaseUnavailableError extends Error {
-  override name = 'DatabaseUnavailableError'
-}
+export { DatabaseUnavailableError } from '../errors.ts'
 
 /** The database named is not one the service has set up, and the caller asked not to set it up (StoreOptions.existing). */
 export class DatabaseNotSetUpError extends Error {

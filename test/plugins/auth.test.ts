@@ -3,7 +3,7 @@ import { rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { generateApiKey } from '../../src/api-keys.ts'
+import { generateApiKey } from '../../src/domain/api-keys.ts'
 import { bearer, build, errorBody, tempDir } from '../helper.ts'
 
 const OPERATIONS = [

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { createConnection } from 'node:net'
 import { describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { generateApiKey } from '../../src/api-keys.ts'
+import { generateApiKey } from '../../src/domain/api-keys.ts'
 import { bearer, build, errorBody } from '../helper.ts'
 
 const explicitRedis = process.env.TEST_REDIS_URL

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict'
 import { hash } from 'node:crypto'
 import { describe, it } from 'node:test'
-import { PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH } from '../../src/accounts.ts'
+import { PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH } from '../../src/domain/accounts.ts'
 import { SIGN_IN_PER_ADDRESS, SIGN_IN_PER_EMAIL } from '../../src/portal/limits.ts'
 import { SESSION_LIFETIME_MS } from '../../src/portal/session.ts'
 import { build, loggedAsOutage } from '../helper.ts'

@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { hashApiKey } from '../../src/api-keys.ts'
+import { hashApiKey } from '../../src/domain/api-keys.ts'
 import { bearer, build, errorBody } from '../helper.ts'
 import { csrfOf, FormBrowser, heading, newEmail } from './browser.ts'
 

@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { startDraining } from '../../src/drain.ts'
 import { bearer, build, errorBody, loggedAsOutage } from '../helper.ts'
 
 describe('Health probes: /healthz and /readyz (point 10)', () => {
@@ -34,7 +33,7 @@ describe('Health probes: /healthz and /readyz (point 10)', () => {
     const { secret } = await test.newKey()
     const before = await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })
     assert.notEqual(before.headers.connection, 'close')
-    startDraining(test.app.server)
+    test.app.startDraining()
     const ready = await test.app.inject({ url: '/readyz' })
     assert.equal(ready.statusCode, 503)
     assert.equal(errorBody(ready).message, 'The service is shutting down.')

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict'
 import type { TestContext } from 'node:test'
 import { describe, it } from 'node:test'
-import { generateApiKey } from '../../src/api-keys.ts'
+import { generateApiKey } from '../../src/domain/api-keys.ts'
 import type { Store } from '../../src/store/types.ts'
 import { plain } from '../helper.ts'
 

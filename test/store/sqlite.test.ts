@@ -365,7 +365,7 @@ describe('SQLite store: durability and migrations (point 11)', () => {
   it('stores API keys only as hashes: the secret is nowhere in the database file', async (t) => {
     const dir = tempDir(t)
     const store = await SqliteStore.open(`sqlite:${join(dir, 'db.sqlite')}`)
-    const { generateApiKey } = await import('../../src/api-keys.ts')
+    const { generateApiKey } = await import('../../src/domain/api-keys.ts')
     const account = await store.createAccount('hash@example.com')
     const generated = generateApiKey('production')
     await store.createApiKey({

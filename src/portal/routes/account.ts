@@ -2,7 +2,7 @@
 import { randomBytes } from 'node:crypto'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
-import { createAccount, hashPassword, verifyPassword } from '../../accounts.ts'
+import { createAccount, hashPassword, verifyPassword } from '../../domain/accounts.ts'
 import type { Portal } from '../context.ts'
 import { CsrfOnlyForm, fieldError, SignInForm, SignUpForm } from '../forms.ts'
 import { signInWait, signUpWait, waitText } from '../limits.ts'

@@ -1,4 +1,4 @@
-import { PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH } from '../../accounts.ts'
+import { PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH } from '../../domain/accounts.ts'
 import type { FieldError } from '../forms.ts'
 import { type Html, html } from '../html.ts'
 import { csrfInput, field, layout, type Notice, type PageContext } from './layout.ts'

@@ -1,4 +1,4 @@
-import { keyState } from '../../accounts.ts'
+import { keyState } from '../../domain/accounts.ts'
 import type { ApiKey } from '../../store/types.ts'
 import { EXPIRY_CHOICES, type FieldError } from '../forms.ts'
 import { type Html, html } from '../html.ts'

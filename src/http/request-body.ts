@@ -29,17 +29,19 @@ const FRACTION_OR_EXPONENT = /\d[.eE]/
 /** A JSON escape of a surrogate code unit: only then can parsed text hold a lone one. */
 const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
 
+/** Requests whose body is being read: how to answer each if the body breaks off. */
+const refusers = new WeakMap<IncomingMessage, (error: ApiError) => boolean>()
+/** Requests whose body broke off before their route began to read it. */
+const failures = new WeakMap<IncomingMessage, ApiError>()
+
 /**
- * Set on a request whose body is being read: answers it with an error (and closes the connection)
- * unless it is complete or answered, and says whether it did. Called by the client error handler
- * when the body cannot go on: malformed framing, the client closed its side, the request deadline.
+ * The body of a request cannot go on (malformed framing, the client closed its side, the deadline):
+ * its route answers with `error` now if it is reading the body (true), or when it begins to (false).
  */
-export const REFUSE_BODY = Symbol('refuseBody')
-/** Set by the client error handler when the body went wrong before its route began to read it. */
-export const BODY_FAILED = Symbol('bodyFailed')
-export type BodyRequest = IncomingMessage & {
-  [REFUSE_BODY]?: (error: ApiError) => boolean
-  [BODY_FAILED]?: ApiError
+export function failBody(request: IncomingMessage, error: ApiError): boolean {
+  if (refusers.get(request)?.(error)) return true
+  failures.set(request, error)
+  return false
 }
 
 export default fp(
@@ -60,7 +62,7 @@ export default fp(
     // The whole request must arrive within REQUEST_TIMEOUT_SECONDS (0: no deadline): Node checks
     // that (its requestTimeout), and its clientError reaches the route's refusal below.
     const bodyStart: preParsingHookHandler = (request, reply, payload, done) => {
-      const failed = (request.raw as BodyRequest)[BODY_FAILED]
+      const failed = failures.get(request.raw)
       if (failed) return done(failed)
       const headers = request.headers
       const refused = encodingError(headers)
@@ -74,7 +76,7 @@ export default fp(
         reply.header('connection', 'close').send(error)
         return true
       }
-      ;(request.raw as BodyRequest)[REFUSE_BODY] = refuse
+      refusers.set(request.raw, refuse)
       done(null, payload)
     }
     app.addHook('onRoute', (route) => {

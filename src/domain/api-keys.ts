@@ -8,7 +8,7 @@
  */
 import { hash, randomBytes } from 'node:crypto'
 import { crc32 } from 'node:zlib'
-import type { Deployment } from './config.ts'
+import type { Deployment } from '../config.ts'
 
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 const RANDOM_LENGTH = 32

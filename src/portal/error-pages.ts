@@ -4,7 +4,7 @@
  */
 import type { FastifyInstance } from 'fastify'
 import { toApiError } from '../errors.ts'
-import { answerUnrouted, logError } from '../plugins/errors.ts'
+import { logError } from '../plugins/error-handler.ts'
 import type { Portal } from './context.ts'
 import { portalHeaders } from './headers.ts'
 import { errorPage } from './views/error.ts'
@@ -31,7 +31,7 @@ export function htmlErrors(app: FastifyInstance, portal: Portal): void {
   // neither cookies nor helmet exist: a page without forms, with the portal's content security
   // policy and its framing, sniffing, referrer and caching headers.
   for (const prefix of ['/portal/', '/docs/']) {
-    answerUnrouted(app.server, prefix, (error, request, reply) => {
+    app.answerUnrouted(prefix, (error, request, reply) => {
       const sent = toApiError(error)
       const status = sent.statusCode
       const [title, text] = pageFor(status)

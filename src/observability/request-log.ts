@@ -10,8 +10,8 @@ import { hostname } from 'node:os'
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
 import { LogController } from 'fastify'
 import type { Bindings, ChildLoggerOptions, DestinationStream, LevelWithSilent, Logger } from 'pino'
-import { redactApiKeys } from './api-keys.ts'
-import { type Config, LOG_LEVEL_VALUES } from './config.ts'
+import { type Config, LOG_LEVEL_VALUES } from '../config.ts'
+import { redactApiKeys } from '../domain/api-keys.ts'
 
 const INFO = 30
 

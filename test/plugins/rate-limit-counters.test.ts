@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { clientNetwork } from '../src/rate-limit.ts'
+import { clientNetwork } from '../../src/plugins/rate-limit-counters.ts'
 
 describe('clientNetwork: the client a per-address limit counts', () => {
   it('is an IPv4 address itself, and an IPv6 address its /64, however it is written', () => {

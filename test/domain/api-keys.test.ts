@@ -1,6 +1,12 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { apiKeyDeployment, generateApiKey, hashApiKey, KEY_PREFIX_LENGTH, redactApiKeys } from '../src/api-keys.ts'
+import {
+  apiKeyDeployment,
+  generateApiKey,
+  hashApiKey,
+  KEY_PREFIX_LENGTH,
+  redactApiKeys,
+} from '../../src/domain/api-keys.ts'
 
 describe('API key format (point 3)', () => {
   it('is a high-entropy token whose prefix names the deployment', () => {

@@ -7,10 +7,10 @@ import { randomBytes, scrypt, timingSafeEqual } from 'node:crypto'
 import { promisify } from 'node:util'
 import Type from 'typebox'
 import Value from 'typebox/value'
+import type { Deployment } from '../config.ts'
+import { CONTROL_CHARACTERS, EMAIL_DESCRIPTION, EmailSchema } from '../schemas/accounts.ts'
+import type { Account, ApiKey, Store } from '../store/types.ts'
 import { generateApiKey } from './api-keys.ts'
-import type { Deployment } from './config.ts'
-import { CONTROL_CHARACTERS, EMAIL_DESCRIPTION, EmailSchema } from './schemas/accounts.ts'
-import type { Account, ApiKey, Store } from './store/types.ts'
 
 /** NIST SP 800-63B-4 §3.1.1.2: at least 15 characters for a password that is the only factor; no composition rules. */
 export const PASSWORD_MIN_LENGTH = 15

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import type { ApiError } from '../src/errors.ts'
-import { cursorCodec } from '../src/pagination.ts'
+import { cursorCodec } from '../../src/domain/pagination.ts'
+import type { ApiError } from '../../src/errors.ts'
 
 describe('Pagination cursors (point 5)', () => {
   const codec = cursorCodec('a secret')

@@ -2,8 +2,8 @@ import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { DROPPED_LIMIT, LINGER_MS, PIPELINE_DEPTH } from '../src/pipelining.ts'
-import { build, DATABASE, rawExchange } from './helper.ts'
+import { DROPPED_LIMIT, LINGER_MS, PIPELINE_DEPTH } from '../../src/http/pipelining.ts'
+import { build, DATABASE, rawExchange } from '../helper.ts'
 
 /** `count` requests for /healthz, numbered by their X-Request-Id (r1, r2…), as one write. */
 const burst = (count: number, from = 1) =>

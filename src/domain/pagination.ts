@@ -4,8 +4,8 @@
  * edited, and it binds the cursor to the status filter it was issued for.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto'
-import { ApiError } from './errors.ts'
-import type { PetStatus } from './schemas/pets.ts'
+import { ApiError } from '../errors.ts'
+import type { PetStatus } from '../schemas/pets.ts'
 
 const MAC_BYTES = 16
 

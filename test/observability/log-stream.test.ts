@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { bufferedLogStream } from '../src/log-stream.ts'
+import { bufferedLogStream } from '../../src/observability/log-stream.ts'
 
 function logFile() {
   const path = join(mkdtempSync(join(tmpdir(), 'log-stream-')), 'out.log')

@@ -12,11 +12,11 @@ import {
   KeyNameSchema,
   MAX_LIFETIME_DAYS,
   parseDuration,
-} from '../src/accounts.ts'
-import { EXPIRY_CHOICES } from '../src/portal/forms.ts'
-import { EMAIL_DESCRIPTION } from '../src/schemas/accounts.ts'
-import { build } from './helper.ts'
-import { FormBrowser, newEmail, PASSWORD } from './portal/browser.ts'
+} from '../../src/domain/accounts.ts'
+import { EXPIRY_CHOICES } from '../../src/portal/forms.ts'
+import { EMAIL_DESCRIPTION } from '../../src/schemas/accounts.ts'
+import { build } from '../helper.ts'
+import { FormBrowser, newEmail, PASSWORD } from '../portal/browser.ts'
 
 const DAY_MS = 86_400_000
 

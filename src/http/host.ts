@@ -1,7 +1,7 @@
 /**
  * Which Host (or, behind a trusted proxy, X-Forwarded-Host) and scheme a request may have: they are
  * copied into Location and Link, so anything else could forge link values there. The app refuses
- * a request whose Host or X-Forwarded-Proto is not one (src/app.ts).
+ * a request whose Host or X-Forwarded-Proto is not one (framing.ts).
  */
 import { isIPv4, isIPv6 } from 'node:net'
 import type { FastifyRequest } from 'fastify'
@@ -9,19 +9,13 @@ import type { FastifyRequest } from 'fastify'
 /** A name or an IP literal, and a port. */
 const HOST = /^(?:([\w-]+(?:\.[\w-]+)*\.?)|\[([0-9A-Fa-f:.]+)\])(?::([0-9]{0,5}))?$/
 
-/** The last Host found valid: nearly every request repeats its predecessor's, and need not be parsed again. */
-let lastValidHost = ''
-
 /** Whether `host` (a Host header's value, or the authority of an absolute-form target) is a name or an IP literal as written, with a port. */
 export function validHost(host: string): boolean {
-  if (host === lastValidHost) return true
   const match = HOST.exec(host)
   if (!match) return false
   const [, name, ipv6, port] = match
   if (name !== undefined ? !validName(name) : !isIPv6(ipv6 as string)) return false
-  if (port !== undefined && Number(port) > 65_535) return false
-  lastValidHost = host
-  return true
+  return port === undefined || Number(port) <= 65_535
 }
 
 /**
@@ -52,16 +46,6 @@ export function malformedOrigin(
   return undefined
 }
 
-/** The scheme of a target sent in absolute form (`POST https://host/v1/pets`), kept on the raw request. */
-const TARGET_SCHEME = Symbol('absolute-form scheme')
-
-type WithScheme = { [TARGET_SCHEME]?: 'http' | 'https' }
-
-/** Records the scheme of a target in absolute form: that target is the target URI (RFC 9112 §3.3). */
-export function setTargetScheme(request: FastifyRequest, scheme: 'http' | 'https'): void {
-  ;(request.raw as WithScheme)[TARGET_SCHEME] = scheme
-}
-
 /**
  * The scheme for links: the scheme of a target sent in absolute form, unless a trusted proxy's
  * X-Forwarded-Proto names another than the connection's; otherwise Fastify's (that header when
@@ -69,9 +53,17 @@ export function setTargetScheme(request: FastifyRequest, scheme: 'http' | 'https
  */
 export function linkScheme(request: FastifyRequest): string {
   const protocol = request.protocol
-  const target = (request.raw as WithScheme)[TARGET_SCHEME]
-  if (target === undefined) return protocol
+  const target = request.targetScheme
+  if (target === null) return protocol
   // Fastify's protocol differs from the connection's only when a trusted proxy said so.
   const own = (request.raw.socket as { encrypted?: boolean } | undefined)?.encrypted ? 'https' : 'http'
   return protocol !== own ? protocol : target
+}
+
+/** Scheme and host the client used (X-Forwarded-* honoured when TRUST_PROXY is on), for absolute links (decision 18). */
+export function requestOrigin(request: FastifyRequest): string {
+  // An HTTP/1.0 client may send no Host: then the address it reached us at stands in.
+  const { localAddress = '', localPort } = request.socket
+  const host = request.host || `${localAddress.includes(':') ? `[${localAddress}]` : localAddress}:${localPort}`
+  return `${linkScheme(request)}://${host}`
 }

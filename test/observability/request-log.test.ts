@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { build } from './helper.ts'
+import { build } from '../helper.ts'
 
 const completed = (logs: Record<string, unknown>[]) => logs.filter((line) => line.msg === 'request completed')
 
