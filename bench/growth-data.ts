@@ -6,9 +6,9 @@
 import { statSync } from 'node:fs'
 import { DatabaseSync } from 'node:sqlite'
 import pg from 'pg'
-import { openStore } from '../src/store/index.ts'
 import { adminQuery, type BenchSchema } from './postgres.ts'
 import { NAMES, random } from './seed.ts'
+import { openStore } from './src.ts'
 
 /** The rare status: RARE_COUNT pets at every size. */
 export const RARE_STATUS = 'pending'

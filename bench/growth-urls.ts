@@ -14,9 +14,9 @@
  *   1000 distinct pages of 20 exist, no more than the cache holds; three page sizes triple that.
  *   Every start is chosen so that each page is full.
  */
-import { cursorCodec } from '../src/domain/pagination.ts'
 import { RARE_STATUS, rareIds } from './growth-data.ts'
 import { random } from './seed.ts'
+import { cursorCodec } from './src.ts'
 
 export const LIMITS = [19, 20, 21]
 /** Starting ids per query (fewer where the data has fewer): with LIMITS, 6000 distinct URLs. */

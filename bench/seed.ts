@@ -7,9 +7,9 @@ import { execFile } from 'node:child_process'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { ROOT } from '../scripts/start-command.ts'
-import type { NewPet } from '../src/schemas/pets.ts'
-import { openStore } from '../src/store/index.ts'
 import { serviceEnv } from './service-env.ts'
+import type { NewPet } from './src.ts'
+import { openStore } from './src.ts'
 
 // biome-ignore format: a list of names reads better in rows.
 export const NAMES = [

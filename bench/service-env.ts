@@ -1,4 +1,4 @@
-import { EnvSchema } from '../src/config.ts'
+import { EnvSchema } from './src.ts'
 
 /**
  * The environment of a service process or CLI run: the bench's settings and nothing of the
