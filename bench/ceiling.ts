@@ -1,11 +1,4 @@
-/**
- * The ceiling: a bare node:http server answering the benchmarked routes with responses captured
- * from the real service before the run (same bodies, same route headers), checking nothing.
- * It is what one Node process on one core can do with HTTP alone; the service's rate divided by
- * this one is the share left after routing, auth, validation, the database, serialization and logs.
- *
- * Run as: node bench/ceiling.ts <fixtures.json>, with PORT in the environment.
- */
+/** The ceiling: node:http answering with the service's captured responses, checking nothing. Args: fixtures.json; env: PORT. */
 import { readFileSync } from 'node:fs'
 import { createServer } from 'node:http'
 
@@ -13,41 +6,36 @@ export interface Fixture {
   status: number
   headers: Record<string, string>
   body: string
+  /** The Authorization header that gets this answer on GET /v1/pets/{id} instead of the pet (the refusals). */
+  authorization?: string
 }
 
-export type Fixtures = Record<'list20' | 'list100' | 'get' | 'post', Fixture>
-
-interface Prepared {
-  status: number
-  headers: Record<string, string | number>
-  body: Buffer
-}
-
-function prepare({ status, headers, body }: Fixture): Prepared {
-  const bytes = Buffer.from(body)
-  return { status, headers: { ...headers, 'content-length': bytes.length }, body: bytes }
-}
-
-const fixtures = JSON.parse(readFileSync(process.argv[2] as string, 'utf8')) as Fixtures
-const list20 = prepare(fixtures.list20)
-const list100 = prepare(fixtures.list100)
-const get = prepare(fixtures.get)
-const post = prepare(fixtures.post)
+const fixtures = JSON.parse(readFileSync(process.argv[2] as string, 'utf8')) as Record<string, Fixture>
+const prepare = ({ status, headers, body }: Fixture) => ({
+  status,
+  headers: { ...headers, 'content-length': Buffer.byteLength(body) },
+  body: Buffer.from(body),
+})
+const answers = Object.fromEntries(Object.entries(fixtures).map(([name, fixture]) => [name, prepare(fixture)]))
 const health = prepare({ status: 200, headers: { 'content-type': 'application/json' }, body: '{"status":"ok"}' })
+const refusals = new Map(
+  Object.entries(fixtures).flatMap(([name, f]) => (f.authorization ? [[f.authorization, answers[name]]] : [])),
+)
+const { post, get, list100, list20 } = answers
 
 createServer((request, response) => {
   const url = request.url ?? ''
   // Tell the routes apart by the cheapest test that does; a POST body is left for Node to discard.
   const answer =
-    request.method === 'POST'
+    (request.method === 'POST'
       ? post
       : url.startsWith('/v1/pets/')
-        ? get
+        ? (refusals.get(request.headers.authorization ?? '') ?? get)
         : url.includes('status=')
           ? list100
           : url.startsWith('/v1/pets')
             ? list20
-            : health
+            : health) ?? health
   response.writeHead(answer.status, answer.headers)
   response.end(answer.body)
 }).listen(Number(process.env.PORT), '127.0.0.1')

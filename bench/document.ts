@@ -1,54 +1,312 @@
-/** docs/performance.md: the machine, the method and the tables of one run, all generated. */
-
+/** docs/performance.md from one run of `npm run bench`: medians, ratios, targets, where the CPU went, the method. */
 import { startCommand } from '../scripts/start-command.ts'
-import type { FsyncCost } from './disk.ts'
-import type { Machine, Measurement } from './report.ts'
-import { changedSettings, type Settings } from './settings.ts'
-import { POOL_SIZE, TARGETS } from './targets.ts'
-import type { Workload } from './workloads.ts'
-import { wrkVersion } from './wrk.ts'
+import {
+  changedSettings,
+  type Machine,
+  markdownTable,
+  median,
+  type Settings,
+  type WrkResult,
+  wrkVersion,
+} from './common.ts'
+import { type Usage, WORKLOADS, type Workload } from './measure.ts'
+import { POOL_SIZE, type RunningTarget, TARGETS } from './targets.ts'
 
-export interface DocumentInput {
+export interface Measurement {
+  target: string
+  workload: string
+  round: number
+  result: WrkResult
+  /** Highest RSS seen during the run, MB, over the target's processes. */
+  rssMb: number
+  usage: Usage
+}
+
+type Row = ReturnType<typeof summarise>[number]
+
+/** The issue's latency and memory targets, checked on the first service target. */
+const P99_TARGET_MS = 5
+const RSS_TARGET_MB = 150
+
+/** Each figure's median over the runs (a core's busy share with that core's). */
+function medianUsage(usages: Usage[]): Usage {
+  const of = (pick: (u: Usage) => number | null | undefined) => {
+    const values = usages.flatMap((u) => pick(u) ?? [])
+    return values.length ? median(values) : null
+  }
+  const first = usages[0] as Usage
+  const fields = Object.keys(first).map((k) => [k, of((u) => u[k as keyof Usage] as number | null)])
+  return { ...Object.fromEntries(fields), cores: first.cores.map((_, i) => of((u) => u.cores[i]) ?? 0) } as Usage
+}
+
+/** One row per workload and target; the ratio is the median of per-round ratios (a round shares the machine's mood). */
+function summarise(measurements: Measurement[], workloads: Workload[], targets: string[]) {
+  return workloads.flatMap((w) => {
+    const ceiling = measurements.filter((m) => m.workload === w.name && m.target === 'ceiling')
+    return targets.flatMap((target) => {
+      const runs = measurements.filter((m) => m.workload === w.name && m.target === target)
+      if (runs.length === 0) return []
+      const ratios = runs.flatMap((run) => {
+        const pair = ceiling.find((c) => c.round === run.round)
+        return pair && target !== 'ceiling' ? [run.result.requestsPerSecond / pair.result.requestsPerSecond] : []
+      })
+      const of = (pick: (r: WrkResult) => number) => median(runs.map((r) => pick(r.result)))
+      const sum = (pick: (r: WrkResult) => number) => runs.reduce((n, r) => n + pick(r.result), 0)
+      return {
+        workload: w.name,
+        target,
+        rate: of((r) => r.requestsPerSecond),
+        ceilingRate: ceiling.length ? median(ceiling.map((c) => c.result.requestsPerSecond)) : null,
+        ratio: ratios.length ? median(ratios) : null,
+        p50: of((r) => r.p50),
+        p99: of((r) => r.p99),
+        non2xx: sum((r) => r.non2xx),
+        socketErrors: sum((r) => r.socketErrors),
+        rssMb: Math.max(...runs.map((r) => r.rssMb)),
+        usage: medianUsage(runs.map((r) => r.usage)),
+      }
+    })
+  })
+}
+
+const fixed = (n: number, digits = 0) => n.toFixed(digits)
+const pct = (n: number) => `${fixed(n)}%`
+
+function table(rows: Row[], label: (t: string) => string): string {
+  const header = 'workload|target|req/s|ceiling req/s|ratio|p50 ms|p99 ms|non-2xx|socket errors|RSS MB'.split('|')
+  const lines = rows.map((r) => [
+    r.workload,
+    label(r.target),
+    fixed(r.rate),
+    r.target === 'ceiling' || r.ceilingRate === null ? '' : fixed(r.ceilingRate),
+    r.ratio === null ? '' : `${fixed(r.ratio, 2)}×`,
+    fixed(r.p50, 2),
+    fixed(r.p99, 2),
+    `${r.non2xx}`,
+    `${r.socketErrors}`,
+    fixed(r.rssMb),
+  ])
+  return markdownTable(header, lines, 2)
+}
+
+/** Whether the issue's targets are met on `target`, e.g. "list20 ≥ 0.5× (0.31×): not met". */
+function targetsLine(rows: Row[], workloads: Workload[], target: string): string {
+  const mine = rows.filter((r) => r.target === target)
+  const clauses: [boolean, string][] = []
+  for (const w of workloads) {
+    const row = mine.find((r) => r.workload === w.name)
+    const other = mine.find((r) => r.workload === w.target)
+    if (typeof w.target === 'number' && row?.ratio != null) {
+      clauses.push([row.ratio >= w.target, `${w.name} ≥ ${w.target}× (${fixed(row.ratio, 2)}×)`])
+    } else if (row && other) {
+      // A refusal must cost no more than a cached read: its rate at least the read's.
+      clauses.push([
+        row.rate >= other.rate,
+        `${w.name} ≥ ${other.workload}'s rate (${fixed(row.rate)} against ${fixed(other.rate)} req/s)`,
+      ])
+    }
+  }
+  if (mine.length) {
+    const worst = mine.reduce((a, b) => (b.p99 > a.p99 ? b : a))
+    clauses.push([
+      worst.p99 <= P99_TARGET_MS,
+      `p99 ≤ ${P99_TARGET_MS} ms (worst ${fixed(worst.p99, 2)} ms, ${worst.workload})`,
+    ])
+    const rss = Math.max(...mine.map((r) => r.rssMb))
+    clauses.push([rss <= RSS_TARGET_MB, `RSS ≤ ${RSS_TARGET_MB} MB (${fixed(rss)} MB)`])
+  }
+  const met = clauses.filter(([ok]) => ok).length
+  return `${met} of ${clauses.length} targets met: ${clauses.map(([ok, text]) => `${text}: ${ok ? 'met' : 'not met'}`).join('; ')}.`
+}
+
+function cpuTable(rows: Row[], running: Map<string, RunningTarget>, label: (t: string) => string): string {
+  const header =
+    'workload|target|server CPUs|PostgreSQL CPUs|service CPU|service µs/req|PostgreSQL CPU|PostgreSQL µs/req|wrk CPU|busy per core|executing / open connections'.split(
+      '|',
+    )
+  const lines = rows.map(({ usage: u, target, workload }) => {
+    const pg = u.database !== null
+    return [
+      workload,
+      label(target),
+      running.get(target)?.cpus ?? '',
+      pg ? (running.get(target)?.databaseCpus ?? 'any') : '',
+      pct(u.service),
+      fixed(u.serviceMicros),
+      pg ? pct(u.database ?? 0) : '',
+      pg ? fixed(u.databaseMicros ?? 0) : '',
+      pct(u.wrk),
+      u.cores.map((busy, i) => `${i}: ${pct(busy)}`).join(', '),
+      u.activeBackends === null ? '' : `${fixed(u.activeBackends, 1)} / ${fixed(u.backends ?? 0)}`,
+    ]
+  })
+  return markdownTable(header, lines, 4)
+}
+
+/** CPU numbers of a taskset list ("0", "0,1", "0-3"). */
+const cpuNumbers = (cpus: string) =>
+  cpus.split(',').flatMap((part) => {
+    const [from, to = from] = part.split('-').map(Number) as [number, number?]
+    return Array.from({ length: to - from + 1 }, (_, i) => from + i)
+  })
+
+const rounded = (n: number) => `~${(Math.round(n / 100) * 100).toLocaleString('en')} req/s`
+
+/** What limits a PostgreSQL target: from CPU per request (busy cores prove little on a shared machine) and the pool. */
+function limitSentence(row: Row, live: RunningTarget, label: string, reference?: { label: string; row: Row }): string {
+  const u = row.usage
+  const [service, database, wrk] = [u.serviceMicros, u.databaseMicros ?? 0, u.wrkMicros]
+  const own = cpuNumbers(live.cpus)
+  const pool = (live.poolSize ?? 0) * live.instances
+  const executing = u.activeBackends ?? 0
+  const side = live.databaseCpus ? cpuNumbers(live.databaseCpus) : []
+  const bounds =
+    own.length === 1
+      ? [
+          { what: `the service's core (CPU ${own[0]})`, rate: 1e6 / service },
+          {
+            what: side.length
+              ? `PostgreSQL's backends beside wrk (CPU ${live.databaseCpus})`
+              : 'PostgreSQL and wrk on the other cores',
+            rate: ((side.length || u.cores.length - 1) * 1e6) / (database + wrk),
+          },
+        ]
+      : [
+          {
+            what: `the machine's ${u.cores.length} cores, shared by ${live.instances} instances, PostgreSQL and wrk`,
+            rate: (u.cores.length * 1e6) / (service + database + wrk),
+          },
+        ]
+  const [tightest, next] = bounds.toSorted((a, b) => a.rate - b.rate) as [(typeof bounds)[0], (typeof bounds)[0]?]
+  // Within a quarter of each other, both sides are the limit: noise could swap them.
+  const verdict =
+    pool > 0 && executing >= 0.8 * pool
+      ? `the pool: ${fixed(executing, 1)} of its ${pool} connections were executing a statement on average`
+      : next && next.rate < tightest.rate * 1.25
+        ? `both sides, about equally: ${tightest.what} and ${next.what}`
+        : tightest.what
+  const ref = reference?.row.usage.serviceMicros
+  // SQLite answers repeated reads from its page cache, which PostgreSQL targets do not have.
+  const compared =
+    ref === undefined
+      ? ''
+      : row.workload === 'post'
+        ? ` (the same write on ${reference?.label}: ${fixed(ref)} µs, so going to PostgreSQL costs the service about ${fixed(service - ref)} µs more)`
+        : ` (on ${reference?.label}, which answers this repeated read from its page cache: ${fixed(ref)} µs)`
+  const others = Math.max(0, u.cores.reduce((a, b) => a + b, 0) - u.service - (u.database ?? 0) - u.wrk)
+  return (
+    `**${label}**, ${row.workload}: per request the service used ${fixed(service)} µs of CPU${compared}, ` +
+    `PostgreSQL ${fixed(database)} µs and wrk ${fixed(wrk)} µs, and ${fixed(executing, 1)} of the ${pool} pool ` +
+    `connections were executing a statement on average${row.workload === 'post' ? ' (a write executes until its commit is on disk)' : ''}. ` +
+    `On a quiet machine that caps ${bounds.map((b) => `${b.what} at ${rounded(b.rate)}`).join(' and ')}, so the limit is **${verdict}**. ` +
+    `(Measured: ${fixed(row.rate)} req/s, while other processes on this shared machine used about ${pct(others)} of a core.)`
+  )
+}
+
+export interface ReportInput {
   settings: Settings
+  targets: string[]
+  running: Map<string, RunningTarget>
   started: Date
   host: Machine
-  disk: FsyncCost
-  markdown: string
-  verdict: string
-  labels: Record<string, string>
+  disk: { wallMicros: number; cpuMicros: number }
   workloads: Workload[]
   measurements: Measurement[]
   /** Percent of the run's time during which some task waited for a CPU. */
   contention: number | null
-  /** MB of each target's RSS that maps files (the node executable), at the end of the rounds. */
+  /** MB of each target's RSS that maps files (the node executable), at the end. */
   fileBacked: Record<string, number>
-  /** Where the CPU went (bench/limits.ts), and one sentence per PostgreSQL row on what limits it. */
-  cpu: string
-  limits: string[]
   /** Why the PostgreSQL targets were skipped, when they were. */
   skipped: string
-  /** PostgreSQL's version, when a PostgreSQL target ran. */
   postgresVersion: string | null
 }
 
-/** Lowest and highest rate of a target per workload, to show how far one round can be from another. */
-function spread(measurements: Measurement[], workloads: Workload[], target: string): string {
-  return workloads
-    .map((w) => {
-      const rates = measurements
-        .filter((m) => m.workload === w.name && m.target === target)
-        .map((m) => m.result.requestsPerSecond)
-      return `${w.name} ${Math.min(...rates).toFixed(0)}–${Math.max(...rates).toFixed(0)}`
+export function report(input: ReportInput): { markdown: string; summary: string } {
+  const { targets, running, workloads, measurements } = input
+  const label = (t: string) => TARGETS[t]?.label ?? t
+  const rows = summarise(measurements, workloads, targets)
+  const primary = targets[0] as string
+  const postgres = targets.filter((t) => TARGETS[t]?.database === 'postgres')
+  const expected = (name: string) => workloads.find((w) => w.name === name)?.probe?.status ?? 200
+  const failed = rows.filter((r) => r.socketErrors + (expected(r.workload) < 300 ? r.non2xx : 0) > 0)
+  const warning = failed.length
+    ? `Warning: unexpected answers or socket errors in ${failed.map((r) => `${r.workload} on ${label(r.target)}`).join(', ')}; those rows measure failures, not the service. `
+    : ''
+  const verdict = `${warning}${targetsLine(rows, workloads, primary)}`
+  const markdown = table(rows, label)
+  const cpu = cpuTable(rows, running, label)
+  // The limit of a PostgreSQL target under the workloads that reach PostgreSQL on every request.
+  const limits = rows
+    .filter((r) => postgres.includes(r.target) && ['list20', 'post'].includes(r.workload))
+    .map((r) => {
+      const sqlite = rows.find((s) => s.target === 'sqlite' && s.workload === r.workload)
+      const live = running.get(r.target) as RunningTarget
+      return limitSentence(r, live, label(r.target), sqlite && { label: label('sqlite'), row: sqlite })
     })
-    .join(', ')
+  const summary = `${markdown}\n\n${label(primary)}: ${verdict}\n\n${cpu}\n\n${limits.join('\n\n')}\n`
+  return { markdown: documentation(input, { markdown, verdict, cpu, limits, postgres, label }), summary }
 }
 
-/** The PostgreSQL part of the results: where the CPU went and what limits each PostgreSQL target. */
-function postgresResults(input: DocumentInput, postgres: string[]): string {
-  if (postgres.length === 0) {
-    return input.skipped ? `**PostgreSQL:** not measured in this run. ${input.skipped}\n\n` : ''
-  }
-  return `### Where the CPU went, and where the PostgreSQL limit is
+interface Parts {
+  markdown: string
+  verdict: string
+  cpu: string
+  limits: string[]
+  postgres: string[]
+  label: (t: string) => string
+}
+
+function documentation(input: ReportInput, { markdown, verdict, cpu, limits, postgres, label }: Parts): string {
+  const { settings, targets, started, host, disk, workloads, measurements, contention } = input
+  const primary = targets[0] as string
+  const spread = (target: string) =>
+    workloads
+      .map((w) => {
+        const rates = measurements
+          .filter((m) => m.workload === w.name && m.target === target)
+          .map((m) => m.result.requestsPerSecond)
+        return `${w.name} ${fixed(Math.min(...rates))}–${fixed(Math.max(...rates))}`
+      })
+      .join(', ')
+  const wait = contention === null ? '' : `; some task waited for a CPU ${fixed(contention)}% of the run's time`
+  const fileBacked = Object.entries(input.fileBacked)
+    .map(([name, mb]) => `${fixed(mb)} MB for ${label(name)}`)
+    .join(', ')
+  const { env, nodeArgs } = startCommand()
+  const script = [...Object.entries(env).map(([name, value]) => `${name}=${value}`), ...nodeArgs].join(' ')
+  const two = postgres.filter((t) => t !== 'postgres-1').map(label)
+  // Seeding and starting take a few seconds per target and round.
+  const seconds =
+    targets.length * settings.rounds * (workloads.length * (settings.warmupSeconds + settings.seconds) + 8)
+  return `# Performance
+
+Generated by \`npm run bench\` (bench/): do not edit by hand, run it again. The service is compared
+with the ceiling of Node on one core, measured in the same run; compare ratios rather than raw
+rates across machines and runs.
+
+## Results
+
+**Machine:** ${host.cpu}, ${host.cores} cores, Node ${host.node}, ${host.os}, ${wrkVersion()}.
+**Disk:** a 16 KiB write and its fsync, where the SQLite databases are, took ${fixed(disk.wallMicros)} µs (median of 200),
+${fixed(disk.cpuMicros)} µs of them on the CPU. Each batch of POSTs waits for one, and the writer thread spends that CPU on the service's core.
+**Date:** ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC. **Command:** \`${`${changedSettings()} npm run bench`.trim()}\`.
+**Load:** load average ${host.loadAverage} at the start${wait} (/proc/pressure/cpu, the bench's own
+processes included): the machine is shared, so read the spread below the table before trusting a
+difference of a few percent.
+
+${markdown}
+
+**Targets** (${label(primary)}, POST with \`synchronous=FULL\`): ${verdict}
+
+Lowest–highest rate over the rounds (req/s), ${label(primary)}: ${spread(primary)};
+${postgres.map((t) => `${label(t)}: ${spread(t)};\n`).join('')}ceiling: ${spread('ceiling')}.
+
+${
+  postgres.length === 0
+    ? input.skipped
+      ? `**PostgreSQL:** not measured in this run. ${input.skipped}\n\n`
+      : ''
+    : `### Where the CPU went, and where the PostgreSQL limit is
 
 Medians over the rounds, from /proc: CPU time of the service's processes, of the PostgreSQL
 backends serving that target (found by their \`application_name\`), and of wrk, as a share of one
@@ -56,19 +314,28 @@ core over the run and per request; how busy each core was (whoever used it: the 
 and, sampled every 100 ms from \`pg_stat_activity\`, how many of the target's connections were
 executing a statement, of those open.
 
-${input.cpu}
+${cpu}
 
-${input.limits.join('\n\n')}
+${limits.join('\n\n')}
 
 `
 }
+## How it is measured
 
-/** How the PostgreSQL targets are set up and pinned, for "How it is measured". */
-function postgresMethod(input: DocumentInput, postgres: string[]): string {
-  if (postgres.length === 0) return ''
-  const { settings, labels } = input
-  const two = postgres.filter((t) => t !== 'postgres-1').map((t) => labels[t])
-  return `
+- **Data:** ${settings.pets.toLocaleString('en')} pets in a fresh database per service target, seeded through the
+  store with common pet names, 70% available, 15% pending, 15% sold; one account and API key made
+  with the CLI (\`animal-store keys create\`). POST workloads add rows as they run.
+- **Start:** each service target runs \`src/server.ts\` as \`npm start\` does (package.json's start
+  script: \`${script}\`), and is started once before the measured start, as a deployment's
+  first start fills Node's compile cache. The ceiling runs with Node's defaults.
+  \`BENCH_TARGETS=sqlite,sqlite-v8-defaults,ceiling\` adds the service without the script's memory
+  settings too (decision 54).
+- **Workloads**, each with a valid key: ${workloads.map((w) => `**${w.name}** ${w.description}`).join('; ')}.
+- **Load:** \`wrk -t1 -c${settings.connections} -d${settings.seconds}s --latency\` (Debian's wrk; Lua scripts in bench/lua) pinned
+  to CPU ${settings.clientCpu} with taskset; every single-process server pinned to CPU ${settings.serverCpu}.${settings.nice ? ` Servers and wrk ran at \`nice -n ${settings.nice}\`.` : ''} Before any measuring, one
+  request per workload must get its status (2xx, or the refusal's 401 or 429).${
+    postgres.length
+      ? `
 - **PostgreSQL** (${input.postgresVersion ?? "the machine's server"}, \`BENCH_POSTGRES_URL\`, default
   \`postgres://postgres@127.0.0.1:5432/test\`): each PostgreSQL target gets a schema of its own
   (\`search_path\` in its \`DATABASE_URL\`), seeded through the store with the same pets as SQLite
@@ -80,83 +347,27 @@ function postgresMethod(input: DocumentInput, postgres: string[]): string {
   the mix measures is its writes: with one request in ten a write, about 1.6 of the 16 in flight
   are writes, so each commit (and its fsync) serves one or two of them, not the POST workload's 15.
 - **Instances and pinning:** wrk is pinned to CPU ${settings.clientCpu} throughout.${
-    postgres.includes('postgres-1')
-      ? `
-  \`${labels['postgres-1']}\` is one process pinned to CPU ${settings.serverCpu}, like the SQLite rows; PostgreSQL's
+          postgres.includes('postgres-1')
+            ? `
+  \`${label('postgres-1')}\` is one process pinned to CPU ${settings.serverCpu}, like the SQLite rows; PostgreSQL's
   backends also need CPU, so the backends serving it (only those: found by \`application_name\`, pinned
   with \`taskset -p\` as they connect) run on CPU ${settings.postgresCpu}, beside wrk, and the service keeps its core to
   itself, as the SQLite service does. The rest of PostgreSQL (WAL writer, checkpointer) is the
   machine's and is left alone.`
-      : ''
-  }${
-    two.length
-      ? ` \`${two.join('`, `')}\` is \`WORKERS=2\`: node:cluster forks two workers that share one port.
+            : ''
+        }${
+          two.length
+            ? ` \`${two.join('`, `')}\` is \`WORKERS=2\`: node:cluster forks two workers that share one port.
   There is no load balancer on this machine and wrk loads one address, so sharing the port is how
   two instances on one database get the load (the primary only hands out connections, and counts
   in the RSS). Two workers on one core would measure nothing, so the workers run on CPUs
   ${settings.clusterCpu} and PostgreSQL's backends are not pinned: workers, PostgreSQL and wrk share both cores,
   which is what two instances on a two-core box with its database means. Its ratio is therefore to
   a ceiling of one process on one core, not a share of it.`
+            : ''
+        }`
       : ''
-  }`
-}
-
-/** The start script's settings as written: its environment settings, then its node options. */
-function scriptSettings(): string {
-  const { env, nodeArgs } = startCommand()
-  return [...Object.entries(env).map(([name, value]) => `${name}=${value}`), ...nodeArgs].join(' ')
-}
-
-export function documentation(input: DocumentInput): string {
-  const { settings, started, host, disk, markdown, verdict, labels, workloads, measurements, contention } = input
-  const primary = settings.targets[0] as string
-  const postgres = settings.targets.filter((t) => TARGETS[t]?.database === 'postgres')
-  const wait = contention === null ? '' : `; some task waited for a CPU ${contention.toFixed(0)}% of the run's time`
-  const fileBacked = Object.entries(input.fileBacked)
-    .map(([name, mb]) => `${mb.toFixed(0)} MB for ${labels[name]}`)
-    .join(', ')
-  const quiet = settings.targets.includes('sqlite-warn')
-    ? ' The `sqlite, LOG_LEVEL=warn` rows are the same service without the request log, to show what logging costs.'
-    : ''
-  const nice = settings.nice ? ` Servers and wrk ran at \`nice -n ${settings.nice}\`.` : ''
-  return `# Performance
-
-Generated by \`npm run bench\` (bench/): do not edit by hand, run it again. The service is compared
-with the ceiling of Node on one core, measured in the same run; compare ratios rather than raw
-rates across machines and runs.
-
-## Results
-
-**Machine:** ${host.cpu}, ${host.cores} cores, Node ${host.node}, ${host.os}, ${wrkVersion()}.
-**Disk:** a 16 KiB write and its fsync, where the SQLite databases are, took ${disk.wallMicros.toFixed(0)} µs (median of 200),
-${disk.cpuMicros.toFixed(0)} µs of them on the CPU. Each batch of POSTs waits for one, and the writer thread spends that CPU on the service's core.
-**Date:** ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC. **Command:** \`${`${changedSettings()} npm run bench`.trim()}\`.
-**Load:** load average ${host.loadAverage} at the start${wait} (/proc/pressure/cpu, the bench's own
-processes included): the machine is shared, so read the spread below the table before trusting a
-difference of a few percent.
-
-${markdown}
-
-**Targets** (${labels[primary]}, POST with \`synchronous=FULL\`): ${verdict}
-
-Lowest–highest rate over the rounds (req/s), ${labels[primary]}: ${spread(measurements, workloads, primary)};
-${postgres.map((t) => `${labels[t]}: ${spread(measurements, workloads, t)};\n`).join('')}ceiling: ${spread(measurements, workloads, 'ceiling')}.
-
-${postgresResults(input, postgres)}
-## How it is measured
-
-- **Data:** ${settings.pets.toLocaleString('en')} pets in a fresh database per service target, seeded through the
-  store with common pet names, 70% available, 15% pending, 15% sold; one account and API key made
-  with the CLI (\`animal-store keys create\`). POST workloads add rows as they run.
-- **Start:** each service target runs \`src/server.ts\` as \`npm start\` does (package.json's start
-  script: \`${scriptSettings()}\`), and is started once before the measured start, as a deployment's
-  first start fills Node's compile cache. The ceiling runs with Node's defaults.
-  \`BENCH_TARGETS=sqlite,sqlite-v8-defaults,ceiling\` adds the service without the script's memory
-  settings too (decision 54).
-- **Workloads**, each with a valid key: ${workloads.map((w) => `**${w.name}** ${w.description}`).join('; ')}.
-- **Load:** \`wrk -t1 -c${settings.connections} -d${settings.seconds}s --latency\` (Debian's wrk; Lua scripts in bench/lua) pinned
-  to CPU ${settings.clientCpu} with taskset; every single-process server pinned to CPU ${settings.serverCpu}.${nice} Before any measuring, one
-  request per workload must answer 2xx.${postgresMethod(input, postgres)}
+  }
 - **Rounds:** ${settings.rounds} rounds, each on every target started afresh (a new process on a new,
   seeded database): two starts of the same server can differ by 15% in CPU per request for as long
   as they run, so the medians are over ${settings.rounds} starts, not one start's luck. Each round
@@ -165,34 +376,30 @@ ${postgresResults(input, postgres)}
 - **Figures:** req/s, p50 and p99 are medians over the rounds; the ratio is the median of each
   round's service/ceiling ratio; non-2xx and socket errors are totals over the rounds; RSS is the
   highest VmRSS of the server process (summed over a cluster's primary and workers), sampled every
-  250 ms during the runs. Of the RSS, about
+  100 ms during the runs. Of the RSS, about
   ${fileBacked} maps files (mostly the node executable, shared between Node processes).
-- **Logging:** the \`${labels[primary]}\` rows run the service as in production, one JSON log line
+- **Logging:** the \`${label(primary)}\` rows run the service as in production, one JSON log line
   per request at \`LOG_LEVEL=info\`, with stdout sent to /dev/null (a pipe or a file would add the cost
-  of its reader or of the disk).${quiet} The targets are checked on the \`LOG_LEVEL=info\` rows.
+  of its reader or of the disk).${targets.includes('sqlite-warn') ? ' The `sqlite, LOG_LEVEL=warn` rows are the same service without the request log, to show what logging costs.' : ''} The targets are checked on the \`LOG_LEVEL=info\` rows.
 - **Ceiling:** bench/ceiling.ts, a bare \`node:http\` server answering the same routes with the
-  service's own responses captured before the run (bodies and route headers), checking nothing.
+  service's own responses captured before the run (bodies and route headers; the refusals told
+  apart by their key), checking nothing.
 
 ## Running it
 
 \`npm run bench\` needs \`taskset\` (util-linux) and \`wrk\` (installed with apt-get when run as root)
-and two cores; it takes about ${Math.ceil(estimateSeconds(settings, workloads.length) / 60)} minutes with these settings. Settings, as environment
+and two cores; it takes about ${Math.ceil(seconds / 60)} minutes with these settings. Settings, as environment
 variables: \`BENCH_SECONDS\` (5), \`BENCH_ROUNDS\` (3), \`BENCH_WARMUP_SECONDS\` (2), \`BENCH_CONNECTIONS\`
 (16), \`BENCH_PETS\` (10000), \`BENCH_TARGETS\` (sqlite,sqlite-warn,postgres-1,postgres-2,ceiling; the
 PostgreSQL ones are skipped with a note when PostgreSQL does not answer, and fail the run when named
-here), \`BENCH_POSTGRES_URL\`, \`BENCH_WORKLOADS\` (list20,list100,get,post,mix), \`BENCH_SERVER_CPU\`
+here), \`BENCH_POSTGRES_URL\`, \`BENCH_WORKLOADS\` (${WORKLOADS.map((w) => w.name).join(',')}), \`BENCH_SERVER_CPU\`
 (0), \`BENCH_CLUSTER_CPU\` (0,1), \`BENCH_CLIENT_CPU\` (1), \`BENCH_POSTGRES_CPU\` (the client's), \`BENCH_NICE\` (unset;
 e.g. -10 as root keeps other processes off the bench's cores, and slows them meanwhile),
 \`BENCH_DOC\` (docs/performance.md; empty to write nothing).
 
-Where the time goes: \`npx node bench/profile.ts list20 15\` runs the service under one workload with
-\`--cpu-prof\` and prints self time by group (routing, validation, auth, SQLite, serialization,
-logging, HTTP) and the top functions, for the main thread and for the SQLite writer thread.
+Where the time goes: \`BENCH_PROFILE=<folder>\` runs the last round's servers with \`--cpu-prof\` and
+leaves one \`.cpuprofile\` per thread there (the service's main thread and its SQLite writer), to
+open in Chrome DevTools or speedscope; e.g. \`BENCH_PROFILE=/tmp/prof BENCH_TARGETS=sqlite,ceiling
+BENCH_WORKLOADS=list20 BENCH_ROUNDS=1 BENCH_SECONDS=15 BENCH_DOC= npm run bench\`.
 `
-}
-
-function estimateSeconds(settings: Settings, workloads: number): number {
-  const perTarget = settings.rounds * workloads * (settings.warmupSeconds + settings.seconds)
-  // Seeding and starting, every round: a few seconds per target, a few more for a PostgreSQL schema.
-  return settings.targets.length * (perTarget + 8 * settings.rounds)
 }

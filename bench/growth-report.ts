@@ -1,25 +1,36 @@
-/**
- * The growth bench's tables and verdict: medians over rounds per database, size and query, each
- * compared with the smallest size measured in the same run, and the "Growth" section of
- * docs/performance.md around them.
- */
-import type { Seeded } from './growth-data.ts'
-import { RARE_COUNT, RARE_STATUS } from './growth-data.ts'
-import { LIMITS, STARTS } from './growth-urls.ts'
-import { type Machine, markdownTable, median } from './report.ts'
-import { changedSettings, type Settings } from './settings.ts'
-import type { Usage } from './usage.ts'
-import type { WrkResult } from './wrk.ts'
-import { wrkVersion } from './wrk.ts'
+/** The "Growth" section: medians per database, size and query, each against the smallest size of the run. */
+import {
+  changedSettings,
+  type Machine,
+  markdownTable,
+  median,
+  type Settings,
+  type WrkResult,
+  wrkVersion,
+} from './common.ts'
+import type { Usage, Workload } from './measure.ts'
+import type { RunningTarget } from './targets.ts'
+
+/** The rare status, with RARE_COUNT pets evenly spread at every size. */
+export const RARE_STATUS = 'pending'
+/** A fixed count, not a share: every size serves full pages, while the status gets rarer as the table grows. */
+export const RARE_COUNT = 50
+/** Page sizes in turn (mean 20): at 1k, three sizes give thousands of distinct pages, more than the cache's 1000. */
+export const LIMITS = [19, 20, 21]
+/** Starting ids per query (fewer where the data has fewer): with LIMITS, 6000 distinct URLs. */
+export const STARTS = 2000
 
 /** The issue's bound: latency at any size within this factor of the latency at 1k. */
 export const GROWTH_TARGET = 1.3
 
-export interface GrowthTargetInfo {
+export interface GrowthTarget {
   name: string
-  database: 'sqlite' | 'postgres'
+  database: string
   pets: number
-  seeded: Seeded
+  /** Wall time of the bulk insert and what makes it durable and ready; bytes on disk. */
+  seeded: { seconds: number; bytes: number }
+  live: RunningTarget
+  workloads: Workload[]
   urls: { rare: number; deep: number }
   petsPerPage: { rare: number; deep: number }
 }
@@ -32,17 +43,6 @@ export interface GrowthRun {
   usage: Usage
 }
 
-interface Summary {
-  info: GrowthTargetInfo
-  query: string
-  rate: number
-  p50: number
-  p99: number
-  serviceMicros: number
-  databaseMicros: number | null
-  failures: number
-}
-
 const QUERIES: Record<string, string> = {
   rare: `rare status (\`?limit=20&status=${RARE_STATUS}\`)`,
   deep: 'deep pages (`?limit=20&cursor=…`, last pages)',
@@ -53,19 +53,17 @@ function short(n: number): string {
   return n >= 1e6 && n % 1e6 === 0 ? `${n / 1e6}M` : n >= 1e3 && n % 1e3 === 0 ? `${n / 1e3}k` : String(n)
 }
 
-function summarise(runs: GrowthRun[], info: GrowthTargetInfo, query: string): Summary | null {
+function summarise(runs: GrowthRun[], info: GrowthTarget, query: string) {
   const mine = runs.filter((r) => r.target === info.name && r.query === query)
   if (mine.length === 0) return null
-  const database = mine.flatMap((r) =>
-    r.usage.databaseMicrosPerRequest == null ? [] : [r.usage.databaseMicrosPerRequest],
-  )
+  const database = mine.flatMap((r) => r.usage.databaseMicros ?? [])
   return {
     info,
     query,
     rate: median(mine.map((r) => r.result.requestsPerSecond)),
     p50: median(mine.map((r) => r.result.p50)),
     p99: median(mine.map((r) => r.result.p99)),
-    serviceMicros: median(mine.map((r) => r.usage.serviceMicrosPerRequest ?? 0)),
+    serviceMicros: median(mine.map((r) => r.usage.serviceMicros)),
     databaseMicros: database.length ? median(database) : null,
     failures: mine.reduce((sum, r) => sum + r.result.non2xx + r.result.socketErrors, 0),
   }
@@ -78,7 +76,7 @@ export interface GrowthInput {
   started: Date
   host: Machine
   contention: number | null
-  targets: GrowthTargetInfo[]
+  targets: GrowthTarget[]
   runs: GrowthRun[]
   skipped: string
 }
@@ -144,22 +142,9 @@ export function growthSection(input: GrowthInput): { markdown: string; summary: 
     }
   }
   const latency = markdownTable(
-    [
-      'database',
-      'query',
-      'pets',
-      'distinct URLs',
-      'pets/page',
-      'req/s',
-      'p50 ms',
-      'p99 ms',
-      `p50 ÷ ${base}`,
-      `p99 ÷ ${base}`,
-      'service µs/req',
-      'PostgreSQL µs/req',
-      `CPU/req ÷ ${base}`,
-      'non-2xx + errors',
-    ],
+    `database|query|pets|distinct URLs|pets/page|req/s|p50 ms|p99 ms|p50 ÷ ${base}|p99 ÷ ${base}|service µs/req|PostgreSQL µs/req|CPU/req ÷ ${base}|non-2xx + errors`.split(
+      '|',
+    ),
     lines,
     2,
   )
@@ -243,7 +228,7 @@ ${summary}
   ${settings.warmupSeconds} s warm-up per query and size, then ${settings.rounds} rounds, each running every query on every size in
   turn; p50, p99 and CPU per request are medians over the rounds, failures are totals (a failed
   request would time an error page, so they must be 0). CPU/req is the service's CPU per request
-  plus PostgreSQL's, from /proc (bench/usage.ts).
+  plus PostgreSQL's, from /proc (bench/measure.ts).
 - **Running it:** \`npm run bench:growth\` (about ${Math.ceil(estimateMinutes(input))} minutes here). Settings:
   \`BENCH_GROWTH_SIZES\` (1000,100000,1000000), \`BENCH_GROWTH_DATABASES\` (sqlite,postgres; PostgreSQL
   is skipped with a note when it does not answer), and the main bench's \`BENCH_SECONDS\`,

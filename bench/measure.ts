@@ -1,115 +1,201 @@
-/**
- * One measurement: a wrk run against a running target while its memory is sampled, and the probe
- * that proves a target answers each workload before any measuring.
- */
-import { readFileSync } from 'node:fs'
-import type { Fixtures } from './ceiling.ts'
-import { cpuPressureMicros } from './report.ts'
-import type { Settings } from './settings.ts'
-import type { RunningTarget } from './targets.ts'
-import { type Usage, UsageMeter } from './usage.ts'
-import type { Workload } from './workloads.ts'
-import { runWrk, type WrkResult } from './wrk.ts'
+/** The workloads, and one wrk run with /proc sampled for the peak RSS and where the CPU went (service, PostgreSQL, wrk). */
+import { spawnSync } from 'node:child_process'
+import { join } from 'node:path'
+import { contention, readText, type Settings, type WrkResult, wrk } from './common.ts'
+import { type RunningTarget, UNKNOWN_KEY } from './targets.ts'
 
-/** Response headers the ceiling repeats: those the routes set. Date, ids and lengths are per response. */
-const ROUTE_HEADERS = ['content-type', 'link', 'location', 'deprecation', 'sunset']
+export interface Workload {
+  name: string
+  description: string
+  /** The URL's path; for a request without a script, also the path wrk sends. */
+  path: string
+  /** A Lua script of bench/lua, and the arguments its init(args) gets. */
+  script?: string
+  scriptArgs?: (key: string, pets: number) => string[]
+  /** Minimum service/ceiling ratio aimed at, or the workload whose rate this one must reach. */
+  target?: number | string
+  /** One request like the workload's, sent before measuring, and the status it must get. */
+  probe?: { method: 'GET' | 'POST'; body?: string; status: number }
+  /** Which key it sends: the target's (default), a well-formed unknown one, or one past its rate limit. */
+  key?: 'unknown' | 'limited'
+}
 
-/** Sends each workload's probe; fails unless every answer is 2xx. Returns the answers as fixtures. */
-export async function probe(target: RunningTarget, workloads: Workload[]): Promise<Partial<Fixtures>> {
-  const fixtures: Partial<Fixtures> = {}
-  for (const workload of workloads) {
-    if (!workload.probe) continue
-    const { method, body } = workload.probe
-    const response = await fetch(`${target.baseUrl}${workload.path}`, {
-      method,
-      body,
-      headers: { authorization: `Bearer ${target.key}`, ...(body && { 'content-type': 'application/json' }) },
+const LUA = join(import.meta.dirname, 'lua')
+/** The NewPet the POST workloads send (bench/lua/post.lua and mix.lua carry the same text). */
+const NEW_PET = '{"name":"Biscuit","categoryId":3,"status":"available"}'
+const get = {
+  path: '/v1/pets/1',
+  script: join(LUA, 'get.lua'),
+  scriptArgs: (key: string, pets: number) => [key, `${pets}`],
+}
+
+/** `target`: the service/ceiling ratio aimed at (issue text), or the workload whose rate a refusal must reach. */
+export const WORKLOADS: Workload[] = [
+  { name: 'list20', description: 'GET /v1/pets?limit=20', path: '/v1/pets?limit=20', target: 0.5 },
+  {
+    name: 'list100',
+    description: 'GET /v1/pets?limit=100&status=available',
+    path: '/v1/pets?limit=100&status=available',
+    target: 0.3,
+  },
+  { name: 'get', description: 'GET /v1/pets/{id}, random seeded id', ...get, target: 0.6 },
+  {
+    name: 'post',
+    description: 'POST /v1/pets',
+    path: '/v1/pets',
+    script: join(LUA, 'post.lua'),
+    scriptArgs: (key) => [key],
+    target: 0.4,
+    probe: { method: 'POST', body: NEW_PET, status: 201 },
+  },
+  {
+    name: 'mix',
+    description: '90% GET /v1/pets?limit=20, 10% POST /v1/pets',
+    path: '/v1/pets',
+    script: join(LUA, 'mix.lua'),
+    scriptArgs: (key) => [key],
+  },
+]
+
+export interface Usage {
+  wallSeconds: number
+  /** Percent of one core over the run. */
+  service: number
+  /** The target's PostgreSQL backends; null without PostgreSQL. */
+  database: number | null
+  wrk: number
+  /** Busy percent of each core (user, system, interrupts). */
+  cores: number[]
+  /** Backends executing a statement on average, and the most connections seen; null without PostgreSQL. */
+  activeBackends: number | null
+  backends: number | null
+  /** CPU µs per request. */
+  serviceMicros: number
+  databaseMicros: number | null
+  wrkMicros: number
+}
+
+const TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100
+
+/** utime + stime of a process in clock ticks; null once it is gone. */
+function ticks(pid: number): number | null {
+  const stat = readText(`/proc/${pid}/stat`)
+  // The command name may hold spaces and parentheses: count fields after the last ')'.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  return stat ? Number(fields[11]) + Number(fields[12]) : null
+}
+
+/** Per core: [busy, total] ticks since boot. */
+const coreTicks = () =>
+  readText('/proc/stat')
+    .split('\n')
+    .filter((line) => /^cpu\d+ /.test(line))
+    .map((line) => {
+      const [user, nice, system, idle, iowait, irq, softirq, steal] = line.split(/\s+/).slice(1).map(Number) as number[]
+      const busy = (user ?? 0) + (nice ?? 0) + (system ?? 0) + (irq ?? 0) + (softirq ?? 0)
+      return [busy, busy + (idle ?? 0) + (iowait ?? 0) + (steal ?? 0)] as const
     })
-    const text = await response.text()
-    if (response.status >= 300) throw new Error(`${method} ${workload.path} answered ${response.status}: ${text}`)
-    const headers = Object.fromEntries(
-      ROUTE_HEADERS.flatMap((h) => (response.headers.has(h) ? [[h, response.headers.get(h) as string]] : [])),
-    )
-    fixtures[workload.name as keyof Fixtures] = { status: response.status, headers, body: text }
+
+/** CPU ticks of a changing set of processes: a newcomer (a pool connection) counts from its start, a leaver keeps its last. */
+function processGroup() {
+  const seen = new Map<number, { base: number; last: number }>()
+  let counting = false
+  return {
+    sample(pids: number[], start = false) {
+      for (const pid of pids) {
+        const now = ticks(pid)
+        if (now === null) continue
+        const known = seen.get(pid)
+        if (known) known.last = now
+        else seen.set(pid, { base: counting ? 0 : now, last: now })
+      }
+      counting ||= start
+    },
+    ticks: () => [...seen.values()].reduce((sum, { base, last }) => sum + last - base, 0),
   }
-  return fixtures
 }
 
-/** Resident memory of the processes now, in MB (VmRSS, which counts what is in RAM, not reserved). */
-export function rssMb(pids: number[]): number {
-  return statusMb(pids, 'VmRSS')
-}
+/** Resident memory of processes now, MB: VmRSS, or RssFile for the part that maps files (node itself). */
+export const memoryMb = (pids: number[], field = 'VmRSS') =>
+  pids.reduce(
+    (kb, pid) => kb + Number(new RegExp(`^${field}:\\s+(\\d+)`, 'm').exec(readText(`/proc/${pid}/status`))?.[1] ?? 0),
+    0,
+  ) / 1024
 
-/** The part of the RSS that maps files (mostly the node executable), shared with other Node processes. */
-export function fileBackedMb(pids: number[]): number {
-  return statusMb(pids, 'RssFile')
-}
-
-function statusMb(pids: number[], field: string): number {
-  let kb = 0
-  for (const pid of pids) {
-    try {
-      const status = readFileSync(`/proc/${pid}/status`, 'utf8')
-      kb += Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? 0)
-    } catch {
-      // The process is gone; its memory is not ours to count any more.
-    }
-  }
-  return kb / 1024
-}
-
-/**
- * One wrk run, sampling the target's memory (the RSS is the highest sample) and where the CPU
- * went (bench/usage.ts) meanwhile.
- */
 export async function measure(
   settings: Settings,
   target: RunningTarget,
   workload: Workload,
   seconds: number,
   pets: number,
-): Promise<{ result: WrkResult; rssMb: number; contention: number | null; usage: Usage }> {
-  const meter = new UsageMeter(() => target.pids, target.backends ?? null)
-  await meter.start()
-  const pressure = cpuPressureMicros()
-  const startedAt = performance.now()
-  let peak = rssMb(target.pids)
-  const sampler = setInterval(() => {
-    peak = Math.max(peak, rssMb(target.pids))
-  }, 250)
+) {
+  const live = workload.key === 'limited' ? (target.limited ?? target) : target
+  const key = workload.key === 'unknown' ? UNKNOWN_KEY : live.key
+  const [service, database, wrkGroup] = [processGroup(), processGroup(), processGroup()]
+  let wrkPid = 0
+  let [active, samples, mostBackends] = [0, 0, 0]
+  const sample = async (counting = false) => {
+    service.sample(live.pids)
+    if (wrkPid) wrkGroup.sample([wrkPid])
+    if (!live.backends) return
+    const backends = await live.backends.sample()
+    database.sample(backends.pids)
+    mostBackends = Math.max(mostBackends, backends.pids.length)
+    // The watcher's own statement is never counted: it has another application_name.
+    if (counting) [active, samples] = [active + backends.active, samples + 1]
+  }
+  await sample()
+  service.sample([], true)
+  database.sample([], true)
+  wrkGroup.sample([], true)
+  const cores0 = coreTicks()
+  const since = performance.now()
+  const waited = contention()
+  let peak = memoryMb(live.pids)
+  let pending = Promise.resolve()
+  const timer = setInterval(() => {
+    peak = Math.max(peak, memoryMb(live.pids))
+    // One sample at a time: a slow pg_stat_activity answer must not pile samples up.
+    pending = pending.then(() => sample(true))
+  }, 100)
+  const args = [`-c${settings.connections}`, `-d${seconds}s`]
+  if (workload.script) args.push('-s', workload.script)
+  // Scripted workloads set the key themselves; the others get it as a header.
+  else args.push('-H', `Authorization: Bearer ${key}`)
+  args.push(`${live.baseUrl}${workload.path}`)
+  if (workload.scriptArgs) args.push('--', ...workload.scriptArgs(key, pets))
   let result: WrkResult
-  let usage: Usage
   try {
-    result = await runWrk({
-      cpu: settings.clientCpu,
-      url: `${target.baseUrl}${workload.path}`,
-      seconds,
-      connections: settings.connections,
-      script: workload.script,
-      scriptArgs: workload.scriptArgs?.(target.key, pets),
-      // Scripted workloads set the key themselves; the others get it as a plain header.
-      headers: workload.script ? [] : [`Authorization: Bearer ${target.key}`],
-      onSpawn: (pid) => meter.setWrk(pid),
+    result = await wrk(settings.clientCpu, args, (pid) => {
+      wrkPid = pid
     })
   } finally {
-    clearInterval(sampler)
-    usage = await meter.stop()
+    clearInterval(timer)
+    await pending
+    await sample()
   }
-  const after = cpuPressureMicros()
-  // Percent of the run during which some task waited for a CPU: high means the numbers are suspect.
-  const contention =
-    pressure === null || after === null ? null : (after - pressure) / 10 / (performance.now() - startedAt)
-  return { result, rssMb: Math.max(peak, rssMb(target.pids)), contention, usage: perRequest(usage, result) }
-}
-
-/** CPU microseconds per request: comparable across targets whose rates differ. */
-export function perRequest(usage: Usage, result: WrkResult): Usage {
-  const micros = (percent: number) =>
-    result.requests ? ((percent / 100) * usage.wallSeconds * 1e6) / result.requests : 0
-  return {
+  const wallSeconds = (performance.now() - since) / 1000
+  const percent = (n: number) => (100 * n) / TICKS / wallSeconds
+  const micros = (share: number) => (result.requests ? ((share / 100) * wallSeconds * 1e6) / result.requests : 0)
+  const cores1 = coreTicks()
+  const watched = Boolean(live.backends)
+  const usage = {
+    wallSeconds,
+    service: percent(service.ticks()),
+    database: watched ? percent(database.ticks()) : null,
+    wrk: percent(wrkGroup.ticks()),
+    cores: cores0.map(([busy, total], i) => {
+      const [busy1, total1] = cores1[i] ?? [busy, total]
+      return total1 > total ? (100 * (busy1 - busy)) / (total1 - total) : 0
+    }),
+    activeBackends: watched && samples ? active / samples : null,
+    backends: watched ? mostBackends : null,
+  }
+  const full: Usage = {
     ...usage,
-    serviceMicrosPerRequest: micros(usage.service),
-    databaseMicrosPerRequest: usage.database === null ? null : micros(usage.database),
-    wrkMicrosPerRequest: micros(usage.wrk),
+    serviceMicros: micros(usage.service),
+    databaseMicros: usage.database === null ? null : micros(usage.database),
+    wrkMicros: micros(usage.wrk),
   }
+  return { result, rssMb: Math.max(peak, memoryMb(live.pids)), contention: waited(), usage: full }
 }

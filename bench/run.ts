@@ -1,199 +1,196 @@
-/**
- * `npm run bench`: the service against the ceiling of Node on one core, on fresh seeded databases
- * (SQLite, and PostgreSQL with one and two instances when it answers).
- * Servers on one core, wrk on the other (taskset); rounds interleaved (A B A B…) so drift on a
- * shared machine hits both sides alike; medians reported; docs/performance.md written (keeping
- * the growth section of `npm run bench:growth`).
- * Settings: bench/settings.ts (BENCH_SECONDS, BENCH_ROUNDS, BENCH_TARGETS, …).
- */
-import { writeFileSync } from 'node:fs'
+/** `npm run bench`: the service against a bare node:http ceiling, rounds interleaved; writes docs/performance.md. */
+import { closeSync, fsyncSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { ROOT } from '../scripts/start-command.ts'
-import { fsyncCost } from './disk.ts'
-import { documentation } from './document.ts'
-import { cpuTable, limitSentence, type TargetShape } from './limits.ts'
-import { fileBackedMb, measure, probe } from './measure.ts'
-import { adminQuery, POSTGRES_URL, postgresProblem } from './postgres.ts'
-import { cleaningUp, cleanup, cleanupOnExit, tempDir } from './processes.ts'
-import { cpuPressureMicros, failuresLine, type Measurement, machine, summarise, table, targetsLine } from './report.ts'
-import { readOrEmpty, section, withSection } from './sections.ts'
-import { readSettings, type Settings } from './settings.ts'
-import { type BenchContext, type RunningTarget, TARGETS } from './targets.ts'
-import { WORKLOADS } from './workloads.ts'
-import { ensureTools } from './wrk.ts'
+import type { Fixture } from './ceiling.ts'
+import {
+  contention,
+  ensureTools,
+  list,
+  log,
+  machine,
+  main,
+  median,
+  readSettings,
+  readText,
+  section,
+  tempDir,
+  withSection,
+} from './common.ts'
+import { type Measurement, report } from './document.ts'
+import { measure, memoryMb, WORKLOADS, type Workload } from './measure.ts'
+import { adminQuery, skipPostgres } from './postgres.ts'
+import { CEILING_LIMITED_KEY, type Context, type RunningTarget, TARGETS, UNKNOWN_KEY } from './targets.ts'
 
-function log(line: string): void {
-  process.stderr.write(`${line}\n`)
+/** Response headers the ceiling repeats: those the routes set, and the refusals' challenges. */
+const ROUTE_HEADERS = ['content-type', 'link', 'location', 'deprecation', 'sunset', 'www-authenticate', 'retry-after']
+
+/** One request per workload, which must get its status (401s where 200s were meant would be fast and useless). */
+async function probe(target: RunningTarget, workloads: Workload[]): Promise<Record<string, Fixture>> {
+  const fixtures: Record<string, Fixture> = {}
+  for (const w of workloads.filter((w) => w.name !== 'mix')) {
+    const { method, body, status } = w.probe ?? { method: 'GET', status: 200 }
+    const live = w.key === 'limited' ? (target.limited ?? target) : target
+    const authorization = `Bearer ${w.key === 'unknown' ? UNKNOWN_KEY : live.key}`
+    let response: Response | undefined
+    for (let tries = 0; tries < 3 && response?.status !== status; tries++) {
+      const headers = { authorization, ...(body && { 'content-type': 'application/json' }) }
+      response = await fetch(`${live.baseUrl}${w.path}`, { method, body, headers })
+      if (response.status !== status) await response.text()
+    }
+    const text = (await response?.text()) ?? ''
+    if (response?.status !== status)
+      throw new Error(`${method} ${w.path} answered ${response?.status}, not ${status}: ${text}`)
+    const headers = Object.fromEntries(
+      ROUTE_HEADERS.flatMap((h) => (response.headers.has(h) ? [[h, `${response.headers.get(h)}`]] : [])),
+    )
+    // The ceiling tells a refusal by its key, and its ratelimited requests carry a key of its own.
+    const asked = w.key === 'limited' ? `Bearer ${CEILING_LIMITED_KEY}` : authorization
+    fixtures[w.name] = { status, headers, body: text, ...(w.key && { authorization: asked }) }
+  }
+  return fixtures
 }
 
-/**
- * Keeps the PostgreSQL targets only when PostgreSQL answers. Chosen with BENCH_TARGETS, a silent
- * PostgreSQL is an error; by default they are skipped with a note (returned for the report too).
- */
-async function choosePostgres(settings: Settings): Promise<string> {
-  const wanted = settings.targets.filter((t) => TARGETS[t]?.database === 'postgres')
-  if (wanted.length === 0) return ''
-  const problem = await postgresProblem()
-  if (problem === null) return ''
-  const where = new URL(POSTGRES_URL).host
-  if (settings.targetsChosen) throw new Error(`PostgreSQL at ${where} does not answer (${problem})`)
-  settings.targets = settings.targets.filter((t) => !wanted.includes(t))
-  const note = `PostgreSQL at ${where} did not answer (${problem}), so ${wanted.join(' and ')} were skipped; set BENCH_POSTGRES_URL to measure them.`
-  log(`bench: note: ${note}`)
-  return note
+/** µs of a 16 KiB write and its fsync: what each batch of POSTs waits for, which moves the POST's ratio most. */
+function fsyncCost(dir: string): { wallMicros: number; cpuMicros: number } {
+  const path = join(dir, 'fsync-probe')
+  const fd = openSync(path, 'w')
+  const page = Buffer.alloc(16 * 1024, 1)
+  const walls: number[] = []
+  const write = () => {
+    writeSync(fd, page, 0, page.length, 0)
+    fsyncSync(fd)
+  }
+  for (let i = 0; i < 20; i++) write()
+  const cpu = process.cpuUsage()
+  for (let i = 0; i < 200; i++) {
+    const start = performance.now()
+    write()
+    walls.push((performance.now() - start) * 1000)
+  }
+  const used = process.cpuUsage(cpu)
+  closeSync(fd)
+  rmSync(path)
+  return { wallMicros: median(walls), cpuMicros: (used.user + used.system) / 200 }
 }
 
-async function main(): Promise<void> {
+await main('bench', async () => {
   const settings = readSettings()
+  const defaults = ['sqlite', 'sqlite-warn', 'postgres-1', 'postgres-2', 'ceiling']
+  let targets = list('BENCH_TARGETS', defaults, Object.keys(TARGETS))
+  // The ceiling answers with a service's responses, and the ratios need both.
+  if (!targets.includes('ceiling') || targets.length < 2)
+    throw new Error('BENCH_TARGETS needs "ceiling" and a service target')
+  targets = [...targets.filter((t) => t !== 'ceiling'), 'ceiling']
+  const names = list(
+    'BENCH_WORKLOADS',
+    WORKLOADS.map((w) => w.name),
+    WORKLOADS.map((w) => w.name),
+  )
+  const workloads = WORKLOADS.filter((w) => names.includes(w.name))
   ensureTools()
-  cleanupOnExit()
-  const skipped = await choosePostgres(settings)
-  const postgresVersion = settings.targets.some((t) => TARGETS[t]?.database === 'postgres')
+  const postgres = targets.filter((t) => TARGETS[t]?.database === 'postgres')
+  const skipped = await skipPostgres(
+    postgres.length > 0,
+    Boolean(process.env.BENCH_TARGETS?.trim()),
+    `${postgres.join(' and ')} were`,
+  )
+  if (skipped) targets = targets.filter((t) => !postgres.includes(t))
+  const postgresVersion = targets.some((t) => TARGETS[t]?.database === 'postgres')
     ? `PostgreSQL ${(await adminQuery<{ server_version: string }>('SHOW server_version'))[0]?.server_version}`
     : null
   const started = new Date()
   const host = machine()
-  const pressureAtStart = cpuPressureMicros()
-  const workloads = WORKLOADS.filter((w) => settings.workloads.includes(w.name))
-  const context: BenchContext = {
-    serverCpu: settings.serverCpu,
-    clusterCpu: settings.clusterCpu,
-    postgresCpu: settings.postgresCpu,
-    pets: settings.pets,
-    dir: tempDir(),
-  }
+  const waited = contention()
+  const context: Context = { ...settings, dir: tempDir() }
   const disk = fsyncCost(context.dir)
   log(
-    `bench: ${host.cpu}, ${host.cores} cores, Node ${host.node}; servers on CPU ${settings.serverCpu} (several instances on ${settings.clusterCpu}), wrk on CPU ${settings.clientCpu}`,
+    `bench: ${host.cpu}, ${host.cores} cores, Node ${host.node}; servers on CPU ${settings.serverCpu}, wrk on CPU ${settings.clientCpu}`,
   )
   log(`bench: a 16 KiB write and fsync takes ${disk.wallMicros.toFixed(0)} µs (${disk.cpuMicros.toFixed(0)} µs of CPU)`)
 
-  /**
-   * Every target, started afresh on a fresh database for each round: two starts of the same server
-   * can differ by 15% in CPU per request for as long as they run (measured side by side: 47 against
-   * 39 µs for two identical processes), so one start per run would give its luck to every round.
-   */
-  const startAll = async (): Promise<Map<string, RunningTarget>> => {
+  /** Every target afresh each round: two starts of one server can differ by 15% in CPU per request. */
+  const startAll = async (measured: boolean) => {
     const running = new Map<string, RunningTarget>()
-    for (const name of settings.targets) {
+    for (const name of targets) {
       const target = TARGETS[name]
-      if (!target) throw new Error(`unknown target ${name}`)
-      if (target.kind === 'ceiling' && !context.fixturesFile) {
+      if (!target) continue
+      if (!target.database && !context.fixturesFile) {
         context.fixturesFile = join(context.dir, 'fixtures.json')
-        const first = running.values().next().value as RunningTarget
         // Every route, not only the selected workloads': the ceiling answers them all.
-        writeFileSync(context.fixturesFile, JSON.stringify(await probe(first, WORKLOADS)))
+        const first = running.values().next().value as RunningTarget
+        const fixtures = await probe(
+          first,
+          WORKLOADS.filter((w) => w.key !== 'limited' || first.limited),
+        )
+        writeFileSync(context.fixturesFile, JSON.stringify(fixtures))
       }
-      log(`bench: starting ${target.label}${target.kind === 'service' ? `, ${settings.pets} pets seeded` : ''}`)
-      const live = await target.start(context)
+      log(`bench: starting ${target.label}${target.database ? `, ${settings.pets} pets seeded` : ''}`)
+      const profiled = {
+        ...context,
+        nodeArgs: measured && settings.profileDir ? ['--cpu-prof', '--cpu-prof-dir', resolve(settings.profileDir)] : [],
+      }
+      const live = await target.start(profiled)
+      if (target.database && workloads.some((w) => w.key === 'limited')) {
+        live.limited = await target.start(context, { RATE_LIMIT: '1' })
+      }
       await probe(live, workloads)
       running.set(name, live)
     }
     if (settings.warmupSeconds > 0) {
       log(`bench: warming up, ${settings.warmupSeconds} s per workload and target`)
-      for (const workload of workloads)
-        for (const [, live] of running) await measure(settings, live, workload, settings.warmupSeconds, settings.pets)
+      for (const w of workloads)
+        for (const live of running.values()) await measure(settings, live, w, settings.warmupSeconds, settings.pets)
     }
     return running
+  }
+  const stopAll = async (running: Map<string, RunningTarget>) => {
+    for (const live of running.values()) await Promise.all([live.stop(), live.limited?.stop()])
   }
 
   const measurements: Measurement[] = []
   let running = new Map<string, RunningTarget>()
   for (let round = 1; round <= settings.rounds; round++) {
-    running = await startAll()
-    for (const workload of workloads) {
+    running = await startAll(round === settings.rounds)
+    for (const w of workloads) {
       for (const [name, live] of running) {
-        const { result, rssMb, contention, usage } = await measure(
-          settings,
-          live,
-          workload,
-          settings.seconds,
-          settings.pets,
-        )
-        measurements.push({ target: name, workload: workload.name, round, result, rssMb, usage })
+        const m = await measure(settings, live, w, settings.seconds, settings.pets)
+        measurements.push({ target: name, workload: w.name, round, ...m })
+        const { result: r, usage: u } = m
         log(
-          `round ${round}/${settings.rounds} ${workload.name.padEnd(7)} ${name.padEnd(11)} ${result.requestsPerSecond.toFixed(0).padStart(6)} req/s` +
-            `  p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(2)} ms  non-2xx ${result.non2xx}  RSS ${rssMb.toFixed(0)} MB` +
-            `  CPU service ${usage.service.toFixed(0)}%${usage.database === null ? '' : ` postgres ${usage.database.toFixed(0)}%`} wrk ${usage.wrk.toFixed(0)}%` +
-            (contention === null ? '' : `  CPU wait ${contention.toFixed(0)}%`),
+          `round ${round}/${settings.rounds} ${w.name.padEnd(12)} ${name.padEnd(11)} ${r.requestsPerSecond.toFixed(0).padStart(6)} req/s` +
+            `  p50 ${r.p50.toFixed(2)} ms  p99 ${r.p99.toFixed(2)} ms  non-2xx ${r.non2xx}  RSS ${m.rssMb.toFixed(0)} MB` +
+            `  CPU service ${u.service.toFixed(0)}%${u.database === null ? '' : ` postgres ${u.database.toFixed(0)}%`} wrk ${u.wrk.toFixed(0)}%` +
+            (m.contention === null ? '' : `  CPU wait ${m.contention.toFixed(0)}%`),
         )
       }
     }
-    if (round < settings.rounds) for (const [, live] of running) await live.stop()
+    if (round < settings.rounds) await stopAll(running)
   }
-  const fileBacked = Object.fromEntries([...running].map(([name, live]) => [name, fileBackedMb(live.pids)]))
-  const shapes: Record<string, TargetShape> = Object.fromEntries(
-    [...running].map(([name, live]) => [
-      name,
-      {
-        label: TARGETS[name]?.label ?? name,
-        cpus: live.cpus,
-        poolSize: live.poolSize,
-        instances: live.instances ?? 1,
-        databaseCpus: live.databaseCpus,
-      },
-    ]),
-  )
-  for (const [, live] of running) await live.stop()
-  const pressureAtEnd = cpuPressureMicros()
-  const contention =
-    pressureAtStart === null || pressureAtEnd === null
-      ? null
-      : (pressureAtEnd - pressureAtStart) / 10 / (Date.now() - started.getTime())
-
-  const labels = Object.fromEntries(settings.targets.map((name) => [name, TARGETS[name]?.label ?? name]))
-  const rows = summarise(measurements, workloads, settings.targets)
-  const primary = settings.targets[0] as string
-  const markdown = table(rows, labels)
-  const failures = failuresLine(rows, labels)
-  const verdict = `${failures ? `${failures} ` : ''}${targetsLine(rows, workloads, primary)}`
-  const cpu = cpuTable(rows, shapes)
-  // The limit of a PostgreSQL target under every workload that reaches PostgreSQL on each request.
-  const limits = rows
-    .filter((r) => TARGETS[r.target]?.database === 'postgres' && ['list20', 'post'].includes(r.workload))
-    .map((r) => {
-      const sqlite = rows.find((s) => s.target === 'sqlite' && s.workload === r.workload)
-      return limitSentence(
-        r,
-        shapes[r.target] as TargetShape,
-        sqlite && { label: labels.sqlite ?? 'sqlite', row: sqlite },
-      )
-    })
-    .filter(Boolean)
-  process.stdout.write(`\n${markdown}\n\n${labels[primary]}: ${verdict}\n\n${cpu}\n\n${limits.join('\n\n')}\n`)
+  const fileBacked = Object.fromEntries([...running].map(([name, live]) => [name, memoryMb(live.pids, 'RssFile')]))
+  await stopAll(running)
+  const { markdown, summary } = report({
+    settings,
+    targets,
+    running,
+    started,
+    host,
+    disk,
+    workloads,
+    measurements,
+    contention: waited(),
+    fileBacked,
+    skipped,
+    postgresVersion,
+  })
+  process.stdout.write(`\n${summary}\n`)
   if (settings.doc) {
     const path = resolve(ROOT, settings.doc)
-    const doc = documentation({
-      settings,
-      started,
-      host,
-      disk,
-      markdown,
-      verdict,
-      labels,
-      workloads,
-      measurements,
-      contention,
-      fileBacked,
-      cpu,
-      limits,
-      skipped,
-      postgresVersion,
-    })
     // The growth section belongs to `npm run bench:growth`: keep it as it is.
     const growth =
-      section(readOrEmpty(path), 'growth') ??
+      section(readText(path), 'growth') ??
       '## Growth\n\nNot measured yet: run `npm run bench:growth` (bench/growth.ts).'
-    writeFileSync(path, withSection(doc, 'growth', growth))
+    writeFileSync(path, withSection(markdown, 'growth', growth))
     log(`bench: wrote ${settings.doc}`)
   }
-}
-
-try {
-  await main()
-} catch (error) {
-  if (!cleaningUp()) log(`bench: ${error instanceof Error ? error.message : String(error)}`)
-  process.exitCode = 1
-} finally {
-  await cleanup()
-}
+})

@@ -1,225 +1,203 @@
-/**
- * What the load is aimed at. A target is started once per run, stays up through every round, and
- * is measured by the same wrk workloads: the SQLite service (with its request log at info, or at
- * warn to see what logging costs), the service on PostgreSQL with one instance and with two, and
- * the bare node:http ceiling.
- *
- * Two instances are WORKERS=2 (node:cluster): there is no load balancer on this machine and wrk
- * loads one address, so two processes sharing one port is how two instances get the load. They
- * get both cores (BENCH_CLUSTER_CPU): two instances on one core would measure nothing.
- */
+/** The targets: the service as `npm start` runs it on a fresh seeded database (SQLite, PostgreSQL), and the ceiling. */
+import { execFile } from 'node:child_process'
 import { mkdtempSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { startCommand } from '../scripts/start-command.ts'
+import { promisify } from 'node:util'
+import { ROOT, startCommand } from '../scripts/start-command.ts'
+import { readText, type Started, start } from './common.ts'
 import { adminQuery, BackendWatcher, type BenchSchema, createSchema } from './postgres.ts'
-import { type Started, startPinned, stop } from './processes.ts'
-import { createKey, seedPets } from './seed.ts'
-import { serviceEnv } from './service-env.ts'
-import { withChildren } from './usage.ts'
+import { EnvSchema, generateApiKey, type NewPet, openStore } from './src.ts'
 
-export interface BenchContext {
-  /** taskset CPU list for servers. */
+export interface Context {
   serverCpu: string
-  /** taskset CPU list for a target of several instances. */
   clusterCpu: string
-  /** taskset CPU list for the PostgreSQL backends of a one-instance target (beside wrk by default). */
   postgresCpu: string
-  /** Pets seeded in each fresh database. */
   pets: number
-  /** Temporary folder of this run (databases, fixtures, profiles). */
+  /** This run's temporary folder. */
   dir: string
-  /** The ceiling's precomputed responses, written by the runner from a service's answers. */
+  /** The ceiling's answers, captured from a service. */
   fixturesFile?: string
-  /** Extra node options for the server processes started from now on (e.g. --cpu-prof). */
+  /** Extra node options of the measured servers (--cpu-prof). */
   nodeArgs?: string[]
 }
 
 export interface RunningTarget {
   baseUrl: string
-  /** A valid API key for this target's database. */
+  /** A valid API key of this target's database. */
   key: string
-  /** Processes whose memory is the target's RSS and whose CPU is the service's (read afresh: workers may restart). */
+  /** Processes whose memory and CPU are the target's (read afresh: workers may restart). */
   readonly pids: number[]
-  /** The CPUs the server processes may run on (taskset list). */
+  /** taskset list of its servers. */
   cpus: string
-  /** PostgreSQL targets: the backends serving this target, and the pool size of each instance. */
+  /** PostgreSQL: the backends serving it, where they are pinned (null: not), and the pool of each instance. */
   backends?: BackendWatcher
-  /** Where its PostgreSQL backends may run (a taskset list), or null when not pinned. */
   databaseCpus?: string | null
   poolSize?: number
-  /** Server processes that serve requests (WORKERS); 1 when absent. */
-  instances?: number
+  instances: number
+  /** The same target with a key past its rate limit, for the ratelimited workload. */
+  limited?: RunningTarget
   stop(): Promise<void>
 }
 
 export interface Target {
-  name: string
-  /** How the report names it. */
   label: string
-  kind: 'service' | 'ceiling'
   database?: 'sqlite' | 'postgres'
-  start(context: BenchContext): Promise<RunningTarget>
+  start(context: Context, env?: Record<string, string>): Promise<RunningTarget>
 }
 
 /** Connections per instance: the service's default DATABASE_POOL_SIZE, set so the report can say it. */
 export const POOL_SIZE = 10
+/** Well-formed (its checksum holds) but in no database: the unauthorized workload's key. */
+export const UNKNOWN_KEY = generateApiKey('staging').secret
 
-/** Settings every service target runs with. */
-function baseEnv(databaseUrl: string, logLevel: string): Record<string, string> {
-  return {
-    HOST: '127.0.0.1',
-    DATABASE_URL: databaseUrl,
-    DEPLOYMENT: 'staging',
-    LOG_LEVEL: logLevel,
-    // The limiter runs as in production, with a limit no bench reaches: a 429 measures nothing.
-    RATE_LIMIT: '1000000000',
+// biome-ignore format: a list of names reads better in rows.
+export const NAMES = [
+  'Bella', 'Max', 'Luna', 'Charlie', 'Lucy', 'Cooper', 'Daisy', 'Milo', 'Bailey', 'Rocky', 'Sadie', 'Buddy',
+  'Molly', 'Tucker', 'Lola', 'Bear', 'Stella', 'Duke', 'Zoe', 'Oliver', 'Chloe', 'Leo', 'Penny', 'Teddy',
+  'Nala', 'Simba', 'Coco', 'Loki', 'Rosie', 'Jack', 'Ruby', 'Oscar', 'Willow', 'Finn', 'Pepper', 'Winston',
+  'Mochi', 'Ziggy', 'Biscuit', 'Pumpkin', 'Shadow', 'Ginger', 'Mr. Whiskers', 'Captain Fluffington',
+  'Sir Barks-a-Lot', 'Princess Buttercup', 'Hazel', 'Rex', 'Tom', 'Misty', 'Smokey', 'Tiger', 'Kiwi', 'Nemo',
+]
+
+/** A small seeded PRNG (mulberry32): every run seeds the same data. */
+export function random(seed: number): () => number {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed)
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296
   }
 }
 
-/** The service on a fresh, seeded SQLite database. stdout (the request log) goes to /dev/null. */
-export function sqliteService(name: string, logLevel: string, memorySettings = true): Target {
-  return {
-    name,
-    label: `sqlite, LOG_LEVEL=${logLevel}${memorySettings ? '' : ', default memory settings'}`,
-    kind: 'service',
-    database: 'sqlite',
-    async start(context) {
-      // A new folder per start: the bench starts every target afresh each round.
-      const databaseUrl = `sqlite:${join(mkdtempSync(join(context.dir, `${name}-`)), 'store.db')}`
-      await seedPets(databaseUrl, context.pets)
-      return startSqliteService(context, databaseUrl, logLevel, memorySettings)
-    },
+/** Pets 1..count through the store (the API's code path minus HTTP): 70% available, 15% pending, 15% sold. */
+async function seedPets(databaseUrl: string, count: number): Promise<void> {
+  const next = random(42)
+  const store = await openStore({ databaseUrl, poolSize: 4, timeoutMs: 30_000 })
+  const status = (r: number): NewPet['status'] => (r < 0.7 ? 'available' : r < 0.85 ? 'pending' : 'sold')
+  try {
+    // Writes issued in one turn share one transaction (the store's group commit); chunks keep memory flat.
+    for (let done = 0; done < count; done += 10_000) {
+      const chunk = Array.from({ length: Math.min(10_000, count - done) }, () => {
+        const name = NAMES[Math.floor(next() * NAMES.length)] as string
+        return store.createPet({ name, categoryId: 1 + Math.floor(next() * 8), status: status(next()) })
+      })
+      await Promise.all(chunk)
+    }
+  } finally {
+    await store.close()
   }
 }
 
-/**
- * The service on an existing SQLite database, pinned to the servers' CPU, with a new API key;
- * without the start script's memory settings when `memorySettings` is false.
- */
-export async function startSqliteService(
-  context: BenchContext,
-  databaseUrl: string,
-  logLevel = 'info',
-  memorySettings = true,
+/** The bench's settings and nothing of the caller's shell that would change the service (a REDIS_URL left exported). */
+function serviceEnv(settings: Record<string, string>): NodeJS.ProcessEnv {
+  const env = { ...process.env }
+  for (const name of Object.keys(EnvSchema.properties)) delete env[name]
+  return { ...env, ...settings }
+}
+
+/** An account and a key made with the operator CLI, as an operator makes them; the key is its last line. */
+async function createKey(databaseUrl: string): Promise<string> {
+  const cli = (...args: string[]) =>
+    promisify(execFile)(process.execPath, [join(ROOT, 'bin/animal-store.ts'), ...args], {
+      env: serviceEnv({ DATABASE_URL: databaseUrl, DEPLOYMENT: 'staging' }),
+      cwd: ROOT,
+    })
+  await cli('accounts', 'create', 'bench@example.com')
+  const { stdout } = await cli('keys', 'create', 'bench@example.com', '--name', 'bench')
+  const key = stdout.trim().split('\n').at(-1)
+  if (!key?.startsWith('as_')) throw new Error(`the CLI printed no key:\n${stdout}`)
+  return key
+}
+
+export const baseEnv = (databaseUrl: string, logLevel = 'info'): Record<string, string> => ({
+  HOST: '127.0.0.1',
+  DATABASE_URL: databaseUrl,
+  DEPLOYMENT: 'staging',
+  LOG_LEVEL: logLevel,
+  // The limiter runs as in production, with a limit no bench reaches: a 429 measures nothing.
+  RATE_LIMIT: '1000000000',
+})
+
+/** Starts the service as `npm start` does, twice: the first start fills the compile cache, as a deployment's does. */
+export async function startService(
+  context: Context,
+  settings: Record<string, string>,
+  { workers = 1, memorySettings = true } = {},
 ): Promise<RunningTarget> {
-  const key = await createKey(databaseUrl)
+  const key = await createKey(settings.DATABASE_URL as string)
   const port = await freePort()
-  const server = await startService(context, context.serverCpu, port, baseEnv(databaseUrl, logLevel), memorySettings)
-  return running(server, port, key, context.serverCpu)
-}
-
-/**
- * The service on PostgreSQL, in a schema of its own seeded like the SQLite targets (through the
- * store), with one instance or WORKERS=`workers`.
- */
-export function postgresService(name: string, workers: number): Target {
-  return {
-    name,
-    label: workers === 1 ? 'postgres, 1 instance' : `postgres, ${workers} instances (WORKERS=${workers})`,
-    kind: 'service',
-    database: 'postgres',
-    async start(context) {
-      const schema = await createSchema(name)
-      await seedPets(schema.databaseUrl, context.pets)
-      // What autovacuum would do within a minute of a bulk load: without statistics the planner
-      // takes a 10,000-row table for a tiny one and picks bitmap scans plus a sort for every page.
-      await adminQuery(`ANALYZE ${schema.name}.pets`)
-      return startPostgresService(context, schema, workers)
-    },
-  }
-}
-
-/**
- * The service on an existing PostgreSQL schema, with a new API key; stop() also drops the schema.
- * PostgreSQL is the machine's server: with one instance, this target's backends are pinned beside
- * wrk (so the service's core is its own, as on the SQLite rows, and the CPU table can say which
- * side is the limit); with several, the workers, the backends and wrk share the cores, which is
- * what several instances on a two-core box means.
- */
-export async function startPostgresService(
-  context: BenchContext,
-  schema: BenchSchema,
-  workers = 1,
-): Promise<RunningTarget> {
-  const key = await createKey(schema.databaseUrl)
-  const port = await freePort()
+  const command = startCommand()
+  const scriptEnv = memorySettings ? command.env : { NODE_COMPILE_CACHE: command.env.NODE_COMPILE_CACHE ?? '' }
+  const env = serviceEnv({ ...scriptEnv, ...settings, PORT: String(port) })
+  const options = memorySettings ? command.nodeArgs : []
   const cpus = workers === 1 ? context.serverCpu : context.clusterCpu
-  const server = await startService(context, cpus, port, {
-    ...baseEnv(schema.databaseUrl, 'info'),
-    WORKERS: String(workers),
-    DATABASE_POOL_SIZE: String(POOL_SIZE),
-  })
-  const live = await running(server, port, key, cpus, workers)
+  const first = start(cpus, process.execPath, [...options, command.script], env)
+  await waitReady(first, port)
+  await first.stop()
+  const server = start(cpus, process.execPath, [...options, ...(context.nodeArgs ?? []), command.script], env)
+  return running(server, port, key, cpus, workers)
+}
+
+const sqliteService = (name: string, logLevel: string, memorySettings = true): Target => ({
+  label: `sqlite, LOG_LEVEL=${logLevel}${memorySettings ? '' : ', default memory settings'}`,
+  database: 'sqlite',
+  async start(context, env = {}) {
+    const databaseUrl = `sqlite:${join(mkdtempSync(join(context.dir, `${name}-`)), 'store.db')}`
+    await seedPets(databaseUrl, context.pets)
+    return startService(context, { ...baseEnv(databaseUrl, logLevel), ...env }, { memorySettings })
+  },
+})
+
+const postgresService = (name: string, workers: number): Target => ({
+  label: workers === 1 ? 'postgres, 1 instance' : `postgres, ${workers} instances (WORKERS=${workers})`,
+  database: 'postgres',
+  async start(context, env = {}) {
+    const schema = await createSchema(name)
+    await seedPets(schema.databaseUrl, context.pets)
+    // What autovacuum would do soon after a bulk load: without statistics the planner takes the table for a tiny one.
+    await adminQuery(`ANALYZE ${schema.name}.pets`)
+    return startPostgres(context, schema, workers, env)
+  },
+})
+
+/** The service on a schema (dropped at stop); one instance's backends are pinned beside wrk, off the service's core. */
+export async function startPostgres(context: Context, schema: BenchSchema, workers = 1, env = {}) {
+  const settings = { ...baseEnv(schema.databaseUrl), WORKERS: String(workers), DATABASE_POOL_SIZE: String(POOL_SIZE) }
+  const live = await startService(context, { ...settings, ...env }, { workers })
   const databaseCpus = workers === 1 ? context.postgresCpu : null
-  const backends = new BackendWatcher(schema.applicationName, databaseCpus)
-  return {
-    baseUrl: live.baseUrl,
-    key,
-    get pids() {
-      return live.pids
-    },
-    cpus,
+  const backends = new BackendWatcher(schema.name, databaseCpus)
+  const stopServer = live.stop
+  return Object.assign(live, {
     backends,
     databaseCpus,
     poolSize: POOL_SIZE,
-    instances: workers,
     async stop() {
-      await live.stop()
+      await stopServer()
       await backends.close()
       await schema.drop()
     },
-  }
+  })
 }
 
-/**
- * Starts the service as `npm start` does (package.json's start script: its node options and its
- * environment settings), pinned to `cpus`, on `port`, with `settings` as its configuration; when
- * `memorySettings` is false, without the script's memory settings (its node options and every
- * environment setting but the compile cache: V8's and glibc's defaults, to compare). It is started
- * twice: the first start fills Node's compile cache, as a deployment's first start does, so that
- * what is measured is every later start (no TypeScript stripper loaded, less memory).
- */
-async function startService(
-  context: BenchContext,
-  cpus: string,
-  port: number,
-  settings: Record<string, string>,
-  memorySettings = true,
-): Promise<Started> {
-  const command = startCommand()
-  // The comparison keeps the compile cache: where stripped code is kept is not a memory setting.
-  const scriptEnv = memorySettings
-    ? command.env
-    : Object.fromEntries(Object.entries(command.env).filter(([name]) => name === 'NODE_COMPILE_CACHE'))
-  const env = serviceEnv({ ...scriptEnv, ...settings, PORT: String(port) })
-  const options = memorySettings ? command.nodeArgs : []
-  const first = startPinned(cpus, process.execPath, [...options, command.script], env)
-  await waitReady(first, `http://127.0.0.1:${port}/healthz`)
-  await stop(first)
-  return startPinned(cpus, process.execPath, [...options, ...(context.nodeArgs ?? []), command.script], env)
-}
-
-/** The bare node:http server of bench/ceiling.ts, answering with the fixtures. */
-export const ceiling: Target = {
-  name: 'ceiling',
+/** A bare node:http server answering with a service's captured responses (bench/ceiling.ts). */
+const ceiling: Target = {
   label: 'ceiling (bare node:http)',
-  kind: 'ceiling',
   async start(context) {
-    if (!context.fixturesFile) throw new Error('the ceiling needs fixtures from a service target first')
     const port = await freePort()
-    const env = { ...process.env, PORT: String(port) }
-    const server = startPinned(
-      context.serverCpu,
-      process.execPath,
-      [...(context.nodeArgs ?? []), join(import.meta.dirname, 'ceiling.ts'), context.fixturesFile],
-      env,
-    )
-    // The ceiling checks no key; wrk sends one anyway so both sides parse the same requests.
-    return running(server, port, 'as_test_unchecked', context.serverCpu)
+    const script = [join(import.meta.dirname, 'ceiling.ts'), context.fixturesFile as string]
+    const server = start(context.serverCpu, process.execPath, [...(context.nodeArgs ?? []), ...script], {
+      ...process.env,
+      PORT: String(port),
+    })
+    // It checks no key, but wrk sends one anyway so both sides parse the same requests.
+    const live = await running(server, port, 'as_test_unchecked', context.serverCpu)
+    return { ...live, limited: { ...live, key: CEILING_LIMITED_KEY } }
   },
 }
+/** What the ceiling tells the ratelimited workload's requests apart by. */
+export const CEILING_LIMITED_KEY = 'as_test_limited'
 
 export const TARGETS: Record<string, Target> = {
   sqlite: sqliteService('sqlite', 'info'),
@@ -231,54 +209,58 @@ export const TARGETS: Record<string, Target> = {
   ceiling,
 }
 
-/** Waits until the server answers (and, with WORKERS, until every worker is forked). */
+/** The processes of a server: itself and, for a node:cluster primary, its workers. */
+const withChildren = (pid: number) => [
+  pid,
+  ...readText(`/proc/${pid}/task/${pid}/children`).split(' ').filter(Boolean).map(Number),
+]
+
+/** Waits until the server answers and, with WORKERS, until every worker is forked. */
 async function running(server: Started, port: number, key: string, cpus: string, workers = 1): Promise<RunningTarget> {
-  const baseUrl = `http://127.0.0.1:${port}`
-  await waitReady(server, `${baseUrl}/healthz`)
-  const deadline = Date.now() + 30_000
-  while (workers > 1 && withChildren(server.pid).length < workers + 1) {
-    if (Date.now() > deadline)
-      throw new Error(`only ${withChildren(server.pid).length - 1} of ${workers} workers started`)
+  await waitReady(server, port)
+  for (let waited = 0; workers > 1 && withChildren(server.pid).length <= workers; waited += 50) {
+    if (waited > 30_000) throw new Error(`only ${withChildren(server.pid).length - 1} of ${workers} workers started`)
     await sleep(50)
   }
   return {
-    baseUrl,
+    baseUrl: `http://127.0.0.1:${port}`,
     key,
     get pids() {
       return workers > 1 ? withChildren(server.pid) : [server.pid]
     },
     cpus,
-    stop: () => stop(server),
+    instances: workers,
+    stop: () => server.stop(),
   }
 }
 
-/** Polls until the server answers, or fails with its stderr if it exits first. */
-async function waitReady(server: Started, url: string, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
+/** Polls /healthz until it answers, or fails with the server's stderr if it exits first. */
+async function waitReady(server: Started, port: number): Promise<void> {
   let exited: number | string | undefined
   void server.exited.then((code) => {
     exited = code
   })
-  while (Date.now() < deadline) {
+  for (let waited = 0; waited < 30_000; waited += 50) {
     if (exited !== undefined) throw new Error(`the server exited (${exited}) before answering:\n${server.stderr()}`)
-    try {
-      if ((await fetch(url)).ok) return
-    } catch {
-      // Not listening yet.
-    }
+    if (
+      await fetch(`http://127.0.0.1:${port}/healthz`).then(
+        (r) => r.ok,
+        () => false,
+      )
+    )
+      return
     await sleep(50)
   }
-  throw new Error(`the server did not answer ${url} within ${timeoutMs / 1000} s:\n${server.stderr()}`)
+  throw new Error(`the server did not answer within 30 s:\n${server.stderr()}`)
 }
 
 /** A port free right now (the kernel picks it); the server binds it a moment later. */
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
-    const probe = createServer()
-    probe.once('error', reject)
+    const probe = createServer().once('error', reject)
     probe.listen(0, '127.0.0.1', () => {
-      const address = probe.address()
-      probe.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))))
+      const { port } = probe.address() as { port: number }
+      probe.close(() => resolve(port))
     })
   })
 }
