@@ -330,7 +330,9 @@ ${limits.join('\n\n')}
   first start fills Node's compile cache. The ceiling runs with Node's defaults.
   \`BENCH_TARGETS=sqlite,sqlite-v8-defaults,ceiling\` adds the service without the script's memory
   settings too (decision 54).
-- **Workloads**, each with a valid key: ${workloads.map((w) => `**${w.name}** ${w.description}`).join('; ')}.
+- **Workloads**, each with a valid key unless said: ${workloads.map((w) => `**${w.name}** ${w.description}`).join('; ')}.
+  The service runs with \`RATE_LIMIT=1000000000\` and \`AUTH_FAILURE_LIMIT=1000000\`: the limiters
+  count every request, as in production, but refuse only where a workload means them to.
 - **Load:** \`wrk -t1 -c${settings.connections} -d${settings.seconds}s --latency\` (Debian's wrk; Lua scripts in bench/lua) pinned
   to CPU ${settings.clientCpu} with taskset; every single-process server pinned to CPU ${settings.serverCpu}.${settings.nice ? ` Servers and wrk ran at \`nice -n ${settings.nice}\`.` : ''} Before any measuring, one
   request per workload must get its status (2xx, or the refusal's 401 or 429).${

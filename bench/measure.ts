@@ -40,6 +40,22 @@ export const WORKLOADS: Workload[] = [
   },
   { name: 'get', description: 'GET /v1/pets/{id}, random seeded id', ...get, target: 0.6 },
   {
+    name: 'unauthorized',
+    description: 'the same GET with a well-formed key that is in no database (401)',
+    ...get,
+    key: 'unknown',
+    target: 'get',
+    probe: { method: 'GET', status: 401 },
+  },
+  {
+    name: 'ratelimited',
+    description: 'the same GET with one key past its rate limit (429; an instance of its own with `RATE_LIMIT=1`)',
+    ...get,
+    key: 'limited',
+    target: 'get',
+    probe: { method: 'GET', status: 429 },
+  },
+  {
     name: 'post',
     description: 'POST /v1/pets',
     path: '/v1/pets',

@@ -116,8 +116,10 @@ export const baseEnv = (databaseUrl: string, logLevel = 'info'): Record<string, 
   DATABASE_URL: databaseUrl,
   DEPLOYMENT: 'staging',
   LOG_LEVEL: logLevel,
-  // The limiter runs as in production, with a limit no bench reaches: a 429 measures nothing.
+  // The limiters run as in production, with limits no workload reaches but the ratelimited one
+  // (RATE_LIMIT=1 on its own instance): unknown keys from 127.0.0.1 must stay 401s, not turn into 429s.
   RATE_LIMIT: '1000000000',
+  AUTH_FAILURE_LIMIT: '1000000',
 })
 
 /** Starts the service as `npm start` does, twice: the first start fills the compile cache, as a deployment's does. */
