@@ -5,9 +5,12 @@
  */
 import { createHmac, timingSafeEqual } from 'node:crypto'
 import { ApiError } from '../errors.ts'
+import { BoundedMap } from '../lib/bounded-map.ts'
 import type { PetStatus } from '../schemas/pets.ts'
 
 const MAC_BYTES = 16
+/** Cursors kept once made: the next-page link of a popular page is the same cursor every time. */
+const ENCODED_CURSORS = 1000
 
 export interface CursorCodec {
   encode(afterId: number, status: PetStatus | undefined): string
@@ -19,10 +22,17 @@ export function cursorCodec(secret: string): CursorCodec {
   const mac = (payload: string) => createHmac('sha256', secret).update(payload).digest().subarray(0, MAC_BYTES)
   const invalid = (why: string) => new ApiError('invalid_cursor', `The cursor ${why}; start again without one.`)
 
+  const encoded = new BoundedMap<string, string>(ENCODED_CURSORS)
+
   return {
     encode(afterId, status) {
       const payload = `${afterId}.${status ?? ''}`
-      return `${Buffer.from(payload).toString('base64url')}.${mac(payload).toString('base64url')}`
+      let cursor = encoded.get(payload)
+      if (cursor === undefined) {
+        cursor = `${Buffer.from(payload).toString('base64url')}.${mac(payload).toString('base64url')}`
+        encoded.set(payload, cursor)
+      }
+      return cursor
     },
     decode(cursor, status) {
       const parts = cursor.split('.')

@@ -1,12 +1,22 @@
+import type { FastifyReply } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
 import { openStore, type Store } from '../store/index.ts'
+import { PetCache, type Read } from '../store/pet-cache.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
     store: Store
+    /** Pet reads through the cache; writes go to `store` and tell the cache what they changed. */
+    petCache: PetCache
+  }
+  interface FastifyReply {
+    /** Sends a cached read as JSON, serialized once by the first route's 200 schema that sends it. */
+    sendRead(read: Read<unknown>): FastifyReply
   }
 }
+
+const JSON_TYPE = 'application/json; charset=utf-8'
 
 /** Opens the database (migrating it) for the app's lifetime and closes it after the last request. */
 export default fp<{ config: Config }>(
@@ -17,6 +27,12 @@ export default fp<{ config: Config }>(
       timeoutMs: config.databaseTimeoutMs,
     })
     app.decorate('store', store)
+    app.decorate('petCache', new PetCache(store))
+    app.decorateReply('sendRead', function sendRead(this: FastifyReply, read: Read<unknown>) {
+      read.json ??= (this.getSerializationFunction('200', 'application/json') as (value: unknown) => string)(read.value)
+      // A string with a JSON type is sent as it is. (The type provider expects the schema's object type.)
+      return this.type(JSON_TYPE).send(read.json as never)
+    })
     app.addHook('onClose', () => store.close())
   },
   { name: 'store' },

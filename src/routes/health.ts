@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import fp from 'fastify-plugin'
 import Type from 'typebox'
 import { ApiError, RETRY_AFTER_SECONDS } from '../errors.ts'
 import { errorResponses, jsonResponse } from '../schemas/common.ts'
@@ -11,14 +12,18 @@ const Status = Type.Object({ status: Type.String() })
 
 /** Liveness and readiness probes for load balancers and orchestrators. No API key needed. */
 const health: FastifyPluginAsyncTypebox = async (app) => {
-  app.get('/healthz', { schema: { hide: true, response: { 200: jsonResponse('Alive.', Status) } } }, async () => ({
-    status: 'ok',
-  }))
+  app.get(
+    '/healthz',
+    { schema: { hide: true, response: { 200: jsonResponse('Alive.', Status) } } },
+    async function alive() {
+      return { status: 'ok' }
+    },
+  )
 
   app.get(
     '/readyz',
     { schema: { hide: true, response: { 200: jsonResponse('Ready.', Status), ...errorResponses(503) } } },
-    async () => {
+    async function ready() {
       // Shutting down: a balancer should send no more here.
       if (app.draining) {
         throw new ApiError('service_unavailable', 'The service is shutting down.', {
@@ -39,4 +44,4 @@ const health: FastifyPluginAsyncTypebox = async (app) => {
   )
 }
 
-export default health
+export default fp(health, { name: 'health', dependencies: ['http', 'store'], encapsulate: true })

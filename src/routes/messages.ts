@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import fp from 'fastify-plugin'
 import {
   errorResponses,
   header,
@@ -35,7 +36,7 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
       },
       ...app.idempotent,
     },
-    async (request, reply) => {
+    async function sendMessage(request, reply) {
       const { accountId } = request.caller
       const message = await app.store.createMessage(accountId, request.body.message, request.idempotency ?? undefined)
       return reply.code(202).send(message)
@@ -43,4 +44,8 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
   )
 }
 
-export default messages
+export default fp(messages, {
+  name: 'messages',
+  dependencies: ['store', 'auth', 'rate-limit', 'idempotency'],
+  encapsulate: true,
+})

@@ -1,5 +1,5 @@
 import Type from 'typebox'
-import { Int64, Int64Param, VISIBLE_TEXT } from './common.ts'
+import { header, Int64, Int64Param, VISIBLE_TEXT } from './common.ts'
 
 export const PET_STATUSES = ['available', 'pending', 'sold'] as const
 
@@ -65,3 +65,13 @@ export const PetParamsSchema = Type.Object(
   { petId: Int64Param({ description: 'The identifier of the animal.' }) },
   { additionalProperties: false },
 )
+
+/** The headers every answer of the deprecated getPet carries (decision 19). */
+export const DEPRECATION_HEADERS = {
+  Deprecation: header('`@1767225600`: deprecated since 2026-01-01 (RFC 9745).'),
+  Sunset: header('`Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594).'),
+  Link: header(
+    '`<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; ' +
+      '`<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3).',
+  ),
+}
