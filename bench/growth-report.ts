@@ -220,7 +220,7 @@ ${summary}
   for thousands of distinct URLs; a URL comes back only after thousands of other pages were stored,
   long after it was evicted. Deep cursors come from walking the API (\`Link: <…>; rel="next"\`, limit=100
   to the tail, then limit=1). The rare status has too few pages for that (3 at every size), so its cursors are
-  minted with the service's own secret, read from the database, and codec (src/pagination.ts): each
+  minted with the service's own secret, read from the database, and codec (src/domain/pagination.ts): each
   equals what the service issues for a page ending at that id, which the bench checks against the
   walked cursors before measuring. The cache check above compares with one URL repeated.${hasPostgres ? ' PostgreSQL never caches pages; it gets the same kind of URLs.' : ''}
 - **Load:** \`wrk -t1 -c${settings.connections} -d${settings.seconds}s --latency\` pinned to CPU ${settings.clientCpu}; each service pinned to CPU

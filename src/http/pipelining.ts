@@ -1,20 +1,8 @@
 /**
- * A bound on pipelining: requests a client sends before it has read the answers to the earlier ones.
- *
- * Node parses all that one read of a connection brings (up to 64 KiB: a thousand small requests)
- * and serves every request at once, holding each answer until the ones before it are written. A
- * client that pipelines thousands of requests and never reads made us hold them all (200 such
- * connections: 1.1 GB, and /healthz took 10 s). So at most PIPELINE_DEPTH requests of a connection
- * wait behind an answer not yet written. From the next one on, nothing more of the connection is
- * served, and it is closed after the last answer under way (which says `Connection: close` when
- * still possible): a pipelining client retries the unanswered requests on a new connection
- * (RFC 9112 §9.3.2).
- *
- * The close lingers (RFC 9112 §9.6): the server ends its side, goes on reading what the client
- * still sends, and lets the connection go when the client ends its side, or after LINGER_MS. Closed
- * at once, with requests unread, the kernel would reset the connection, and the client would lose
- * answers it had not read yet. What is read meanwhile is still turned into requests by Node, and
- * thrown away: past DROPPED_LIMIT of them the connection is no longer read at all.
+ * A bound on pipelining (decision 62): at most PIPELINE_DEPTH requests of a connection wait behind
+ * an answer not yet written; past it nothing more is served, and the connection closes after the
+ * last answer under way, lingering (RFC 9112 §9.6) so that the client reads what it was sent and
+ * retries the rest on a new connection (§9.3.2).
  */
 import type { RequestListener, Server, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'

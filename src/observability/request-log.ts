@@ -34,7 +34,7 @@ export class RequestLog extends LogController {
 
   override requestCompleted(_error: unknown, request: FastifyRequest, reply: FastifyReply): void {
     if (!this.#enabled) return
-    // `ip` is read when the connection opens (src/app.ts); `?? ''` only keeps a log line from ever
+    // `ip` is read when the connection opens (src/http/index.ts); `?? ''` only keeps a log line from ever
     // throwing. A socket's address, and a request id (ours, or a client's that matched REQUEST_ID
     // in src/app.ts), hold nothing to escape or redact; X-Forwarded-For may hold anything.
     const ip = request.ip ?? ''

@@ -93,7 +93,7 @@ export default fp<{ config: Config }>(
       if (usage.size === 0) return
       const usages = [...usage].map(([id, at]) => ({ id, at }))
       usage.clear()
-      // A database outage is logged as the requests log it (src/plugins/errors.ts): one line, no stack.
+      // A database outage is logged as the requests log it (src/plugins/error-handler.ts): one line, no stack.
       await app.store
         .touchApiKeys(usages)
         .catch((err) =>

@@ -45,7 +45,7 @@ type Headers = Record<string, { type: 'string'; description: string }>
 
 export const header = (description: string) => ({ type: 'string' as const, description })
 
-/** On every response (src/app.ts). */
+/** On every response (src/http/index.ts). */
 const REQUEST_ID_HEADER = {
   'X-Request-Id': header('Identifies this request in our logs: yours when you sent a sane one, else a UUID.'),
 }
@@ -138,7 +138,7 @@ export const IdempotencyHeadersSchema = Type.Object({
     Type.String({
       // A quoted key must hold something: `""` is no key. The quotes do not count towards the 255.
       pattern: '^(?!""$)(?:"[!-~]{1,255}"|[!-~]{1,255})$',
-      // The rule first: a malformed key's 400 quotes the description (src/validation.ts).
+      // The rule first: a malformed key's 400 quotes the description (src/schemas/validation.ts).
       description:
         '1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe ' +
         '(draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key.',

@@ -148,13 +148,8 @@ export class SqliteStore implements Store {
   /** Those writes' callers, in the same order. */
   #unsent: Waiting[] = []
   /**
-   * The messages sent to the writer and not yet fully answered, oldest first: the writer answers
-   * writes in the order they were sent. Not a Map by job id, kept for the process's life: such a
-   * Map lives in the old generation, where V8 also allocates the table each growth makes, and the
-   * tables it leaves behind still point at writes long settled. The young collector must then keep
-   * those, and everything their promises hold (the request), and promote them: about 190 bytes per
-   * POST, which filled the old generation every second (decision 64). These lists are new with
-   * each message, and die young with it.
+   * The messages sent to the writer and not yet fully answered, oldest first (the writer answers in
+   * order). A linked list that dies young with its messages, not a long-lived Map (decision 64).
    */
   #oldest: Sent | null = null
   #newest: Sent | null = null
@@ -178,9 +173,8 @@ export class SqliteStore implements Store {
     this.#db.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`)
     this.#db.exec('PRAGMA journal_mode = WAL')
     this.#db.exec('PRAGMA foreign_keys = ON')
-    // Reads map the file instead of copying pages into SQLite's own 2 MiB cache: at a million pets
-    // (50 MB) that cache thrashes and index walks cost twice as much. Mapped pages are the OS's
-    // file cache, shared, not this process's own memory.
+    // Reads map the file: SQLite's own 2 MiB page cache thrashes at a million pets; mapped pages
+    // are the OS's file cache, shared, not this process's memory.
     this.#db.exec(`PRAGMA mmap_size = ${MMAP_BYTES}`)
     this.#migrate()
     // Taken once the -wal and -shm files exist (the migration's first access made them).
@@ -270,12 +264,9 @@ export class SqliteStore implements Store {
   }
 
   petsVersion(): number {
-    // data_version changes whenever another connection commits: this process's writer thread or
-    // another process. (It does not tell what changed, so any commit moves the version.) It is read
-    // once per turn of the event loop, not per request: every request served in a turn arrived
-    // before the turn began, so a write acknowledged before a request was sent is always seen.
-    // New ids stay above every id a read has seen (the contract's promise): SQLite lets one
-    // transaction write at a time, and AUTOINCREMENT takes the next id above any ever used.
+    // data_version moves with any other connection's commit (our writer's or another process's).
+    // Read once per turn of the event loop: a request served in a turn arrived before it began,
+    // so it sees every write acknowledged before it was sent (decision 47).
     if (!this.#versionRead) {
       this.#versionRead = true
       setImmediate(() => {

@@ -1,5 +1,5 @@
 /**
- * The account and key rules of src/accounts.ts, shared by the CLI and the portal: what a key name,
+ * The account and key rules of src/domain/accounts.ts, shared by the CLI and the portal: what a key name,
  * an email address and a key lifetime may be, checked directly and through the portal's forms.
  */
 import assert from 'node:assert/strict'
