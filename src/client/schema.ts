@@ -17,7 +17,10 @@ export interface paths {
      */
     get: operations['listPets']
     put?: never
-    /** Add an animal */
+    /**
+     * Add an animal
+     * @description Adds an animal to the catalogue: 201 with the animal as stored and its URL in `Location`. Send an `Idempotency-Key` to retry safely.
+     */
     post: operations['createPet']
     delete?: never
     options?: never
@@ -74,13 +77,18 @@ export interface components {
       /**
        * Format: int64
        * @description Unique identifier assigned by the service on creation.
+       * @example 1
        */
       id: number
-      /** @description The animal's name: 1 to 200 characters, not only spaces or invisible characters, no NUL. */
+      /**
+       * @description The animal's name: 1 to 200 characters, not only spaces or invisible characters, no NUL.
+       * @example Rex
+       */
       name: string
       /**
        * Format: int64
        * @description Identifier of the category the animal belongs to.
+       * @example 1
        */
       categoryId: number
       /**
@@ -91,11 +99,15 @@ export interface components {
     }
     /** @description An animal to add. */
     NewPet: {
-      /** @description The animal's name: 1 to 200 characters, not only spaces or invisible characters, no NUL. */
+      /**
+       * @description The animal's name: 1 to 200 characters, not only spaces or invisible characters, no NUL.
+       * @example Rex
+       */
       name: string
       /**
        * Format: int64
        * @description Identifier of the category the animal belongs to.
+       * @example 1
        */
       categoryId: number
       /**
@@ -111,26 +123,45 @@ export interface components {
        * @example msg_3kTMd9PqLw2xY8aZ
        */
       id: string
-      /** @description The text that was sent. */
+      /**
+       * @description The text that was sent.
+       * @example Hello from the quickstart
+       */
       message: string
-      /** @description Delivery status: `queued` once the message is stored for sending. */
+      /**
+       * @description Delivery status: `queued` once the message is stored for sending.
+       * @example queued
+       */
       status: string
       /**
        * Format: date-time
        * @description ISO 8601 UTC timestamp, e.g. 2026-11-22T12:00:00.000Z.
+       * @example 2026-11-22T12:00:00.000Z
        */
       createdAt: string
     }
     NewMessage: {
-      /** @description The text to send: 1 to 10000 characters, not only spaces or invisible characters, no NUL. */
+      /**
+       * @description The text to send: 1 to 10000 characters, not only spaces or invisible characters, no NUL.
+       * @example Hello from the quickstart
+       */
       message: string
     }
     Error: {
-      /** @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, not_found, pet_not_found, method_not_allowed, operation_removed, request_timeout, idempotency_conflict, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported. */
+      /**
+       * @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, not_found, pet_not_found, method_not_allowed, operation_removed, request_timeout, idempotency_conflict, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported.
+       * @example validation_failed
+       */
       code: string
-      /** @description Human-readable description. */
+      /**
+       * @description Human-readable description.
+       * @example A parameter or body field is missing or invalid; the message names it.
+       */
       message: string
-      /** @description The HTTP status code of the response. */
+      /**
+       * @description The HTTP status code of the response.
+       * @example 400
+       */
       status: number
     }
   }
@@ -200,6 +231,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -213,6 +251,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -230,6 +275,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -241,6 +293,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -254,6 +313,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -265,6 +331,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -317,6 +390,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -330,6 +410,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -345,6 +432,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "idempotency_conflict",
+           *       "message": "A request with this Idempotency-Key is still being processed; retry later.",
+           *       "status": 409
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -360,6 +454,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "payload_too_large",
+           *       "message": "The request body is too large.",
+           *       "status": 413
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -375,6 +476,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "unsupported_media_type",
+           *       "message": "Send the body as application/json.",
+           *       "status": 415
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -390,6 +498,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "idempotency_key_reused",
+           *       "message": "This Idempotency-Key was already used for a different request.",
+           *       "status": 422
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -407,6 +522,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -418,6 +540,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -431,6 +560,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -442,6 +578,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -452,7 +595,10 @@ export interface operations {
       query?: never
       header?: never
       path: {
-        /** @description The identifier of the animal. */
+        /**
+         * @description The identifier of the animal.
+         * @example 1
+         */
         petId: number
       }
       cookie?: never
@@ -517,6 +663,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -536,6 +689,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -557,6 +717,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "pet_not_found",
+           *       "message": "No pet with id 1.",
+           *       "status": 404
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -578,6 +745,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "operation_removed",
+           *       "message": "This operation was removed on its Sunset date; see the Link header for its successor.",
+           *       "status": 410
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -601,6 +775,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -618,6 +799,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -637,6 +825,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -648,6 +843,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -698,6 +900,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -711,6 +920,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -726,6 +942,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "idempotency_conflict",
+           *       "message": "A request with this Idempotency-Key is still being processed; retry later.",
+           *       "status": 409
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -741,6 +964,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "payload_too_large",
+           *       "message": "The request body is too large.",
+           *       "status": 413
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -756,6 +986,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "unsupported_media_type",
+           *       "message": "Send the body as application/json.",
+           *       "status": 415
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -771,6 +1008,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "idempotency_key_reused",
+           *       "message": "This Idempotency-Key was already used for a different request.",
+           *       "status": 422
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -788,6 +1032,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -799,6 +1050,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -812,6 +1070,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -823,6 +1088,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }

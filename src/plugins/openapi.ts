@@ -38,7 +38,17 @@ export default fp<{ config: Config }>(
     await app.register(swagger, {
       openapi: {
         openapi: '3.1.0',
-        info: { title: 'Animal Store API', version: '1.0.0', description },
+        info: {
+          title: 'Animal Store API',
+          version: '1.0.0',
+          description,
+          // The developer portal of this deployment, served beside its API: where keys come from.
+          contact: {
+            name: 'Animal Store developer portal',
+            url: new URL('/portal', config.servers[config.deployment]).href,
+          },
+          license: { name: 'MIT', identifier: 'MIT' },
+        },
         // This deployment first: generated clients default to the first server, and a key works
         // only on the deployment that issued it.
         servers: config.deployment === 'production' ? [production, staging] : [staging, production],
@@ -48,7 +58,8 @@ export default fp<{ config: Config }>(
               type: 'http',
               scheme: 'bearer',
               description:
-                'An API key (as_live_… for production, as_test_… for staging), from `animal-store keys create`.',
+                'An API key (as_live_… for production, as_test_… for staging): create one in the developer portal ' +
+                '(/portal, under API keys), or have the operator run `animal-store keys create <email>`.',
             },
           },
         },

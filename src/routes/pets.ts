@@ -7,6 +7,7 @@ import { ApiError } from '../errors.ts'
 import { malformedOrigin, requestOrigin } from '../http/host.ts'
 import {
   ErrorSchema,
+  errorExample,
   errorResponses,
   header,
   IdempotencyHeadersSchema,
@@ -84,6 +85,9 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       schema: {
         operationId: 'createPet',
         summary: 'Add an animal',
+        description:
+          'Adds an animal to the catalogue: 201 with the animal as stored and its URL in `Location`. ' +
+          'Send an `Idempotency-Key` to retry safely.',
         tags: ['pets'],
         security,
         headers: IdempotencyHeadersSchema,
@@ -126,11 +130,18 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
           // errors such as 408 and 431, sent before any route is known).
           ...withHeaders(GET_PET_ERRORS, DEPRECATION_HEADERS),
           default: GET_PET_OTHER_ERRORS,
-          404: jsonResponse('No animal with this id.', ErrorSchema, { ...DEPRECATION_HEADERS, ...RATE_LIMIT_HEADERS }),
-          410: jsonResponse('From 5 December 2030: the operation is removed.', ErrorSchema, {
-            ...DEPRECATION_HEADERS,
-            ...RATE_LIMIT_HEADERS,
-          }),
+          404: jsonResponse(
+            'No animal with this id.',
+            ErrorSchema,
+            { ...DEPRECATION_HEADERS, ...RATE_LIMIT_HEADERS },
+            errorExample('pet_not_found', 'No pet with id 1.'),
+          ),
+          410: jsonResponse(
+            'From 5 December 2030: the operation is removed.',
+            ErrorSchema,
+            { ...DEPRECATION_HEADERS, ...RATE_LIMIT_HEADERS },
+            errorExample('operation_removed'),
+          ),
         },
       },
       // Removed on its Sunset date by the clock, after the key check, before anything else is judged.

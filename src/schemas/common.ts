@@ -1,12 +1,15 @@
 import Type, { type TSchema } from 'typebox'
-import { ERROR_CODES } from '../errors.ts'
+import { ERROR_CODES, ERRORS, type ErrorCode } from '../errors.ts'
 
 /** The Error object of the spec, used for every error response. */
 export const ErrorSchema = Type.Object(
   {
-    code: Type.String({ description: `Machine-readable error code, one of: ${ERROR_CODES.join(', ')}.` }),
-    message: Type.String({ description: 'Human-readable description.' }),
-    status: Type.Integer({ description: 'The HTTP status code of the response.' }),
+    code: Type.String({
+      description: `Machine-readable error code, one of: ${ERROR_CODES.join(', ')}.`,
+      examples: ['validation_failed'],
+    }),
+    message: Type.String({ description: 'Human-readable description.', examples: [ERRORS.validation_failed[1]] }),
+    status: Type.Integer({ description: 'The HTTP status code of the response.', examples: [400] }),
   },
   // A response: open to fields added later (decision 20).
   { $id: 'Error' },
@@ -35,11 +38,12 @@ const INVISIBLE =
 export const VISIBLE_TEXT = `^(?=[\\s\\S]*[^${INVISIBLE}])[^\\u0000]*$`
 
 /** An int64 identifier in a body or response: exact in JSON, so at most MAX_EXACT_INTEGER. */
-export const Int64 = (options: { description: string; minimum?: number }) =>
+export const Int64 = (options: { description: string; minimum?: number; examples?: number[] }) =>
   Type.Integer({ format: 'int64', maximum: MAX_EXACT_INTEGER, ...options })
 
 /** An int64 path or query parameter: the whole int64 range, checked exactly on the decimal text. */
-export const Int64Param = (options: { description: string }) => Type.Integer({ format: 'int64', ...options })
+export const Int64Param = (options: { description: string; examples?: number[] }) =>
+  Type.Integer({ format: 'int64', ...options })
 
 type Headers = Record<string, { type: 'string'; description: string }>
 
@@ -54,9 +58,24 @@ const REQUEST_ID_HEADER = {
  * A documented JSON response: the schema Fastify serializes with, plus the description and headers
  * that @fastify/swagger puts in the OpenAPI document.
  */
-export function jsonResponse<T extends TSchema>(description: string, schema: T, headers?: Headers) {
-  return { description, headers: { ...headers, ...REQUEST_ID_HEADER }, content: { 'application/json': { schema } } }
+export function jsonResponse<T extends TSchema>(description: string, schema: T, headers?: Headers, example?: unknown) {
+  const media = example === undefined ? { schema } : { schema, example }
+  return { description, headers: { ...headers, ...REQUEST_ID_HEADER }, content: { 'application/json': media } }
 }
+
+/**
+ * The body an error `code` has with its default message: the example of an error response, so
+ * that the reference shows a real answer rather than `"string"` (code and status from src/errors.ts).
+ */
+export const errorExample = (code: ErrorCode, message: string = ERRORS[code][1]) => ({
+  code,
+  message,
+  status: ERRORS[code][0],
+})
+
+/** A documented error response, with the body of `code` as its example. */
+const errorResponse = (code: ErrorCode, description: string, headers?: Headers) =>
+  jsonResponse(description, ErrorSchema, headers, errorExample(code))
 
 /** The 304 of a GET operation, the answer to `If-None-Match: *` (src/plugins/preconditions.ts). */
 export function notModifiedResponse(headers?: Headers) {
@@ -75,35 +94,43 @@ export const RATE_LIMIT_HEADERS = {
 }
 
 const ERROR_RESPONSES = {
-  400: jsonResponse('The request is invalid (see `code` and `message`).', ErrorSchema, RATE_LIMIT_HEADERS),
-  401: jsonResponse('The API key is missing or invalid.', ErrorSchema, {
+  400: errorResponse('validation_failed', 'The request is invalid (see `code` and `message`).', RATE_LIMIT_HEADERS),
+  401: errorResponse('missing_api_key', 'The API key is missing or invalid.', {
     'WWW-Authenticate': header(
       '`Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750).',
     ),
   }),
-  404: jsonResponse('Not found.', ErrorSchema, RATE_LIMIT_HEADERS),
-  409: jsonResponse('A request with this Idempotency-Key is still in progress.', ErrorSchema, RATE_LIMIT_HEADERS),
-  413: jsonResponse('The body is larger than the limit (BODY_LIMIT).', ErrorSchema, RATE_LIMIT_HEADERS),
-  415: jsonResponse(
-    'The body is not JSON in UTF-8 (`Content-Type: application/json`, no `Content-Encoding`).',
-    ErrorSchema,
+  404: errorResponse('not_found', 'Not found.', RATE_LIMIT_HEADERS),
+  409: errorResponse(
+    'idempotency_conflict',
+    'A request with this Idempotency-Key is still in progress.',
     RATE_LIMIT_HEADERS,
   ),
-  422: jsonResponse('This Idempotency-Key was used for a different request.', ErrorSchema, RATE_LIMIT_HEADERS),
-  429: jsonResponse('Too many requests for this API key (or bad keys from this address).', ErrorSchema, {
+  413: errorResponse('payload_too_large', 'The body is larger than the limit (BODY_LIMIT).', RATE_LIMIT_HEADERS),
+  415: errorResponse(
+    'unsupported_media_type',
+    'The body is not JSON in UTF-8 (`Content-Type: application/json`, no `Content-Encoding`).',
+    RATE_LIMIT_HEADERS,
+  ),
+  422: errorResponse(
+    'idempotency_key_reused',
+    'This Idempotency-Key was used for a different request.',
+    RATE_LIMIT_HEADERS,
+  ),
+  429: errorResponse('rate_limited', 'Too many requests for this API key (or bad keys from this address).', {
     'Retry-After': header('Seconds until the limit resets.'),
     ...RATE_LIMIT_HEADERS,
   }),
-  500: jsonResponse(
+  500: errorResponse(
+    'internal_error',
     'Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it.',
-    ErrorSchema,
   ),
-  503: jsonResponse('The database is unreachable; retry after `Retry-After` seconds.', ErrorSchema, {
+  503: errorResponse('service_unavailable', 'The database is unreachable; retry after `Retry-After` seconds.', {
     'Retry-After': header('Seconds to wait before retrying.'),
   }),
-  default: jsonResponse(
+  default: errorResponse(
+    'method_not_allowed',
     'Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object.',
-    ErrorSchema,
   ),
 }
 

@@ -8,6 +8,8 @@ export const NewMessageSchema = Type.Object(
       maxLength: 10_000,
       pattern: VISIBLE_TEXT,
       description: 'The text to send: 1 to 10000 characters, not only spaces or invisible characters, no NUL.',
+      // Without an example Swagger UI's "Try it out" invents a random string matching the pattern.
+      examples: ['Hello from the quickstart'],
     }),
   },
   { $id: 'NewMessage', additionalProperties: false },
@@ -17,11 +19,15 @@ export type NewMessage = Type.Static<typeof NewMessageSchema>
 export const MessageSchema = Type.Object(
   {
     id: Type.String({ description: 'Identifier of the message.', examples: ['msg_3kTMd9PqLw2xY8aZ'] }),
-    message: Type.String({ description: 'The text that was sent.' }),
-    status: Type.String({ description: 'Delivery status: `queued` once the message is stored for sending.' }),
+    message: Type.String({ description: 'The text that was sent.', examples: ['Hello from the quickstart'] }),
+    status: Type.String({
+      description: 'Delivery status: `queued` once the message is stored for sending.',
+      examples: ['queued'],
+    }),
     createdAt: Type.String({
       format: 'date-time',
       description: 'ISO 8601 UTC timestamp, e.g. 2026-11-22T12:00:00.000Z.',
+      examples: ['2026-11-22T12:00:00.000Z'],
     }),
   },
   // A response: open to fields added later (decision 20).

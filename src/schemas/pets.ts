@@ -13,8 +13,10 @@ const petFields = {
     maxLength: 200,
     pattern: VISIBLE_TEXT,
     description: "The animal's name: 1 to 200 characters, not only spaces or invisible characters, no NUL.",
+    // Without an example Swagger UI's "Try it out" invents a random string matching the pattern.
+    examples: ['Rex'],
   }),
-  categoryId: Int64({ minimum: 1, description: 'Identifier of the category the animal belongs to.' }),
+  categoryId: Int64({ minimum: 1, description: 'Identifier of the category the animal belongs to.', examples: [1] }),
 }
 
 export const NewPetSchema = Type.Object(
@@ -25,7 +27,7 @@ export type NewPet = Type.Static<typeof NewPetSchema>
 
 export const PetSchema = Type.Object(
   {
-    id: Int64({ minimum: 1, description: 'Unique identifier assigned by the service on creation.' }),
+    id: Int64({ minimum: 1, description: 'Unique identifier assigned by the service on creation.', examples: [1] }),
     ...petFields,
     status: PetStatusSchema,
   },
@@ -62,7 +64,7 @@ export const ListPetsQuerySchema = Type.Object(
 export type ListPetsQuery = Type.Static<typeof ListPetsQuerySchema>
 
 export const PetParamsSchema = Type.Object(
-  { petId: Int64Param({ description: 'The identifier of the animal.' }) },
+  { petId: Int64Param({ description: 'The identifier of the animal.', examples: [1] }) },
   { additionalProperties: false },
 )
 

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { Validator } from '@seriousme/openapi-schema-validator'
-import { ERROR_CODES } from '../../src/errors.ts'
+import { Ajv2020 } from 'ajv/dist/2020.js'
+import { ERROR_CODES, ERRORS, type ErrorCode } from '../../src/errors.ts'
 import { build } from '../helper.ts'
 
 async function document(t: Parameters<typeof build>[0], env: Record<string, string> = {}) {
@@ -162,5 +163,73 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     for (const [name, schema] of Object.entries({ Pet, Error: ErrorObject, Message })) {
       assert.equal(schema.additionalProperties, undefined, name)
     }
+  })
+
+  it('describes every operation, and names a contact (the portal of this deployment) and a license', async (t) => {
+    const doc = await document(t, { PRODUCTION_URL: 'https://api.pets.test/v1', DEPLOYMENT: 'production' })
+    for (const [path, item] of Object.entries<Record<string, { description?: string }>>(doc.paths)) {
+      for (const [method, operation] of Object.entries(item)) {
+        assert.ok(operation.description?.trim(), `${method} ${path} has no description`)
+      }
+    }
+    assert.deepEqual(doc.info.contact, { name: 'Animal Store developer portal', url: 'https://api.pets.test/portal' })
+    assert.deepEqual(doc.info.license, { name: 'MIT', identifier: 'MIT' })
+  })
+
+  it('the key dialog says where keys come from: the portal and `animal-store keys create`', async (t) => {
+    const { description } = (await document(t)).components.securitySchemes.bearerAuth
+    assert.match(description, /portal \(\/portal/)
+    assert.match(description, /`animal-store keys create/)
+  })
+
+  it('gives every field of every schema a readable example that its own schema accepts (no invented strings)', async (t) => {
+    const doc = await document(t)
+    // Formats are the document's to describe (int64, date-time): only types, patterns and bounds are checked.
+    const ajv = new Ajv2020({ strict: false, validateFormats: false })
+    const schemas = Object.entries<{ properties: Record<string, { examples?: unknown[] }> }>(doc.components.schemas)
+    assert.deepEqual(schemas.map(([name]) => name).sort(), ['Error', 'Message', 'NewMessage', 'NewPet', 'Pet'])
+    for (const [name, schema] of schemas) {
+      for (const [field, property] of Object.entries(schema.properties)) {
+        // An enum's first value is already readable: that is what Swagger UI shows.
+        if ('enum' in property) continue
+        const [example] = property.examples ?? []
+        assert.notEqual(example, undefined, `${name}.${field} has no example`)
+        assert.ok(ajv.validate(property, example), `${name}.${field}: ${JSON.stringify(example)} is refused`)
+      }
+    }
+    assert.deepEqual(doc.components.schemas.NewPet.properties.name.examples, ['Rex'])
+    assert.deepEqual(doc.components.schemas.NewMessage.properties.message.examples, ['Hello from the quickstart'])
+    const petId = doc.paths['/pets/{petId}'].get.parameters.find((p: { name: string }) => p.name === 'petId')
+    // Prefilled in "Try it out": the first animal createPet makes.
+    assert.equal(petId.example, 1)
+  })
+
+  it("shows on each error response the body of a real code of that status, with the code's message", async (t) => {
+    const doc = await document(t)
+    let checked = 0
+    for (const [path, item] of Object.entries<Record<string, { responses: Record<string, unknown> }>>(doc.paths)) {
+      for (const [method, operation] of Object.entries(item)) {
+        for (const [status, response] of Object.entries(operation.responses)) {
+          const media = (response as { content?: Record<string, { example?: { code: ErrorCode; message: string } }> })
+            .content?.['application/json']
+          if (status !== 'default' && Number(status) < 400) continue
+          const example = media?.example
+          assert.ok(example, `${method} ${path} ${status} has no example`)
+          const [codeStatus, message] = ERRORS[example.code]
+          const where = `${method} ${path} ${status}`
+          // A default response covers the statuses not listed: its example's must be one of them.
+          if (status === 'default') assert.ok(!(String(codeStatus) in operation.responses), where)
+          else assert.equal(codeStatus, Number(status), where)
+          assert.equal(
+            JSON.stringify(example),
+            JSON.stringify({ code: example.code, message: example.message, status: codeStatus }),
+          )
+          if (example.code !== 'pet_not_found') assert.equal(example.message, message, where)
+          checked++
+        }
+      }
+    }
+    // 34 today over the four operations: a broken walk of the document would check none.
+    assert.ok(checked >= 30, `only ${checked} error responses checked`)
   })
 })
