@@ -2,12 +2,17 @@
 // after `export API_KEY=…` (a key from the portal or the CLI).
 import { allPets, createAnimalStoreClient, unwrap } from 'animal-store/client'
 
-const client = createAnimalStoreClient({
-  // biome-ignore lint/style/noProcessEnv: an example takes its key and address from the environment
-  baseUrl: process.env.ANIMAL_STORE_URL ?? 'http://127.0.0.1:8080/v1',
-  // biome-ignore lint/style/noProcessEnv: as above
-  apiKey: process.env.API_KEY ?? '',
-})
+// biome-ignore lint/style/noProcessEnv: an example takes its key and address from the environment
+const baseUrl = process.env.ANIMAL_STORE_URL ?? 'http://127.0.0.1:8080/v1'
+// biome-ignore lint/style/noProcessEnv: as above
+const apiKey = process.env.API_KEY
+if (!apiKey) {
+  // Every call would fail with 401 missing_api_key: say what to set instead.
+  console.error(`Set API_KEY to one of your keys, from the portal (${new URL('/portal', baseUrl)}) or from`)
+  console.error('"npx animal-store keys create you@example.com": export API_KEY=as_test_…')
+  process.exit(1)
+}
+const client = createAnimalStoreClient({ baseUrl, apiKey })
 
 // Add animals (createPet): the body is checked against NewPet by the compiler.
 const rex = unwrap(await client.POST('/pets', { body: { name: 'Rex', categoryId: 1 } }))

@@ -22,6 +22,7 @@ import {
   PasswordSchema,
   parseDuration,
 } from './domain/accounts.ts'
+import { isKeyId } from './domain/api-keys.ts'
 import { CONTROL_CHARACTERS, EMAIL_DESCRIPTION } from './schemas/accounts.ts'
 import { DatabaseNotSetUpError, openStore, type Store } from './store/index.ts'
 
@@ -49,6 +50,13 @@ export class CliError extends Error {}
  * malformed): exit 2, as POSIX utilities do, so that a script can tell its own mistake from a failure.
  */
 export class UsageError extends CliError {}
+
+/** No command at all: the whole usage goes to stderr, and the exit is 2 (`help` asks for it: stdout, 0). */
+class NoCommandError extends UsageError {
+  constructor() {
+    super(USAGE)
+  }
+}
 
 /** Control characters, and the invisible ones that reorder or break a line (bidi controls, U+2028/9). */
 const CONTROL = new RegExp(
@@ -81,6 +89,37 @@ function email(text: string | undefined): string {
   return text
 }
 
+function keyId(text: string | undefined): string {
+  if (text === undefined) throw new UsageError('A key id (key_…) is required. See "animal-store keys list <email>".')
+  if (!isKeyId(text)) {
+    throw new UsageError(
+      `"${text}" is not a key id (key_ and 16 letters or digits, as "animal-store keys list" shows).`,
+    )
+  }
+  return text
+}
+
+const OPTIONS = {
+  name: { type: 'string' },
+  'expires-in': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const
+
+function parse(argv: string[]) {
+  try {
+    return parseArgs({ args: argv, allowPositionals: true, strict: true, tokens: true, options: OPTIONS })
+  } catch (error) {
+    // parseArgs takes `--expires-in -1d` for a forgotten value ("ambiguous"); no duration starts
+    // with a dash, so the duration's own rule says what is wrong with it.
+    const at = argv.indexOf('--expires-in')
+    const value = at >= 0 ? argv[at + 1] : undefined
+    if ((error as { code?: string }).code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && value?.startsWith('-')) {
+      lifetime(value)
+    }
+    throw error
+  }
+}
+
 async function account(store: Store, address: string) {
   const found = await store.findAccountByEmail(address)
   if (!found) throw new CliError(`No account for ${address}; create it with: animal-store accounts create ${address}`)
@@ -92,13 +131,7 @@ type Print = (line: string) => void | Promise<void>
 
 /** Runs one command. Exported so the tests can drive it in-process as well as through the bin. */
 export async function run(argv: string[], config: Config, print: Print): Promise<void> {
-  const { positionals, values, tokens } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    strict: true,
-    tokens: true,
-    options: { name: { type: 'string' }, 'expires-in': { type: 'string' }, help: { type: 'boolean', short: 'h' } },
-  })
+  const { positionals, values, tokens } = parse(argv)
   // parseArgs keeps the last of a repeated option: refuse it rather than guess which was meant.
   const given = new Set<string>()
   for (const token of tokens) {
@@ -107,7 +140,8 @@ export async function run(argv: string[], config: Config, print: Print): Promise
     given.add(token.name)
   }
   const [group, action, arg, ...extra] = positionals
-  if (values.help || group === undefined || group === 'help') return print(USAGE)
+  if (values.help || group === 'help') return print(USAGE)
+  if (group === undefined) throw new NoCommandError()
   if (extra.length > 0) throw new UsageError(`Unexpected argument "${extra[0]}". Run "animal-store help".`)
   const command = `${group} ${action ?? ''}`.trim()
   const known = ['accounts create', 'accounts set-password', 'keys create', 'keys list', 'keys revoke']
@@ -120,7 +154,9 @@ export async function run(argv: string[], config: Config, print: Print): Promise
     throw new UsageError(`--name and --expires-in apply only to "keys create".`)
   }
   // Check the arguments before touching the database.
-  const address = command === 'keys revoke' ? undefined : email(arg)
+  const revoking = command === 'keys revoke'
+  const address = revoking ? undefined : email(arg)
+  const id = revoking ? keyId(arg) : undefined
   const lifetimeMs = values['expires-in'] === undefined ? undefined : lifetime(values['expires-in'])
   const name = values.name ?? DEFAULT_KEY_NAME
   if (!Value.Check(KeyNameSchema, name)) throw new UsageError(`--name must be ${KEY_NAME_DESCRIPTION}`)
@@ -182,10 +218,8 @@ export async function run(argv: string[], config: Config, print: Print): Promise
         return printTable(['ID', 'NAME', 'PREFIX', 'STATE', 'CREATED', 'EXPIRES', 'LAST USED'], rows, print)
       }
       case 'keys revoke': {
-        if (arg === undefined)
-          throw new UsageError('A key id (key_…) is required. See "animal-store keys list <email>".')
-        const key = await store.revokeApiKey(arg)
-        if (!key) throw new CliError(`No key with id "${arg}".`)
+        const key = await store.revokeApiKey(id as string)
+        if (!key) throw new CliError(`No key with id "${id}".`)
         // Revoking again keeps the first time: say since when, true whether it was now or before.
         return say(`Key ${key.id} (${key.prefix}…) is revoked, since ${key.revokedAt}.`)
       }
@@ -297,6 +331,10 @@ export async function main(argv: string[]): Promise<number> {
     // The reader went away (`| head -1`, `| true`): what was done is done, and there is no one to
     // tell (a new key nobody received was revoked above, and said so).
     if ((error as { code?: string }).code === 'EPIPE') return 0
+    if (error instanceof NoCommandError) {
+      process.stderr.write(`${USAGE}\n`)
+      return 2
+    }
     const parseError = (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')
     const known = error instanceof CliError || parseError || (error as Error).name === 'ConfigError'
     const message = error instanceof Error ? error.message : String(error)

@@ -517,9 +517,15 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
     ],
     ['a negative duration (-1d)', ['keys', 'create', 'alice@example.com', '--expires-in=-1d'], /expires-in/, USAGE],
     [
-      'a negative duration as a separate argument (-5d)',
+      "a negative duration as a separate argument (-5d), in our words rather than the parser's",
       ['keys', 'create', 'alice@example.com', '--expires-in', '-5d'],
-      /expires-in/,
+      /^animal-store: --expires-in must be a whole number above 0 .*\(got "-5d"\)$/,
+      USAGE,
+    ],
+    [
+      "-1d as a separate argument, in our words rather than the parser's",
+      ['keys', 'create', 'alice@example.com', '--expires-in', '-1d', '--name', 'x'],
+      /^animal-store: --expires-in must be a whole number above 0 .*\(got "-1d"\)$/,
       USAGE,
     ],
     [
@@ -568,6 +574,8 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
     ['an empty --name', ['keys', 'create', 'alice@example.com', '--name', ''], /--name/, USAGE],
     ['an extra argument', ['accounts', 'create', 'alice@example.com', 'bob@example.com'], /bob@example\.com/, USAGE],
     ['revoking an unknown key id', ['keys', 'revoke', 'key_doesNotExist0000'], /key_doesNotExist0000/, FAILED],
+    ['a malformed key id (garbage)', ['keys', 'revoke', 'garbage'], /^animal-store: "garbage" is not a key id /, USAGE],
+    ['a key id one character short', ['keys', 'revoke', 'key_doesNotExist000'], /is not a key id/, USAGE],
   ]
   for (const [what, args, message, code] of cases) {
     it(`refuses ${what} (exit ${code}): animal-store ${args.join(' ')}`, async () => {
@@ -594,7 +602,15 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
 })
 
 describe('CLI: help', () => {
-  for (const args of [['help'], ['--help'], ['-h'], []]) {
+  it('animal-store with no command prints the usage on stderr and exits 2 (a usage error, as POSIX tools do)', async (t) => {
+    const { url } = newDatabase(t)
+    const run = await cliOn(url, [])
+    assert.equal(run.code, USAGE)
+    assert.equal(run.stdout, '')
+    assert.match(run.stderr, /^Usage: animal-store <command>\n[\s\S]*keys revoke <key-id>[\s\S]*Exit status: 0 done/)
+  })
+
+  for (const args of [['help'], ['--help'], ['-h']]) {
     it(`animal-store ${args.join(' ') || '(no arguments)'} prints the usage on stdout and exits 0`, async (t) => {
       const { url } = newDatabase(t)
       const run = await ok(url, args)

@@ -45,6 +45,19 @@ describe('Typed client: the README quickstart', () => {
   })
 })
 
+describe('Typed client: the quickstart without a key', () => {
+  it('says what to set (API_KEY, from the portal or keys create) and exits 1, without a stack trace', async () => {
+    const run = await runNode(['examples/quickstart.ts'], { API_KEY: '', ANIMAL_STORE_URL: 'http://127.0.0.1:9/v1' })
+    assert.equal(run.code, 1)
+    assert.equal(run.stdout, '')
+    assert.equal(
+      run.stderr,
+      'Set API_KEY to one of your keys, from the portal (http://127.0.0.1:9/portal) or from\n' +
+        '"npx animal-store keys create you@example.com": export API_KEY=as_test_…\n',
+    )
+  })
+})
+
 describe('Typed client: calls and pages', () => {
   it('allPets follows Link rel="next" to the end: every animal once, in id order, with the filter kept', async (t) => {
     const test = await build(t)

@@ -70,8 +70,13 @@ function unescapeAscii(text: string): string {
   return out
 }
 
+const ID_LENGTH = 16
+
+/** Whether `text` has the form of a key id (`key_` and 16 base62 characters), the only form ever issued. */
+export const isKeyId = (text: string) => new RegExp(`^key_[0-9A-Za-z]{${ID_LENGTH}}$`).test(text)
+
 /** A random identifier such as `key_3kTMd9PqLw2xY8aZ` (ids are not secrets, but should not be guessable in sequence). */
-export function randomId(prefix: string, length = 16): string {
+export function randomId(prefix: string, length = ID_LENGTH): string {
   return `${prefix}_${randomBase62(length)}`
 }
 
