@@ -8,6 +8,7 @@
  */
 import cluster from 'node:cluster'
 import { flushCompileCache } from 'node:module'
+import type { AddressInfo } from 'node:net'
 import { hostname } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
@@ -36,6 +37,12 @@ const LISTEN_BACKLOG = 4096
  */
 const SETTLE_MS = 200
 const SETTLE_TURNS = 3
+
+/** The origin a browser on this machine opens: a wildcard listening address (0.0.0.0, ::) is not one. */
+function browserOrigin({ address, family, port }: AddressInfo): string {
+  const host = address === '0.0.0.0' || address === '::' ? 'localhost' : family === 'IPv6' ? `[${address}]` : address
+  return `http://${host}:${port}`
+}
 
 async function serve(config: Config): Promise<void> {
   // Imported here, not at the top: a cluster primary never serves, and need not load the app.
@@ -77,8 +84,19 @@ async function serve(config: Config): Promise<void> {
     if (stopping) return
     throw error
   }
-  // What this process serves, from its log alone (is a refused key from the other deployment?).
-  app.log.info({ deployment: config.deployment, database: withoutPassword(config.databaseUrl) }, 'serving')
+  // What this process serves, from its log alone (is a refused key from the other deployment?),
+  // and the addresses a person opens next.
+  const origin = browserOrigin(app.server.address() as AddressInfo)
+  app.log.info(
+    {
+      deployment: config.deployment,
+      database: withoutPassword(config.databaseUrl),
+      portal: `${origin}/portal`,
+      reference: `${origin}/docs`,
+      openapi: `${origin}/v1/openapi.json`,
+    },
+    'serving',
+  )
   // Node writes its compile cache (NODE_COMPILE_CACHE, set by `npm start`) at exit; write it now,
   // so that a process that is later killed, not stopped, still leaves it for the next start.
   flushCompileCache()

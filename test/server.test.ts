@@ -233,11 +233,27 @@ async function sigtermWhileBodyArrives(t: TestContext, pet: { name: string; cate
 }
 
 describe('server: request ids and JSON logs', () => {
-  it('says what it serves once it listens: the deployment and the database', async (t) => {
+  it('says what it serves once it listens: the deployment, the database, and the portal, reference and document', async (t) => {
     const databaseUrl = newDatabase(t)
     const server = await startLogging(t, { DATABASE_URL: databaseUrl, DEPLOYMENT: 'production' })
     const serving = await server.waitForLog((l) => l.msg === 'serving')
     assert.deepEqual([serving.deployment, serving.database], ['production', databaseUrl])
+    assert.deepEqual(
+      [serving.portal, serving.reference, serving.openapi],
+      [`${server.url}/portal`, `${server.url}/docs`, `${server.url}/v1/openapi.json`],
+    )
+    // Each address opens what it names (the portal leads a signed-out visitor to sign in).
+    const portal = await fetch(String(serving.portal), { redirect: 'manual' })
+    assert.equal(portal.headers.get('location'), '/portal/sign-in')
+    assert.match(await (await fetch(String(serving.reference))).text(), /<title>API reference/)
+    const document = (await (await fetch(String(serving.openapi))).json()) as { openapi: string }
+    assert.equal(document.openapi, '3.1.0')
+  })
+
+  it('names addresses a browser can open when it listens on every interface (HOST=0.0.0.0)', async (t) => {
+    const server = await startLogging(t, { DATABASE_URL: newDatabase(t), HOST: '0.0.0.0' })
+    const serving = await server.waitForLog((l) => l.msg === 'serving')
+    assert.equal(serving.portal, `http://localhost:${server.port}/portal`)
   })
 
   it('logs JSON lines, one per request with a requestId, and returns that id in X-Request-Id', async (t) => {

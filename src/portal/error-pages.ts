@@ -46,6 +46,8 @@ export function htmlErrors(app: FastifyInstance, portal: Portal): void {
   }
 
   app.setNotFoundHandler(async (request, reply) => {
+    // A signed-in user keeps the signed-in menu (their account, Sign out) on a page that is not there.
+    await portal.withSession(request)
     const { statusCode, headers } = app.unroutedError(request)
     if (headers?.allow) reply.header('allow', headers.allow)
     const [title, text] = pageFor(statusCode)

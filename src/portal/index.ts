@@ -1,6 +1,7 @@
 /**
  * The client developer's side, served by the same process as the API: the self-serve portal at
- * /portal (accounts, keys, messages) and the interactive API reference at /docs.
+ * /portal (accounts, keys, messages) and the interactive API reference at /docs; `GET /` leads to
+ * the portal.
  *
  * Everything here is encapsulated: cookies, form bodies and security headers exist only under
  * /portal and /docs. The API under /v1 still takes JSON only, knows nothing of cookies, and
@@ -74,4 +75,7 @@ async function pages(app: FastifyInstance, { config }: { config: Config }): Prom
 export default async function portal(app: FastifyInstance, { config }: { config: Config }): Promise<void> {
   await app.register(pages, { prefix: '/portal', config })
   await app.register(docs, { prefix: '/docs' })
+  // The front door: a person who opens the server's address lands in the portal, whose every page
+  // links the reference and the OpenAPI document. 302, not 301: browsers would keep a 301 forever.
+  app.get('/', { schema: { hide: true } }, async (_request, reply) => reply.redirect('/portal', 302))
 }

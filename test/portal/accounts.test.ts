@@ -315,6 +315,25 @@ describe('Portal sessions', () => {
     assert.equal((await browser.get('/portal/sign-in')).headers.location, '/portal/keys')
   })
 
+  it("a page that is not there keeps the menu of the browser's state: signed in, the account and Sign out", async (t) => {
+    const { app } = await build(t)
+    const browser = new FormBrowser(app)
+    const signedOut = await browser.get('/portal/nowhere')
+    assert.equal(signedOut.statusCode, 404)
+    assert.match(signedOut.body, /Create an account/)
+    const email = newEmail()
+    await browser.signUp(email)
+    const signedIn = await browser.get('/portal/nowhere')
+    assert.equal(signedIn.statusCode, 404)
+    assert.equal(heading(signedIn.body), 'Page not found')
+    assert.match(signedIn.body, new RegExp(`Signed in as <strong>${email}</strong>`))
+    assert.doesNotMatch(signedIn.body, /Create an account/)
+    // Its Sign out form works: the page's CSRF token is this session's.
+    const out = await browser.post('/portal/sign-out', { _csrf: csrfOf(signedIn.body, '/portal/sign-out') })
+    assert.equal(out.statusCode, 303)
+    assert.equal(out.headers.location, '/portal/sign-in?notice=signed-out')
+  })
+
   it('signing in replaces the session the browser had: the previous token stops working', async (t) => {
     const { app } = await build(t)
     const email = newEmail()
