@@ -10,7 +10,11 @@ import { DOCS_HEADERS, strictTransportSecurity } from './headers.ts'
 import { type Html, html } from './html.ts'
 import { htmlPage } from './views/layout.ts'
 
-function page(title: string, body: Html): string {
+/**
+ * A page of /docs. Swagger UI renders its own <main> (the operations), so the reference page has
+ * none of ours, and its hidden h1 stands in the header; other pages put `body` in a <main>.
+ */
+function page(title: string, body: Html, { reference = false } = {}): string {
   return htmlPage(
     title,
     html`<link rel="stylesheet" href="/docs/assets/swagger-ui.css">
@@ -18,10 +22,11 @@ function page(title: string, body: Html): string {
   <script src="/docs/assets/swagger-ui-bundle.js" defer></script>
   <script src="/docs/assets/docs.js" defer></script>`,
     html`<header class="docs-header">
+    ${reference ? html`<h1 class="visually-hidden">Animal Store API reference</h1>` : ''}
     <nav aria-label="Portal"><a href="/portal">Animal Store developer portal</a> · <a href="/portal/keys">API keys</a> · <a href="/v1/openapi.json">OpenAPI document</a></nav>
     <p>To try an operation: create a key in the portal, choose <strong>Authorize</strong> and paste it, open an operation, then choose <strong>Execute</strong>. Requests go to this server.</p>
   </header>
-  <main id="main">${body}</main>`,
+  ${reference ? body : html`<main id="main">${body}</main>`}`,
   ).text
 }
 
@@ -40,10 +45,10 @@ export default async function docs(app: FastifyInstance): Promise<void> {
 
   const reference = page(
     'API reference',
-    html`<h1 class="visually-hidden">Animal Store API reference</h1>
-    <div id="reference" data-spec="/v1/openapi.json">
+    html`<div id="reference" data-spec="/v1/openapi.json">
       <noscript><p class="docs-fallback">The interactive reference needs JavaScript. The OpenAPI document it shows is at <a href="/v1/openapi.json">/v1/openapi.json</a>.</p></noscript>
     </div>`,
+    { reference: true },
   )
   app.get('/', { schema: { hide: true } }, async (_request, reply) => send(reply, 200, reference))
 

@@ -30,23 +30,34 @@ const FLAGS = [
   '--disable-sync',
 ]
 
+/** The viewports every page is checked at: a desktop window and a phone (375 CSS px, an iPhone's). */
+export const VIEWPORTS = {
+  desktop: { width: 1280, height: 900 },
+  phone: { width: 375, height: 740 },
+} as const
+export type ViewportName = keyof typeof VIEWPORTS
+
 export interface Browser {
   context: BrowserContext
   page: Page
   /** Console errors and page errors seen so far (CSP violations show up here). */
   problems: string[]
-  /** Saves a full-page screenshot as test-output/browser/<database>/<name>.png. */
+  /** Saves a full-page screenshot as test-output/browser/<database>/<name>[-phone].png. */
   screenshot(name: string): Promise<void>
 }
 
-export async function launch(t: TestContext, options: { javaScriptEnabled?: boolean } = {}): Promise<Browser> {
+export async function launch(
+  t: TestContext,
+  options: { javaScriptEnabled?: boolean; viewport?: ViewportName } = {},
+): Promise<Browser> {
+  const viewport = options.viewport ?? 'desktop'
   const profile = mkdtempSync(join(tmpdir(), 'animal-store-chromium-'))
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: CHROMIUM,
     headless: true,
     args: FLAGS,
     javaScriptEnabled: options.javaScriptEnabled ?? true,
-    viewport: { width: 1280, height: 900 },
+    viewport: VIEWPORTS[viewport],
   })
   t.after(async () => {
     await context.close()
@@ -65,7 +76,8 @@ export async function launch(t: TestContext, options: { javaScriptEnabled?: bool
     page,
     problems,
     screenshot: async (name) => {
-      await page.screenshot({ path: join(folder, `${name}.png`), fullPage: true })
+      const suffix = viewport === 'desktop' ? '' : `-${viewport}`
+      await page.screenshot({ path: join(folder, `${name}${suffix}.png`), fullPage: true })
     },
   }
 }

@@ -12,7 +12,7 @@ import { AnimalStoreError, allPets, createAnimalStoreClient, unwrap } from 'anim
 import type { Page } from 'playwright-core'
 import { testDatabaseUrl } from '../helper.ts'
 import { startServer } from '../processes.ts'
-import { launch, skipUnlessChromium } from './chromium.ts'
+import { launch, skipUnlessChromium, VIEWPORTS, type ViewportName } from './chromium.ts'
 
 const EMAIL = 'browser@example.com'
 const PASSWORD = 'correct horse battery staple'
@@ -32,98 +32,121 @@ async function accessibilityViolations(page: Page): Promise<string[]> {
     .then(({ violations }) => violations.map((v) => v.id + ': ' + v.nodes.map((n) => n.target.join(' ')).join(', ')))`)
 }
 
+/** How far the page scrolls sideways: 0 when everything fits the viewport's width. */
+async function horizontalOverflow(page: Page): Promise<number> {
+  return page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')
+}
+
+/** A page passes when axe finds nothing and it does not scroll sideways. */
+async function checkPage(browser: Awaited<ReturnType<typeof launch>>, name: string) {
+  await browser.screenshot(name)
+  assert.deepEqual(await accessibilityViolations(browser.page), [], `${name}: accessibility`)
+  assert.equal(await horizontalOverflow(browser.page), 0, `${name}: scrolls sideways`)
+}
+
+const viewports = Object.keys(VIEWPORTS) as ViewportName[]
+
 describe('Browser: the portal walkthrough of the README', () => {
-  it('sign up, create a key, see it once, use it, revoke it, and the API refuses it', {
-    timeout: 120_000,
-    skip: skipUnlessChromium,
-  }, async (t) => {
-    const server = await serve(t)
-    const browser = await launch(t)
-    const { page } = browser
-    await browser.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: server.url })
-    const checkPage = async (name: string) => {
-      await browser.screenshot(name)
-      assert.deepEqual(await accessibilityViolations(page), [], `${name}: accessibility`)
-    }
+  for (const viewport of viewports)
+    it(`sign up, create a key, see it once, use it, revoke it, and the API refuses it (${viewport})`, {
+      timeout: 120_000,
+      skip: skipUnlessChromium,
+    }, async (t) => {
+      const server = await serve(t)
+      const browser = await launch(t, { viewport })
+      const { page } = browser
+      await browser.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: server.url })
+      // A long email, as the header must fit it on a phone too.
+      const email = `a-rather-long-address-for-a-phone-${viewport}@subdomain.example.com`
 
-    // 1. Open /portal: signed out, it shows the sign-in page.
-    await page.goto(`${server.url}/portal`)
-    assert.equal(new URL(page.url()).pathname, '/portal/sign-in')
-    await checkPage('01-sign-in')
+      // 1. Open /portal: signed out, it shows the sign-in page.
+      await page.goto(`${server.url}/portal`)
+      assert.equal(new URL(page.url()).pathname, '/portal/sign-in')
+      await checkPage(browser, '01-sign-in')
 
-    // 2. Choose "Create an account", fill in email and password twice.
-    await page.getByRole('link', { name: 'Create an account' }).first().click()
-    await page.getByRole('heading', { name: 'Create an account' }).waitFor()
-    await checkPage('02-sign-up')
-    await page.getByLabel('Email').fill(EMAIL)
-    await page.getByLabel('Password', { exact: true }).fill(PASSWORD)
-    await page.getByLabel('Password again').fill(PASSWORD)
-    await page.getByRole('button', { name: 'Create account' }).click()
+      // 2. Choose "Create an account", fill in email and password twice.
+      await page.getByRole('link', { name: 'Create an account' }).first().click()
+      await page.getByRole('heading', { name: 'Create an account' }).waitFor()
+      await checkPage(browser, '02-sign-up')
+      await page.getByLabel('Email').fill(email)
+      await page.getByLabel('Password', { exact: true }).fill(PASSWORD)
+      await page.getByLabel('Password again').fill(PASSWORD)
+      await page.getByRole('button', { name: 'Create account' }).click()
 
-    // 3. The keys page: no keys yet. Name a key, choose an expiry, "Create key".
-    await page.getByRole('heading', { name: 'API keys' }).waitFor()
-    assert.match((await page.locator('main').textContent()) ?? '', /You have no keys yet/)
-    await checkPage('03-keys-empty')
-    await page.getByLabel('Name').fill('laptop')
-    await page.getByLabel('Expires after').selectOption({ label: '90 days' })
-    await page.getByRole('button', { name: 'Create key' }).click()
+      // 3. The keys page: no keys yet. Name a key, choose an expiry, "Create key".
+      await page.getByRole('heading', { name: 'API keys' }).waitFor()
+      assert.match((await page.locator('main').textContent()) ?? '', /You have no keys yet/)
+      await checkPage(browser, '03-keys-empty')
+      await page.getByLabel('Name').fill('a-rather-long-key-name-for-the-laptop')
+      await page.getByLabel('Expires after').selectOption({ label: '90 days' })
+      await page.getByRole('button', { name: 'Create key' }).click()
 
-    // 4. The key, shown once, with a copy button.
-    await page.getByRole('heading', { name: 'Your new API key' }).waitFor()
-    const secret = await page.getByLabel('API key').inputValue()
-    assert.match(secret, /^as_test_[0-9A-Za-z]{38}$/)
-    await page.getByRole('button', { name: 'Copy to clipboard' }).click()
-    await page.getByText('Copied to the clipboard.').waitFor()
-    assert.equal(await page.evaluate('navigator.clipboard.readText()'), secret)
-    await checkPage('04-new-key')
+      // 4. The key, shown once, with a copy button.
+      await page.getByRole('heading', { name: 'Your new API key' }).waitFor()
+      const secret = await page.getByLabel('API key').inputValue()
+      assert.match(secret, /^as_test_[0-9A-Za-z]{38}$/)
+      await page.getByRole('button', { name: 'Copy to clipboard' }).click()
+      await page.getByText('Copied to the clipboard.').waitFor()
+      assert.equal(await page.evaluate('navigator.clipboard.readText()'), secret)
+      await checkPage(browser, '04-new-key')
 
-    // 5. Back on the list: the key is there by prefix, never in full.
-    await page.getByRole('link', { name: 'Back to your keys' }).click()
-    await page.getByRole('heading', { name: 'API keys' }).waitFor()
-    const listed = await page.content()
-    assert.ok(!listed.includes(secret), 'the secret is shown again')
-    assert.ok(listed.includes(`${secret.slice(0, 12)}…`))
-    await checkPage('05-keys')
+      // 5. Back on the list: the key is there by prefix, never in full.
+      await page.getByRole('link', { name: 'Back to your keys' }).click()
+      await page.getByRole('heading', { name: 'API keys' }).waitFor()
+      const listed = await page.content()
+      assert.ok(!listed.includes(secret), 'the secret is shown again')
+      assert.ok(listed.includes(`${secret.slice(0, 12)}…`))
+      await checkPage(browser, '05-keys')
 
-    // 6. The typed client, with that key, against the same server.
-    const client = createAnimalStoreClient({ baseUrl: `${server.url}/v1`, apiKey: secret })
-    const rex = unwrap(await client.POST('/pets', { body: { name: 'Rex', categoryId: 1 } }))
-    assert.deepEqual(rex, { id: 1, name: 'Rex', categoryId: 1, status: 'available' })
-    unwrap(await client.POST('/messages', { body: { message: 'Hello from the browser test' } }))
-    const all = []
-    for await (const pet of allPets(client, { limit: 1 })) all.push(pet)
-    assert.deepEqual(all, [rex])
+      // 6. The typed client, with that key, against the same server.
+      const client = createAnimalStoreClient({ baseUrl: `${server.url}/v1`, apiKey: secret })
+      const rex = unwrap(await client.POST('/pets', { body: { name: 'Rex', categoryId: 1 } }))
+      assert.deepEqual(rex, { id: 1, name: 'Rex', categoryId: 1, status: 'available' })
+      unwrap(await client.POST('/messages', { body: { message: 'Hello from the browser test' } }))
+      const all = []
+      for await (const pet of allPets(client, { limit: 1 })) all.push(pet)
+      assert.deepEqual(all, [rex])
 
-    // 7. The message is on the Messages page.
-    await page.getByRole('link', { name: 'Messages' }).click()
-    await page.getByRole('heading', { name: 'Messages' }).waitFor()
-    assert.match((await page.locator('table').textContent()) ?? '', /Hello from the browser test/)
-    await checkPage('06-messages')
+      // 7. The message is on the Messages page.
+      await page.getByRole('link', { name: 'Messages' }).click()
+      await page.getByRole('heading', { name: 'Messages' }).waitFor()
+      assert.match((await page.locator('table').textContent()) ?? '', /Hello from the browser test/)
+      await checkPage(browser, '06-messages')
 
-    // 8. Revoke: the link in the key's row, then confirm.
-    await page.getByRole('link', { name: 'API keys' }).click()
-    await page.getByRole('link', { name: 'Revoke laptop' }).click()
-    await page.getByRole('heading', { name: 'Revoke a key' }).waitFor()
-    await checkPage('07-revoke')
-    await page.getByRole('button', { name: 'Revoke key' }).click()
-    await page.getByText('is revoked: requests with it are refused.').waitFor()
-    assert.match((await page.locator('tbody').textContent()) ?? '', /Revoked/)
-    await checkPage('08-revoked')
+      // A page that is not there keeps the signed-in menu (Chromium logs its 404, taken off below).
+      const seen = browser.problems.length
+      await page.goto(`${server.url}/portal/nowhere`)
+      await page.getByRole('heading', { name: 'Page not found' }).waitFor()
+      assert.match((await page.locator('header').textContent()) ?? '', /Signed in as/)
+      await checkPage(browser, '06b-not-found')
+      assert.deepEqual(browser.problems.splice(seen), [
+        'console: Failed to load resource: the server responded with a status of 404 (Not Found)',
+      ])
 
-    // 9. The API refuses the key at once.
-    const refused = await client.GET('/pets')
-    assert.equal(refused.response.status, 401)
-    assert.throws(
-      () => unwrap(refused),
-      (e) => e instanceof AnimalStoreError && e.code === 'revoked_api_key',
-    )
+      // 8. Revoke: the link in the key's row, then confirm.
+      await page.getByRole('link', { name: 'API keys' }).click()
+      await page.getByRole('link', { name: 'Revoke a-rather-long-key-name-for-the-laptop' }).click()
+      await page.getByRole('heading', { name: 'Revoke a key' }).waitFor()
+      await checkPage(browser, '07-revoke')
+      await page.getByRole('button', { name: 'Revoke key' }).click()
+      await page.getByText('is revoked: requests with it are refused.').waitFor()
+      assert.match((await page.locator('tbody').textContent()) ?? '', /Revoked/)
+      await checkPage(browser, '08-revoked')
 
-    // 10. Sign out.
-    await page.getByRole('button', { name: 'Sign out' }).click()
-    await page.getByText('You are signed out.').waitFor()
-    await checkPage('09-signed-out')
-    assert.deepEqual(browser.problems, [], 'console errors (CSP violations included)')
-  })
+      // 9. The API refuses the key at once.
+      const refused = await client.GET('/pets')
+      assert.equal(refused.response.status, 401)
+      assert.throws(
+        () => unwrap(refused),
+        (e) => e instanceof AnimalStoreError && e.code === 'revoked_api_key',
+      )
+
+      // 10. Sign out.
+      await page.getByRole('button', { name: 'Sign out' }).click()
+      await page.getByText('You are signed out.').waitFor()
+      await checkPage(browser, '09-signed-out')
+      assert.deepEqual(browser.problems, [], 'console errors (CSP violations included)')
+    })
 
   it('works without JavaScript: sign up, create a key and see it (the copy button stays hidden)', {
     timeout: 60_000,
@@ -178,56 +201,76 @@ describe('Browser: the portal walkthrough of the README', () => {
 })
 
 describe('Browser: the API reference at /docs', () => {
-  it('renders every operation from /v1/openapi.json, and "Try it out" calls this server with a key', {
-    timeout: 120_000,
-    skip: skipUnlessChromium,
-  }, async (t) => {
-    const server = await serve(t)
-    const browser = await launch(t)
-    const { page } = browser
-    // A key made in the portal, as the header of the reference tells.
-    await page.goto(`${server.url}/portal/sign-up`)
-    await page.getByLabel('Email').fill(EMAIL)
-    await page.getByLabel('Password', { exact: true }).fill(PASSWORD)
-    await page.getByLabel('Password again').fill(PASSWORD)
-    await page.getByRole('button', { name: 'Create account' }).click()
-    await page.getByLabel('Name').fill('docs')
-    await page.getByRole('button', { name: 'Create key' }).click()
-    const secret = await page.getByLabel('API key').inputValue()
-    await page.getByRole('link', { name: 'API reference' }).first().click()
+  for (const viewport of viewports)
+    it(`renders every operation, passes axe, and "Try it out" is prefilled and calls this server with a key (${viewport})`, {
+      timeout: 120_000,
+      skip: skipUnlessChromium,
+    }, async (t) => {
+      const server = await serve(t)
+      const browser = await launch(t, { viewport })
+      const { page } = browser
+      // A key made in the portal, as the header of the reference tells.
+      await page.goto(`${server.url}/portal/sign-up`)
+      await page.getByLabel('Email').fill(EMAIL)
+      await page.getByLabel('Password', { exact: true }).fill(PASSWORD)
+      await page.getByLabel('Password again').fill(PASSWORD)
+      await page.getByRole('button', { name: 'Create account' }).click()
+      await page.getByLabel('Name').fill('docs')
+      await page.getByRole('button', { name: 'Create key' }).click()
+      const secret = await page.getByLabel('API key').inputValue()
+      await page.getByRole('link', { name: 'API reference' }).first().click()
 
-    await page.locator('.opblock').first().waitFor()
-    for (const [id, method, path] of [
-      ['pets-listPets', 'GET', '/pets'],
-      ['pets-createPet', 'POST', '/pets'],
-      ['pets-getPet', 'GET', '/pets/{petId}'],
-      ['messages-sendMessage', 'POST', '/messages'],
-    ]) {
-      const operation = page.locator(`#operations-${id}`)
-      assert.equal(await operation.locator('.opblock-summary-method').textContent(), method, id)
-      const shown = (
-        await operation.locator('.opblock-summary-path, .opblock-summary-path__deprecated').textContent()
-      )?.replace(/\u200b/g, '')
-      assert.equal(shown, path, id)
-    }
-    assert.match(await page.locator('.servers select').inputValue(), new RegExp(`^${server.url}/v1$`))
-    await browser.screenshot('20-reference')
+      await page.locator('.opblock').first().waitFor()
+      for (const [id, method, path] of [
+        ['pets-listPets', 'GET', '/pets'],
+        ['pets-createPet', 'POST', '/pets'],
+        ['pets-getPet', 'GET', '/pets/{petId}'],
+        ['messages-sendMessage', 'POST', '/messages'],
+      ]) {
+        const operation = page.locator(`#operations-${id}`)
+        assert.equal(await operation.locator('.opblock-summary-method').textContent(), method, id)
+        const shown = (
+          await operation.locator('.opblock-summary-path, .opblock-summary-path__deprecated').textContent()
+        )?.replace(/\u200b/g, '')
+        assert.equal(shown, path, id)
+      }
+      assert.match(await page.locator('.servers select').inputValue(), new RegExp(`^${server.url}/v1$`))
+      await checkPage(browser, '20-reference')
 
-    // Authorize with the key, open listPets, Execute.
-    await page
-      .getByRole('button', { name: /Authorize/ })
-      .first()
-      .click()
-    await page.getByLabel('auth-bearer-value').fill(secret)
-    await page.getByRole('button', { name: 'Apply credentials' }).click()
-    await page.locator('.auth-btn-wrapper').getByRole('button', { name: 'Close' }).click()
-    const listPets = page.locator('#operations-pets-listPets')
-    await listPets.locator('.opblock-summary').click()
-    await listPets.getByRole('button', { name: 'Execute' }).click()
-    const status = listPets.locator('.live-responses-table tbody .response-col_status').first()
-    await status.waitFor()
-    assert.equal((await status.textContent())?.trim(), '200')
-    await browser.screenshot('21-reference-try-it')
-    assert.deepEqual(browser.problems, [], 'console errors (CSP violations included)')
-  })
+      // Authorize with the key (the dialog says where keys come from), open listPets, Execute.
+      await page
+        .getByRole('button', { name: /Authorize/ })
+        .first()
+        .click()
+      const dialog = (await page.locator('.auth-container').first().textContent()) ?? ''
+      assert.match(dialog, /developer portal \(\/portal/)
+      assert.match(dialog, /animal-store keys create/)
+      await page.getByLabel('auth-bearer-value').fill(secret)
+      await page.getByRole('button', { name: 'Apply credentials' }).click()
+      await page.locator('.auth-btn-wrapper').getByRole('button', { name: 'Close' }).click()
+      const listPets = page.locator('#operations-pets-listPets')
+      await listPets.locator('.opblock-summary').click()
+      await listPets.getByRole('button', { name: 'Execute' }).click()
+      const status = listPets.locator('.live-responses-table tbody .response-col_status').first()
+      await status.waitFor()
+      assert.equal((await status.textContent())?.trim(), '200')
+      await browser.screenshot('21-reference-try-it')
+
+      // createPet's "Try it out" body is the schema's readable example, not a string invented from
+      // the name's pattern; executed as it is, it creates Rex.
+      const createPet = page.locator('#operations-pets-createPet')
+      await createPet.locator('.opblock-summary').click()
+      const body = createPet.locator('textarea.body-param__text')
+      assert.deepEqual(JSON.parse(await body.inputValue()), { name: 'Rex', categoryId: 1, status: 'available' })
+      await createPet.getByRole('button', { name: 'Execute' }).click()
+      const created = createPet.locator('.live-responses-table tbody .response-col_status').first()
+      await created.waitFor()
+      assert.equal((await created.textContent())?.trim(), '201')
+      const sendMessage = page.locator('#operations-messages-sendMessage')
+      await sendMessage.locator('.opblock-summary').click()
+      const message = await sendMessage.locator('textarea.body-param__text').inputValue()
+      assert.deepEqual(JSON.parse(message), { message: 'Hello from the quickstart' })
+      await browser.screenshot('22-reference-examples')
+      assert.deepEqual(browser.problems, [], 'console errors (CSP violations included)')
+    })
 })

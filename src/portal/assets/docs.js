@@ -1,5 +1,32 @@
 // The API reference: Swagger UI on the document the API serves, with this server listed first, so
 // that "Try it out" sends requests here (the document itself names the public deployments).
+
+/**
+ * Swagger UI's markup, mended for assistive technology as it renders (it offers no option for
+ * these): a name for the servers list, named regions for what stands outside its <main>, its headings
+ * one level up (it jumps from its h1 to h3), and no link inside an operation's toggle button.
+ */
+function mend(root) {
+  for (const select of root.querySelectorAll('select#servers:not([aria-label])')) {
+    select.setAttribute('aria-label', 'Server')
+  }
+  // Its <main> holds the operations; the title and the servers stand outside it, in no landmark.
+  for (const [selector, label] of [
+    ['.information-container', 'About the API'],
+    ['.scheme-container', 'Servers and authorization'],
+  ]) {
+    for (const part of root.querySelectorAll(`${selector}:not([role])`)) {
+      part.setAttribute('role', 'region')
+      part.setAttribute('aria-label', label)
+    }
+  }
+  for (const heading of root.querySelectorAll('h3, h4, h5, h6')) {
+    if (!heading.hasAttribute('aria-level')) heading.setAttribute('aria-level', String(Number(heading.tagName[1]) - 1))
+  }
+  // The button itself opens the operation and sets the address: the link adds only a nested control.
+  for (const link of root.querySelectorAll('.opblock-summary-control a[href]')) link.removeAttribute('href')
+}
+
 ;(async () => {
   const target = document.getElementById('reference')
   try {
@@ -9,6 +36,7 @@
     const here = `${window.location.origin}/v1`
     const others = (spec.servers ?? []).filter((server) => server.url !== here)
     spec.servers = [{ url: here, description: 'This server' }, ...others]
+    new MutationObserver(() => mend(document.body)).observe(document.body, { childList: true, subtree: true })
     window.SwaggerUIBundle({
       spec,
       domNode: target,

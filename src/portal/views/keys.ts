@@ -63,8 +63,10 @@ export function keysPage(
       ${
         keys.length === 0
           ? html`<p>You have no keys yet.</p>`
-          : html`<div class="table-wrap"><table>
-        <caption>Newest first. Only the first characters of each key are kept; the secret is never shown again.</caption>
+          : // The caption would be as wide as the table, cut by its scroll box on a phone: said above it.
+            html`<p class="hint">Newest first. Only the first characters of each key are kept; the secret is never shown again.</p>
+      <div class="table-wrap" tabindex="0" role="region" aria-label="Table of your keys"><table>
+        <caption class="visually-hidden">Your keys</caption>
         <thead><tr><th scope="col">Name</th><th scope="col">Prefix</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col">Expires</th><th scope="col">State</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
         <tbody>${keys.map(keyRow)}</tbody>
       </table></div>`

@@ -9,8 +9,10 @@ export function messagesPage(context: PageContext, messages: Message[], limit: n
     'Messages',
     messages.length === 0
       ? html`<p>No messages yet. Send one with <code>POST /v1/messages</code> and one of your keys (see the <a href="/docs">API reference</a>).</p>`
-      : html`<div class="table-wrap"><table>
-      <caption>The ${limit} most recent messages your keys sent, newest first.</caption>
+      : // The caption would be as wide as the table, cut by its scroll box on a phone: said above it.
+        html`<p class="hint">The ${limit} most recent messages your keys sent, newest first.</p>
+      <div class="table-wrap" tabindex="0" role="region" aria-label="Table of your messages"><table>
+      <caption class="visually-hidden">Messages</caption>
       <thead><tr><th scope="col">Sent</th><th scope="col">Status</th><th scope="col">Message</th><th scope="col">Id</th></tr></thead>
       <tbody>${messages.map(
         (m) =>
