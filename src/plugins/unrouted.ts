@@ -2,7 +2,7 @@
  * Requests no route takes: 405 with Allow when the path exists with other methods, else 404, and
  * `OPTIONS *`. They are refused before any body is read, and under /v1 only after the key check
  * (decisions 9, 25, 51). The table of paths is ours: Fastify's findRoute and hasRoute look up a
- * route's pattern, not the methods a request path would match (decision 68).
+ * route's pattern, not the methods a request path would match (decision 73).
  */
 import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
