@@ -3,7 +3,6 @@ import type { AddressInfo } from 'node:net'
 import { createServer } from 'node:net'
 import { hostname } from 'node:os'
 import { describe, it } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { testDatabaseUrl } from './helper.ts'
 import { cliKey, runServer, startServer } from './processes.ts'
 
@@ -12,11 +11,12 @@ describe('WORKERS: several processes on one machine (scale-out point 4)', () => 
     const env = { DATABASE_URL: await testDatabaseUrl(t), WORKERS: '2', LOG_LEVEL: 'info' }
     const key = await cliKey(env)
     const server = await startServer(t, env)
-    // /healthz answered once one worker listens: wait for the other too, or it may serve nothing.
-    for (let i = 0; listening(server.stdout()) < 2; i++) {
-      assert.ok(i < 200, `both workers did not start:\n${server.output()}`)
-      await sleep(50)
-    }
+    // /healthz answered once one worker listens: wait for the other's "Server listening" line too.
+    const listening = new Set<unknown>()
+    await server.waitForLog(
+      (line) => String(line.msg).startsWith('Server listening') && listening.add(line.pid).size === 2,
+      10_000,
+    )
     const REQUESTS = 200
     const responses = await Promise.all(
       Array.from({ length: REQUESTS }, (_, i) =>
@@ -81,12 +81,3 @@ describe('WORKERS: several processes on one machine (scale-out point 4)', () => 
     assert.equal(quiet.stdout(), '')
   })
 })
-
-/** How many processes have logged that they listen. */
-function listening(stdout: string): number {
-  const pids = stdout
-    .split('\n')
-    .filter((line) => line.includes('"Server listening'))
-    .map((line) => JSON.parse(line).pid)
-  return new Set(pids).size
-}

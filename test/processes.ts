@@ -15,13 +15,13 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs'
-import { createServer } from 'node:net'
+import { createServer, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { TestContext } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { ROOT, startCommand } from '../scripts/start-command.ts'
 import { EnvSchema } from '../src/config.ts'
+import { until } from './wait.ts'
 
 export { ROOT }
 
@@ -67,20 +67,56 @@ async function unusedPort(): Promise<number> {
  * of /proc/net/tcp and the process's file descriptors). True where there is no /proc to ask.
  */
 export function listens(pid: number, port: number): boolean {
-  if (!existsSync('/proc/net/tcp')) return true
-  const local = `0100007F:${port.toString(16).toUpperCase().padStart(4, '0')}`
-  const inodes = readFileSync('/proc/net/tcp', 'utf8')
+  return listeningPorts(pid)?.includes(port) ?? true
+}
+
+/** The port process `pid` listens on at 127.0.0.1 (from /proc), or null while it listens on none. */
+export function listeningPort(pid: number): number | null {
+  return listeningPorts(pid)?.[0] ?? null
+}
+
+/** The ports process `pid` listens on at 127.0.0.1; undefined where there is no /proc to ask. */
+function listeningPorts(pid: number): number[] | undefined {
+  if (!existsSync('/proc/net/tcp')) return undefined
+  let sockets: string[]
+  try {
+    sockets = readdirSync(`/proc/${pid}/fd`).map((fd) => safeReadlink(join(`/proc/${pid}/fd`, fd)))
+  } catch {
+    return [] // the process is gone
+  }
+  return readFileSync('/proc/net/tcp', 'utf8')
     .split('\n')
     .map((row) => row.trim().split(/\s+/))
-    .filter((fields) => fields[1] === local && fields[3] === '0A')
-    .map((fields) => `socket:[${fields[9]}]`)
-  if (inodes.length === 0) return false
-  const fds = `/proc/${pid}/fd`
+    .filter((fields) => fields[1]?.startsWith('0100007F:') && fields[3] === '0A')
+    .filter((fields) => sockets.includes(`socket:[${fields[9]}]`))
+    .map((fields) => Number.parseInt((fields[1] as string).slice(9), 16))
+}
+
+/**
+ * Whether the server listening at 127.0.0.1:`serverPort` has read everything `client` sent it: its
+ * end of the connection holds no unread bytes (the rx_queue of /proc/net/tcp). Node parses what it
+ * reads at once, so a request whose headers were sent is then in flight. True where there is no /proc.
+ */
+export function readByServer(serverPort: number, client: Socket): boolean {
+  if (!existsSync('/proc/net/tcp')) return true
+  const hex = (port: number) => `0100007F:${port.toString(16).toUpperCase().padStart(4, '0')}`
+  const row = readFileSync('/proc/net/tcp', 'utf8')
+    .split('\n')
+    .map((line) => line.trim().split(/\s+/))
+    .find((fields) => fields[1] === hex(serverPort) && fields[2] === hex(client.localPort as number))
+  return row !== undefined && Number.parseInt(row[4]?.split(':')[1] ?? '1', 16) === 0
+}
+
+/** Whether the kernel has delivered every signal sent to process `pid` (none pending; true without /proc). */
+export function noSignalPending(pid: number): boolean {
+  let status: string
   try {
-    return readdirSync(fds).some((fd) => inodes.includes(safeReadlink(join(fds, fd))))
+    status = readFileSync(`/proc/${pid}/status`, 'utf8')
   } catch {
-    return false // the process is gone
+    return true // no /proc, or the process is gone: nothing is pending
   }
+  const pending = (field: string) => new RegExp(`^${field}:\\s*(\\w+)`, 'm').exec(status)?.[1] ?? '0'
+  return BigInt(`0x${pending('SigPnd')}`) === 0n && BigInt(`0x${pending('ShdPnd')}`) === 0n
 }
 
 function safeReadlink(path: string): string {
@@ -189,17 +225,17 @@ export interface StartOptions {
 
 /**
  * Starts the server as `npm start` does (package.json's start script: src/server.ts with its node
- * options and compile cache) on a free port (LOG_LEVEL=warn unless `env` says otherwise), and waits
- * until it is ready.
+ * options and compile cache) on port 0 (LOG_LEVEL=warn unless `env` says otherwise), learns the port
+ * the kernel gave it from /proc, and waits until it is ready. Without /proc it gets a free port.
  */
 export async function startServer(
   t: TestContext,
   env: Record<string, string>,
   { ready = '/healthz' }: StartOptions = {},
 ): Promise<ServerProcess> {
-  const port = await freePort()
+  const fixedPort = existsSync('/proc/net/tcp') ? 0 : await freePort()
   const { child, output, exited } = spawnNode(
-    ...serverCommand({ HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'warn', ...env }),
+    ...serverCommand({ HOST: '127.0.0.1', PORT: String(fixedPort), LOG_LEVEL: 'warn', ...env }),
   )
   const running = () => child.exitCode === null && child.signalCode === null
   t.after(() => {
@@ -245,18 +281,36 @@ export async function startServer(
       check()
     })
 
-  const url = `http://127.0.0.1:${port}`
-  for (let i = 0; ready; i++) {
-    if (!running()) throw new Error(`server exited with ${child.exitCode ?? child.signalCode}:\n${output.both}`)
-    const response = await fetch(`${url}${ready}`).catch(() => null)
-    // Another test's server may hold the port (this one then fails to bind): it must be ours that answered.
-    if (response?.ok && listens(child.pid as number, port)) break
-    if (i > 200) throw new Error(`server did not start:\n${output.both}`)
-    await sleep(50)
+  let port = fixedPort || null
+  /** The port, once the server listens (with ready: false the caller waits its own way first). */
+  const knownPort = () => {
+    port ??= listeningPort(child.pid as number)
+    if (!port) throw new Error(`the server listens on no port yet:\n${output.both}`)
+    return port
+  }
+  if (ready) {
+    await until(
+      `serving ${ready}`,
+      async () => {
+        if (!running()) throw new Error(`server exited with ${child.exitCode ?? child.signalCode}`)
+        port ??= listeningPort(child.pid as number)
+        if (!port) return false
+        const response = await fetch(`http://127.0.0.1:${port}${ready}`).catch(() => null)
+        // A fixed port may be held by another test's server (this one then fails to bind): it must be ours.
+        return response?.ok && listens(child.pid as number, port)
+      },
+      { timeoutMs: 15_000 },
+    ).catch((error) => {
+      throw new Error(`server did not start: ${error.message}\n${output.both}`)
+    })
   }
   return {
-    url,
-    port,
+    get url() {
+      return `http://127.0.0.1:${knownPort()}`
+    },
+    get port() {
+      return knownPort()
+    },
     child,
     output: () => output.both,
     stdout: () => output.stdout,
