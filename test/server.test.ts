@@ -17,12 +17,15 @@ import {
   cliKey,
   type Exit,
   freePort,
+  noSignalPending,
   ROOT,
+  readByServer,
   runNode,
   runServer,
   type ServerProcess,
   startServer,
 } from './processes.ts'
+import { until } from './wait.ts'
 
 /** How many leading characters of a key are public (`as_test_AbCd`); the rest is the secret part. */
 const SHOWN = 12
@@ -49,7 +52,7 @@ async function opsKey(databaseUrl: string): Promise<string> {
  */
 async function startLogging(t: TestContext, env: Record<string, string>): Promise<ServerProcess> {
   const server = await startServer(t, { LOG_LEVEL: 'info', ...env }, { ready: false })
-  await server.waitForLog((line) => String(line.msg).startsWith('Server listening'), 10_000)
+  await server.waitForLog((line) => String(line.msg).startsWith('Server listening'), 20_000)
   return server
 }
 
@@ -61,28 +64,34 @@ async function serverWithKey(t: TestContext) {
   return { databaseUrl, secret, server }
 }
 
-/** Resolves with the exit, or with null if the process is still running after `ms`. */
+/** Resolves with the exit, or with null if the process is still running after `ms` (a deadline, not a wait). */
 async function exitWithin(server: ServerProcess, ms: number): Promise<Exit | null> {
-  const timeout = sleep(ms, null)
-  return Promise.race([server.exited, timeout])
+  const deadline = new AbortController()
+  const timeout = sleep(ms, null, { signal: deadline.signal }).catch(() => null)
+  return Promise.race([server.exited, timeout]).finally(() => deadline.abort())
 }
 
 /** Whether new connections to `port` are refused within `ms` (the listener is closed). */
 async function refusesConnections(port: number, ms: number): Promise<boolean> {
-  const deadline = Date.now() + ms
-  while (Date.now() < deadline) {
+  const refused = async () => {
     try {
       const client = await RawClient.connect(port)
       client.socket.destroy()
+      return false
     } catch (error) {
       // Refused, or reset when the connection raced the listener closing: either way not accepted.
       const { code } = error as NodeJS.ErrnoException
       if (code === 'ECONNREFUSED' || code === 'ECONNRESET') return true
       throw error
     }
-    await sleep(20)
   }
-  return false
+  return until('refusing connections', refused, { timeoutMs: ms }).then(
+    () => true,
+    (error) => {
+      if (String(error.message).startsWith('not refusing')) return false
+      throw error
+    },
+  )
 }
 
 /** One raw HTTP/1.1 exchange on a socket we control (for keep-alive and shutdown timing). */
@@ -226,7 +235,7 @@ async function sigtermWhileBodyArrives(t: TestContext, pet: { name: string; cate
   const client = await RawClient.connect(server.port)
   const body = JSON.stringify(pet)
   await client.write(postPet(secret, body, body.slice(0, 10)))
-  await sleep(200) // the server has read the headers: the request is in flight
+  await until('the request read by the server', () => readByServer(server.port, client.socket)) // in flight
   server.child.kill('SIGTERM')
   await server.waitForLog((l) => l.msg === 'shutting down' || l.signal === 'SIGTERM')
   return { databaseUrl, secret, server, client, rest: body.slice(10) }
@@ -435,19 +444,19 @@ describe('server: npm start', () => {
       child.once('error', reject)
     })
     await spawned
-    let status = 0
-    for (const deadline = Date.now() + 20_000; status !== 200 && Date.now() < deadline; await sleep(100)) {
-      status = await fetch(`http://127.0.0.1:${port}/healthz`).then(
-        (response) => response.status,
-        () => 0,
+    const serves = () =>
+      fetch(`http://127.0.0.1:${port}/healthz`).then(
+        (response) => response.status === 200,
+        () => false,
       )
-    }
-    assert.equal(status, 200, `\`npm start\` did not serve /healthz within 20 s:\n${stderr}`)
+    await until('`npm start` serving /healthz', serves, { timeoutMs: 20_000, everyMs: 100 }).catch((error) =>
+      assert.fail(`${error.message}:\n${stderr}`),
+    )
     // As a container runtime or a service manager does: the signal goes to npm alone. The start
     // script execs node, so npm's child is the server itself and the signal reaches it.
     process.kill(group, 'SIGTERM')
     const refused = await refusesConnections(port, 10_000)
-    for (const deadline = Date.now() + 10_000; groupAlive(group) && Date.now() < deadline; ) await sleep(50)
+    await until('the processes of `npm start` gone', () => !groupAlive(group)).catch(() => {})
     assert.ok(refused, 'the server still accepts connections 10 s after SIGTERM to npm')
     assert.ok(!groupAlive(group), 'a process of `npm start` is still running 10 s after SIGTERM to npm')
     assert.match(stderr, new RegExp(`\\[compile cache\\].*${cache.replaceAll('.', '\\.')}`), stderr.slice(0, 2000))
@@ -512,7 +521,7 @@ describe('server: graceful shutdown', () => {
     const silent = await RawClient.connect(server.port)
     const partial = await RawClient.connect(server.port)
     await partial.write('GET /v1/pets HTTP/1.1\r\nHost: localhost\r\n')
-    await sleep(100)
+    await until('the partial request read by the server', () => readByServer(server.port, partial.socket))
     server.child.kill('SIGTERM')
     const exit = await exitWithin(server, 3000)
     assert.ok(exit, 'still running 3 s after SIGTERM: a connection without a request held it')
@@ -528,7 +537,8 @@ describe('server: graceful shutdown', () => {
     })
     server.child.kill('SIGTERM')
     server.child.kill('SIGINT')
-    await sleep(200)
+    // Both delivered, hence handled no later than the rest of the body is read: before it is answered.
+    await until('the signals delivered', () => noSignalPending(server.child.pid as number))
     await client.write(rest)
     const response = await client.response()
     await answeredThenStored(t, { databaseUrl, secret, server, client }, response)
@@ -616,7 +626,7 @@ describe('server: bad configuration', () => {
   ]
   for (const [name, value, what] of cases) {
     it(`exits non-zero with one line on stderr naming ${name} for ${what} (${name}=${value})`, async (t) => {
-      const env: Record<string, string> = { PORT: String(await freePort()), DATABASE_URL: newDatabase(t) }
+      const env: Record<string, string> = { PORT: '0', DATABASE_URL: newDatabase(t) }
       env[name] = value
       const exit = await runServer(env, 10_000)
       assert.notEqual(exit.code, 0)
