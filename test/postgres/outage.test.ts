@@ -5,11 +5,12 @@
  * Retry-After, the service must recover by itself, and no acknowledged write may be lost.
  */
 import assert from 'node:assert/strict'
-import { connect, createServer, type Server, type Socket } from 'node:net'
+import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net'
 import { describe, it } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
+import { setTimeout as pause } from 'node:timers/promises'
 import { postgres, testDatabaseUrl } from '../helper.ts'
-import { cliKey, freePort, startServer } from '../processes.ts'
+import { cliKey, startServer } from '../processes.ts'
+import { until } from '../wait.ts'
 
 const TIMEOUT_SECONDS = 1
 /** Stated bound: a request ends within the database timeout plus one retry and some slack. */
@@ -19,7 +20,7 @@ type Mode = 'forward' | 'refuse' | 'blackhole'
 
 /** A TCP proxy to PostgreSQL that can refuse or swallow connections on command. */
 async function proxy(target: URL) {
-  const port = await freePort()
+  let port = 0 // the kernel's choice at the first listen; the same port after a 'refuse', as the server knows it
   const sockets = new Set<Socket>()
   let mode: Mode = 'forward'
   let server: Server | null = null
@@ -37,6 +38,7 @@ async function proxy(target: URL) {
       client.pipe(upstream).pipe(client)
     })
     await new Promise<void>((resolve) => server?.listen(port, '127.0.0.1', resolve))
+    port = ((server as Server).address() as AddressInfo).port
   }
   await listen()
   return {
@@ -78,15 +80,22 @@ describe('Scale-out: the database going away and coming back', () => {
     const outcomes: Record<string, number> = {}
     let slowest = 0
     let writing = true
+    let answered = 0
+    /** The writes sent and not yet answered, by when they were sent. */
+    const pending = new Set<{ started: number }>()
     const writer = async (n: number) => {
       for (let i = 0; writing; i++) {
         const started = Date.now()
+        const write = { started }
+        pending.add(write)
         const response = await fetch(`${server.url}/v1/pets`, {
           method: 'POST',
           headers,
           body: JSON.stringify({ name: `w${n}-${i}`, categoryId: 1 }),
         })
         slowest = Math.max(slowest, Date.now() - started)
+        pending.delete(write)
+        answered++
         outcomes[response.status] = (outcomes[response.status] ?? 0) + 1
         const body = (await response.json()) as { id: number; code: string; message: string; status: number }
         if (response.status === 201) acknowledged.push(body.id)
@@ -94,7 +103,7 @@ describe('Scale-out: the database going away and coming back', () => {
           assert.equal(response.status, 503, JSON.stringify(body))
           assert.deepEqual(body, { code: 'service_unavailable', message: body.message, status: 503 })
           assert.equal(response.headers.get('retry-after'), '5')
-          await sleep(20)
+          await pause(20) // a pace, not a wait: refusals come back at once, and the loop would spin
         }
       }
     }
@@ -106,25 +115,31 @@ describe('Scale-out: the database going away and coming back', () => {
       slowest = Math.max(slowest, Date.now() - started)
       return response.status
     }
-    const waitFor = async (status: number) => {
-      for (const started = Date.now(); (await ready()) !== status; await sleep(100)) {
-        assert.ok(Date.now() - started < 15_000, `/readyz never became ${status}`)
-      }
-    }
+    const waitFor = (status: number) =>
+      until(`/readyz answering ${status}`, async () => (await ready()) === status, { timeoutMs: 15_000, everyMs: 100 })
 
-    await sleep(500)
+    await until('writes acknowledged before the outage', () => acknowledged.length >= 10)
     assert.equal(await ready(), 200)
     for (const mode of ['refuse', 'blackhole'] as const) {
+      const cut = Date.now()
       await db.set(mode)
       await waitFor(503)
-      await sleep(2500)
+      // A write sent before the cut may still be acknowledged: let those end (each within the bound).
+      await until('the writes sent before the outage answered', () => ![...pending].some((w) => w.started <= cut), {
+        timeoutMs: MAX_REQUEST_MS + 1000,
+      })
       const before = acknowledged.length
-      await sleep(1000)
+      const answeredBefore = answered
+      // Every writer tries again during the outage (each try ends within the bound): none may succeed.
+      await until(`writes answered while the database is ${mode}d`, () => answered >= answeredBefore + 6, {
+        timeoutMs: 4 * MAX_REQUEST_MS,
+      })
       assert.equal(acknowledged.length, before, `writes were acknowledged while the database was ${mode}d`)
       await db.set('forward')
       await waitFor(200)
-      await sleep(1000)
-      assert.ok(acknowledged.length > before, `no write succeeded after the ${mode} outage`)
+      await until(`a write acknowledged after the ${mode} outage`, () => acknowledged.length > before, {
+        timeoutMs: 10_000,
+      })
     }
     writing = false
     await Promise.all(writers)
