@@ -5,13 +5,13 @@
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { isDeepStrictEqual } from 'node:util'
 import type { Message } from '../src/schemas/messages.ts'
 import type { Pet } from '../src/schemas/pets.ts'
 import { openStore } from '../src/store/index.ts'
 import { DATABASE, plain, testDatabaseUrl } from './helper.ts'
 import { cliKey, type ServerProcess, startServer } from './processes.ts'
+import { until } from './wait.ts'
 
 const KILLS = 4
 const CLIENTS = 8
@@ -27,6 +27,9 @@ describe(`Crash safety: SIGKILL under load, ${KILLS} times (${DATABASE})`, () =>
     const messages: Message[] = []
     let refused = 0
     let running = true
+    /** Resolves once the server killed last is serving again; a failed request waits for it. */
+    let restarted = Promise.resolve()
+    const acknowledged = () => pets.length + messages.length
     const client = async (n: number) => {
       for (let i = 0; running; i++) {
         const isPet = i % 2 === 0
@@ -47,20 +50,28 @@ describe(`Crash safety: SIGKILL under load, ${KILLS} times (${DATABASE})`, () =>
           else refused++
         } catch {
           refused++ // the process died under this request: it was never acknowledged
-          await sleep(20)
+          await restarted
         }
       }
     }
     const clients = Array.from({ length: CLIENTS }, (_, n) => client(n))
 
     const acknowledgedAtKill: number[] = []
+    // Each kill comes at a random point of the traffic: after 40 to 160 more acknowledged writes.
+    const moreWrites = (n: number) => {
+      const target = acknowledged() + n
+      return until(`${n} more writes acknowledged`, () => acknowledged() >= target, { timeoutMs: 30_000 })
+    }
     for (let kill = 0; kill < KILLS; kill++) {
-      await sleep(300 + Math.random() * 700)
-      acknowledgedAtKill.push(pets.length + messages.length)
+      await moreWrites(40 + Math.floor(Math.random() * 120))
+      acknowledgedAtKill.push(acknowledged())
+      let serving = () => {}
+      restarted = new Promise((resolve) => (serving = resolve))
       await server.stop('SIGKILL')
       server = await startServer(t, env)
+      serving()
     }
-    await sleep(500)
+    await moreWrites(40) // the last server serves too
     running = false
     await Promise.all(clients)
     await server.stop('SIGTERM')
