@@ -4,8 +4,8 @@ import { closeSync, constants, mkdtempSync, openSync, readFileSync, readSync } f
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { bufferedLogStream } from '../../src/observability/log-stream.ts'
+import { until } from '../wait.ts'
 
 function logFile() {
   const path = join(mkdtempSync(join(tmpdir(), 'log-stream-')), 'out.log')
@@ -138,10 +138,15 @@ describe('bufferedLogStream', () => {
     const lines = Array.from({ length: 10_000 }, (_, i) => `{"n":${i},"pad":"${'x'.repeat(100)}"}\n`)
     for (const line of lines) stream.write(line)
     const kept = lines.join('').length - 4096 * 2
-    for (let i = 0; i < 400 && out.text().length < kept; i++) {
-      out.read()
-      await sleep(5)
-    }
+    // The pipe says nothing when there is room again: read it as a reader would, until drained.
+    await until(
+      'drained',
+      () => {
+        out.read()
+        return out.text().length >= kept
+      },
+      { timeoutMs: 8000, everyMs: 5 },
+    ).catch(() => {}) // the assertion below says how far it got
     // All but the last chunk, still gathering for the flush interval.
     assert.ok(out.text().length >= kept, `${out.text().length} of ${kept} bytes drained`)
     assert.ok(lines.join('').startsWith(out.text()), 'lines reordered or cut')
@@ -169,11 +174,14 @@ describe('bufferedLogStream', () => {
     assert.equal(file.read(), lines.join(''))
   })
 
-  it('writes what is gathered at least every flush interval', async () => {
+  it('writes what is gathered at least every flush interval', (t) => {
+    t.mock.timers.enable({ apis: ['setInterval', 'setTimeout'] }) // time itself is the subject
     const file = logFile()
     const stream = bufferedLogStream(file.fd, 4096, 50)
     stream.write('{"msg":"alone"}\n')
-    for (let i = 0; i < 40 && file.read() === ''; i++) await sleep(25)
+    t.mock.timers.tick(49)
+    assert.equal(file.read(), '', 'written before the flush interval')
+    t.mock.timers.tick(1)
     assert.equal(file.read(), '{"msg":"alone"}\n')
   })
 
