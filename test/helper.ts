@@ -15,6 +15,8 @@ import pg from 'pg'
 import animalStore, { serverOptions } from '../src/app.ts'
 import { type Config, loadConfig } from '../src/config.ts'
 import { generateApiKey } from '../src/domain/api-keys.ts'
+import { readByServer } from './processes.ts'
+import { until } from './wait.ts'
 
 export interface TestApp {
   app: FastifyInstance
@@ -144,13 +146,15 @@ export function errorBody(response: LightMyRequestResponse): { code: string; mes
 export const plain = <T>(value: T): T => JSON.parse(JSON.stringify(value))
 
 /**
- * Writes `chunks` to a raw socket of the server at `port` (pausing between them), then with
- * `halfClose` ends its side (FIN), and resolves with all it answered, once it closes.
+ * Writes `chunks` to a raw socket of the server at `port`, then with `halfClose` ends its side
+ * (FIN), and resolves with all it answered, once it closes. Between two chunks it waits `between`:
+ * 'read' until the server has read what was sent (so that each chunk is a read of its own), or a
+ * number of ms, for a client whose slowness is the subject of the test.
  */
 export function rawExchange(
   port: number,
   chunks: (Buffer | string)[],
-  pauseMs = 0,
+  between: number | 'read' = 0,
   { halfClose = false } = {},
 ): Promise<string> {
   return new Promise((resolve) => {
@@ -164,8 +168,12 @@ export function rawExchange(
     socket.on('connect', async () => {
       for (const chunk of chunks) {
         if (socket.destroyed) break
-        socket.write(chunk)
-        if (pauseMs) await sleep(pauseMs)
+        await new Promise((written) => socket.write(chunk, written))
+        if (between === 'read') {
+          await until('the chunk read by the server', () => socket.destroyed || readByServer(port, socket)).catch(
+            () => {},
+          )
+        } else if (between) await sleep(between) // a slow client, on purpose
       }
       if (halfClose && !socket.destroyed) socket.end()
     })

@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { describe, it, type TestContext } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { DROPPED_LIMIT, LINGER_MS, PIPELINE_DEPTH } from '../../src/http/pipelining.ts'
 import { build, DATABASE, rawExchange } from '../helper.ts'
+import { readByServer } from '../processes.ts'
+import { until } from '../wait.ts'
 
 /** `count` requests for /healthz, numbered by their X-Request-Id (r1, r2…), as one write. */
 const burst = (count: number, from = 1) =>
@@ -25,11 +26,14 @@ function answers(received: string) {
 }
 
 /**
- * The app on a real port. With `slow`, it also has GET /slow, answered after 400 ms, and counts
- * the requests Node parses, served or not.
+ * The app on a real port. With `slow`, it also has GET /slow, answered once the test calls
+ * `answerSlow()`, and counts the requests Node parses, served or not.
  */
 async function listening(t: TestContext, { slow = false } = {}) {
   const parsed = { count: 0 }
+  let answerSlow = () => {}
+  const slowAnswered = new Promise<void>((resolve) => (answerSlow = resolve))
+  t.after(answerSlow)
   const test = await build(
     t,
     {},
@@ -37,7 +41,7 @@ async function listening(t: TestContext, { slow = false } = {}) {
       setup: (app) => {
         if (!slow) return
         app.get('/slow', async () => {
-          await sleep(400)
+          await slowAnswered
           return { ok: true }
         })
         app.server.on('request', () => parsed.count++)
@@ -48,14 +52,14 @@ async function listening(t: TestContext, { slow = false } = {}) {
   const { port } = test.app.server.address() as { port: number }
   const connections = () =>
     new Promise<number>((resolve) => test.app.server.getConnections((_, count) => resolve(count)))
-  return { port, parsed, connections }
+  return { port, parsed, connections, answerSlow }
 }
 
 describe(`Pipelining (${DATABASE})`, () => {
   it(`serves ${PIPELINE_DEPTH} requests waiting behind an answer, in order, and keeps the connection`, async (t) => {
     const { port } = await listening(t)
     // The first is answered at once, the other PIPELINE_DEPTH wait; then one more, sent later on the same connection.
-    const received = await rawExchange(port, [burst(PIPELINE_DEPTH + 1), burst(1, PIPELINE_DEPTH + 2)], 300, {
+    const received = await rawExchange(port, [burst(PIPELINE_DEPTH + 1), burst(1, PIPELINE_DEPTH + 2)], 'read', {
       halfClose: true,
     })
     const got = answers(received)
@@ -88,34 +92,42 @@ describe(`Pipelining (${DATABASE})`, () => {
   /** A client that keeps its side open, so that only the server can end the connection. */
   async function openClient(port: number) {
     const socket = connect({ port, host: '127.0.0.1', allowHalfOpen: true })
-    const client = { socket, received: '', ended: '' }
+    let ended = () => {}
+    const client = { socket, received: '', ended: '', done: new Promise<void>((resolve) => (ended = resolve)) }
     socket.on('data', (data) => {
       client.received += data
     })
     socket.on('end', () => {
       client.ended ||= 'end'
+      ended()
     })
     socket.on('error', (error) => {
       client.ended ||= String(error)
+      ended()
     })
     await new Promise((resolve) => socket.on('connect', resolve))
     return client
   }
 
   it('past that, when the answers under way are slow, closes after them without a reset, and lets the connection go', async (t) => {
-    const { port, connections } = await listening(t, { slow: true })
+    const { port, connections, answerSlow } = await listening(t, { slow: true })
     const client = await openClient(port)
-    // A slow request and PIPELINE_DEPTH behind it; the next ones, in later reads, pass the limit.
+    // A slow request and PIPELINE_DEPTH behind it; the next ones, in a later read, pass the limit.
     client.socket.write(`GET /slow HTTP/1.1\r\nHost: x\r\n\r\n${burst(PIPELINE_DEPTH, 2)}`)
-    await sleep(50)
+    await until('the first requests read', () => readByServer(port, client.socket))
     client.socket.write(burst(100, PIPELINE_DEPTH + 2))
-    await sleep(800)
+    await until('the requests past the limit read', () => readByServer(port, client.socket))
+    assert.equal(client.ended, '', 'the server ended the connection before answering the slow request')
+    answerSlow()
+    await client.done
     // Every answer under way arrived, then the server's end of the connection, not a reset.
     assert.equal(client.ended, 'end')
     assert.equal(answers(client.received).length, PIPELINE_DEPTH + 1)
+    const endedAt = Date.now()
     assert.equal(await connections(), 1, 'lingering: the client has not ended its side')
-    await sleep(LINGER_MS)
-    assert.equal(await connections(), 0, 'the connection is let go after LINGER_MS')
+    await until('the connection let go', async () => (await connections()) === 0, { timeoutMs: LINGER_MS + 5000 })
+    const lingered = Date.now() - endedAt
+    assert.ok(lingered >= LINGER_MS - 100, `let go after ${lingered} ms, before LINGER_MS (${LINGER_MS} ms)`)
     client.socket.destroy()
   })
 
@@ -123,11 +135,14 @@ describe(`Pipelining (${DATABASE})`, () => {
     const { port, parsed } = await listening(t, { slow: true })
     const client = await openClient(port)
     client.socket.write(`GET /slow HTTP/1.1\r\nHost: x\r\n\r\n${burst(PIPELINE_DEPTH + 1, 2)}`)
-    for (let i = 0; i < 10; i++) {
-      await sleep(20)
-      client.socket.write(burst(500, 1000 + i * 500))
-    }
-    await sleep(600)
+    const read = () =>
+      until('the last write read', () => readByServer(port, client.socket), { timeoutMs: 1000 }).then(
+        () => true,
+        () => false,
+      )
+    // Each write a read of its own while the server reads; once it stops reading, the rest stays unread.
+    for (let i = 0; i < 10 && (await read()); i++) client.socket.write(burst(500, 1000 + i * 500))
+    await read()
     // Node parses the rest of the read that passes DROPPED_LIMIT (up to 64 KiB), and then no more.
     assert.ok(parsed.count < 2500, `the server parsed ${parsed.count} of 5,066 requests: it went on reading`)
     client.socket.destroy()

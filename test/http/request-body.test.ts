@@ -119,7 +119,7 @@ describe('Request bodies: JSON in UTF-8, taken as sent (point 2)', () => {
     const { port } = test.app.server.address() as { port: number }
     const body = '{"name":"Rex","categoryId":1}'
     const head = `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n`
-    const answer = await rawExchange(port, [head, body.slice(0, 5), body.slice(5)], 50)
+    const answer = await rawExchange(port, [head, body.slice(0, 5), body.slice(5)], 'read')
     assert.match(answer, /^HTTP\/1.1 201 /)
   })
 })
