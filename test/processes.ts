@@ -75,7 +75,7 @@ export function listeningPort(pid: number): number | null {
   return listeningPorts(pid)?.[0] ?? null
 }
 
-/** The ports process `pid` listens on at 127.0.0.1; undefined where there is no /proc to ask. */
+/** The ports process `pid` listens on at 127.0.0.1 or 0.0.0.0; undefined where there is no /proc to ask. */
 function listeningPorts(pid: number): number[] | undefined {
   if (!existsSync('/proc/net/tcp')) return undefined
   let sockets: string[]
@@ -87,7 +87,7 @@ function listeningPorts(pid: number): number[] | undefined {
   return readFileSync('/proc/net/tcp', 'utf8')
     .split('\n')
     .map((row) => row.trim().split(/\s+/))
-    .filter((fields) => fields[1]?.startsWith('0100007F:') && fields[3] === '0A')
+    .filter((fields) => /^(0100007F|00000000):/.test(fields[1] ?? '') && fields[3] === '0A')
     .filter((fields) => sockets.includes(`socket:[${fields[9]}]`))
     .map((fields) => Number.parseInt((fields[1] as string).slice(9), 16))
 }
