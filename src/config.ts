@@ -120,6 +120,19 @@ export const EnvSchema = Type.Object({
     default: 10_000,
     description: 'an integer from 1 to 1000000',
   }),
+  // A connection closed while a body is still arriving reads on for this long (decision 68): as long
+  // as a request may take, and nginx's lingering_time.
+  LINGERING_TIME_SECONDS: Seconds(30, 300, 1),
+  // nginx's lingering_timeout: a client that stopped sending is not waited for longer.
+  LINGERING_TIMEOUT_SECONDS: Seconds(5, 300, 1),
+  LINGERING_BYTES: Type.Integer({
+    minimum: 0,
+    maximum: 1_073_741_824,
+    // 64 MiB: far more than a client sends past a refused body of any size it would try, far less
+    // than an endless uploader sends on a fast link in LINGERING_TIME_SECONDS.
+    default: 67_108_864,
+    description: 'a number of bytes from 0 to 1073741824',
+  }),
 })
 type Env = Type.Static<typeof EnvSchema>
 
@@ -148,6 +161,10 @@ export interface Config {
   keepAliveTimeoutMs: number
   shutdownTimeoutMs: number
   maxConnections: number
+  /** A connection closed while a body is still arriving is read, and what comes thrown away, within these. */
+  lingeringTimeMs: number
+  lingeringTimeoutMs: number
+  lingeringBytes: number
   /** Processes serving the port (node:cluster); 1 means no cluster. */
   workers: number
   /** Requests per API key per window; 0 means no limit. */
@@ -244,6 +261,9 @@ function toConfig(e: Env, trustProxy: Config['trustProxy']): Config {
     keepAliveTimeoutMs: e.KEEP_ALIVE_TIMEOUT_SECONDS * 1000,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_SECONDS * 1000,
     maxConnections: e.MAX_CONNECTIONS,
+    lingeringTimeMs: e.LINGERING_TIME_SECONDS * 1000,
+    lingeringTimeoutMs: e.LINGERING_TIMEOUT_SECONDS * 1000,
+    lingeringBytes: e.LINGERING_BYTES,
     workers: e.WORKERS,
     rateLimit: e.RATE_LIMIT,
     rateLimitWindowMs: e.RATE_LIMIT_WINDOW_SECONDS * 1000,
