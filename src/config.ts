@@ -120,7 +120,7 @@ export const EnvSchema = Type.Object({
     default: 10_000,
     description: 'an integer from 1 to 1000000',
   }),
-  // A connection closed while a body is still arriving reads on for this long (decision 68): as long
+  // A connection closed while a body is still arriving reads on for this long (decision 74): as long
   // as a request may take, and nginx's lingering_time.
   LINGERING_TIME_SECONDS: Seconds(30, 300, 1),
   // nginx's lingering_timeout: a client that stopped sending is not waited for longer.

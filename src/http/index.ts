@@ -9,13 +9,16 @@
  * - pipelining, bounded per connection (pipelining.ts; decision 62), and half-closed clients;
  * - Upgrade, and bodies sent to GET and HEAD, which end the connection with the answer (decision 59);
  * - the connection cap, and draining at shutdown: every answer closes its connection, idle
- *   sockets are closed (decision 58).
+ *   sockets are closed (decision 58);
+ * - closing in stages: a connection that ends while a body is still arriving reads on, within
+ *   bounds, so that the client gets its answer, not a reset (lingering-close.ts; decision 74).
  */
 import type { Server } from 'node:http'
 import type { Socket } from 'node:net'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
 import { framingError } from './framing.ts'
+import { isLingering, Linger } from './lingering-close.ts'
 import { limitPipelining } from './pipelining.ts'
 import { rawErrorResponses, responseOn } from './raw-replies.ts'
 import requestBody, { hasBody } from './request-body.ts'
@@ -54,10 +57,16 @@ export default fp<{ config: Config }>(
     })
     await app.register(requestBody)
 
+    const linger = new Linger({
+      timeMs: config.lingeringTimeMs,
+      idleMs: config.lingeringTimeoutMs,
+      bytes: config.lingeringBytes,
+    })
     const sockets = new Set<Socket>()
     app.server.on('connection', (socket: Socket) => {
       // Node reads the peer's address lazily and has none once the socket is gone: read it now for the logs.
       void socket.remoteAddress
+      linger.watch(socket)
       sockets.add(socket)
       socket.once('close', () => sockets.delete(socket))
     })
@@ -74,8 +83,11 @@ export default fp<{ config: Config }>(
       closeAfterAnswers()
     })
     // Node closes idle keep-alive sockets, but not one that sent nothing yet or half a request.
+    // Lingering ones are waited for, within half the shutdown's deadline: the rest is for the answers
+    // and the database.
     app.addHook('preClose', (done) => {
-      for (const socket of sockets) if (!responseOn(socket)) socket.destroy()
+      linger.endBy(config.shutdownTimeoutMs / 2)
+      for (const socket of sockets) if (!responseOn(socket) && !isLingering(socket)) socket.destroy()
       closeAfterAnswers()
       done()
     })

@@ -1,18 +1,18 @@
 /**
  * A bound on pipelining (decision 62): at most PIPELINE_DEPTH requests of a connection wait behind
  * an answer not yet written; past it nothing more is served, and the connection closes after the
- * last answer under way, lingering (RFC 9112 §9.6) so that the client reads what it was sent and
- * retries the rest on a new connection (§9.3.2).
+ * last answer under way, lingering (lingering-close.ts, RFC 9112 §9.6) so that the client reads what
+ * it was sent and retries the rest on a new connection (§9.3.2). Requests read meanwhile are thrown
+ * away: past DROPPED_LIMIT of them the connection is no longer read at all.
  */
 import type { RequestListener, Server, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
+import { lingeringClose } from './lingering-close.ts'
 
 /** More than any pipelining client uses (browsers do not pipeline; benchmarks use 16). */
 export const PIPELINE_DEPTH = 64
 /** Requests thrown away before the connection is no longer read. */
 export const DROPPED_LIMIT = 256
-/** How long a closing connection waits for its client to end its side. */
-export const LINGER_MS = 2000
 
 interface Pipeline {
   /** Requests whose answers wait behind another one not yet written. */
@@ -60,21 +60,12 @@ function close(socket: Socket, pipeline: Pipeline): void {
   pipeline.closing = true
   pipeline.dropped = 1
   // Node closes a connection after an answer that says `Connection: close` with destroySoon():
-  // this one lingers instead.
-  socket.destroySoon = () => linger(socket)
+  // this one lingers instead, whether or not a request is still arriving.
+  socket.destroySoon = () => lingeringClose(socket)
   const last = pipeline.last
   if (last !== null && !last.headersSent) last.shouldKeepAlive = false
-  else if (last === null || last.writableFinished) linger(socket)
-  else last.once('finish', () => linger(socket))
-}
-
-/** Ends our side, and lets the connection go once the client ends its own, or after LINGER_MS. */
-function linger(socket: Socket): void {
-  if (socket.destroyed) return
-  socket.end()
-  const timer = setTimeout(() => socket.destroy(), LINGER_MS).unref()
-  socket.once('end', () => socket.destroy())
-  socket.once('close', () => clearTimeout(timer))
+  else if (last === null || last.writableFinished) lingeringClose(socket)
+  else last.once('finish', () => lingeringClose(socket))
 }
 
 /** Reads nothing more of the connection: Node resumes reading by itself (as requests start, as answers finish). */

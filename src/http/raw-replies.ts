@@ -10,6 +10,7 @@ import { type Duplex, finished } from 'node:stream'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import { redactApiKeys } from '../domain/api-keys.ts'
 import { ApiError, ERRORS, type ErrorCode, toErrorBody } from '../errors.ts'
+import { lingeringClose } from './lingering-close.ts'
 import { lastAnswer } from './pipelining.ts'
 import { failBody } from './request-body.ts'
 
@@ -85,15 +86,18 @@ export function clientErrorHandler(this: FastifyInstance, error: Error & { code?
   if (pending && request && !request.complete) {
     if (failBody(request, bodyError(error))) return
     pending.shouldKeepAlive = false
-    if (pending.writableFinished) socket.end()
-    else pending.once('finish', () => socket.end())
+    if (pending.writableFinished) lingeringClose(socket)
+    else pending.once('finish', () => lingeringClose(socket))
     return
   }
   const answer = clientErrorAnswer(error, (code, message) => rawErrorResponse(this.log, socket, code, message))
   // Answers go in request order (RFC 9112 §9.3.2): a request before the bad one, still being
   // answered, is answered first. If that answer closes the connection, there is no one left to tell.
+  // The client may still be sending (headers too large, a body): the close lingers.
   const send = () => {
-    if (socket.writable && !socket.writableEnded) socket.end(answer)
+    if (!socket.writable || socket.writableEnded) return
+    socket.write(answer)
+    lingeringClose(socket)
   }
   if (pending && !pending.writableFinished) pending.once('finish', send)
   else send()

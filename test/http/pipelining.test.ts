@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { describe, it, type TestContext } from 'node:test'
-import { DROPPED_LIMIT, LINGER_MS, PIPELINE_DEPTH } from '../../src/http/pipelining.ts'
+import { DROPPED_LIMIT, PIPELINE_DEPTH } from '../../src/http/pipelining.ts'
 import { build, DATABASE, rawExchange } from '../helper.ts'
 import { readByServer } from '../processes.ts'
 import { until } from '../wait.ts'
@@ -27,32 +27,32 @@ function answers(received: string) {
 
 /**
  * The app on a real port. With `slow`, it also has GET /slow, answered once the test calls
- * `answerSlow()`, and counts the requests Node parses, served or not.
+ * `answerSlow()`, and counts the requests Node parses, served or not. `closed` resolves when the
+ * first connection closes.
  */
-async function listening(t: TestContext, { slow = false } = {}) {
+async function listening(t: TestContext, { slow = false, env = {} as Record<string, string> } = {}) {
   const parsed = { count: 0 }
   let answerSlow = () => {}
   const slowAnswered = new Promise<void>((resolve) => (answerSlow = resolve))
   t.after(answerSlow)
-  const test = await build(
-    t,
-    {},
-    {
-      setup: (app) => {
-        if (!slow) return
-        app.get('/slow', async () => {
-          await slowAnswered
-          return { ok: true }
-        })
-        app.server.on('request', () => parsed.count++)
-      },
+  let firstClosed: () => void = () => {}
+  const closed = new Promise<void>((resolve) => (firstClosed = resolve))
+  const test = await build(t, env, {
+    setup: (app) => {
+      app.server.once('connection', (socket) => socket.once('close', firstClosed))
+      if (!slow) return
+      app.get('/slow', async () => {
+        await slowAnswered
+        return { ok: true }
+      })
+      app.server.on('request', () => parsed.count++)
     },
-  )
+  })
   await test.app.listen({ port: 0, host: '127.0.0.1' })
   const { port } = test.app.server.address() as { port: number }
   const connections = () =>
     new Promise<number>((resolve) => test.app.server.getConnections((_, count) => resolve(count)))
-  return { port, parsed, connections, answerSlow }
+  return { port, parsed, connections, answerSlow, closed }
 }
 
 describe(`Pipelining (${DATABASE})`, () => {
@@ -110,7 +110,7 @@ describe(`Pipelining (${DATABASE})`, () => {
   }
 
   it('past that, when the answers under way are slow, closes after them without a reset, and lets the connection go', async (t) => {
-    const { port, connections, answerSlow } = await listening(t, { slow: true })
+    const { port, connections, answerSlow, closed } = await listening(t, { slow: true, env: { LINGERING_TIMEOUT_SECONDS: '1' } })
     const client = await openClient(port)
     // A slow request and PIPELINE_DEPTH behind it; the next ones, in a later read, pass the limit.
     client.socket.write(`GET /slow HTTP/1.1\r\nHost: x\r\n\r\n${burst(PIPELINE_DEPTH, 2)}`)
@@ -125,9 +125,11 @@ describe(`Pipelining (${DATABASE})`, () => {
     assert.equal(answers(client.received).length, PIPELINE_DEPTH + 1)
     const endedAt = Date.now()
     assert.equal(await connections(), 1, 'lingering: the client has not ended its side')
-    await until('the connection let go', async () => (await connections()) === 0, { timeoutMs: LINGER_MS + 5000 })
-    const lingered = Date.now() - endedAt
-    assert.ok(lingered >= LINGER_MS - 100, `let go after ${lingered} ms, before LINGER_MS (${LINGER_MS} ms)`)
+    // The client sends nothing more: the connection goes once LINGERING_TIMEOUT_SECONDS have passed without a byte.
+    const since = Date.now()
+    await closed
+    assert.ok(Date.now() - since < 1500, `let go ${Date.now() - since} ms later`)
+    assert.equal(await connections(), 0)
     client.socket.destroy()
   })
 
