@@ -110,7 +110,10 @@ describe(`Pipelining (${DATABASE})`, () => {
   }
 
   it('past that, when the answers under way are slow, closes after them without a reset, and lets the connection go', async (t) => {
-    const { port, connections, answerSlow, closed } = await listening(t, { slow: true, env: { LINGERING_TIMEOUT_SECONDS: '1' } })
+    const { port, connections, answerSlow, closed } = await listening(t, {
+      slow: true,
+      env: { LINGERING_TIMEOUT_SECONDS: '1' },
+    })
     const client = await openClient(port)
     // A slow request and PIPELINE_DEPTH behind it; the next ones, in a later read, pass the limit.
     client.socket.write(`GET /slow HTTP/1.1\r\nHost: x\r\n\r\n${burst(PIPELINE_DEPTH, 2)}`)
@@ -123,7 +126,6 @@ describe(`Pipelining (${DATABASE})`, () => {
     // Every answer under way arrived, then the server's end of the connection, not a reset.
     assert.equal(client.ended, 'end')
     assert.equal(answers(client.received).length, PIPELINE_DEPTH + 1)
-    const endedAt = Date.now()
     assert.equal(await connections(), 1, 'lingering: the client has not ended its side')
     // The client sends nothing more: the connection goes once LINGERING_TIMEOUT_SECONDS have passed without a byte.
     const since = Date.now()

@@ -6,15 +6,7 @@ describe('Requests no route takes: 404, 405 with Allow, the key first', () => {
   it('unknown route: 404 not_found, with or without /v1 (with a key)', async (t) => {
     const test = await build(t)
     const { secret } = await test.newKey()
-    for (const url of [
-      '/v1',
-      '/v1/pet',
-      '/v2/pets',
-      '/v1/pets/1/owner',
-      '/v1/orders',
-      '/v1/pets/',
-      '/v1/pets/?x=1',
-    ]) {
+    for (const url of ['/v1', '/v1/pet', '/v2/pets', '/v1/pets/1/owner', '/v1/orders', '/v1/pets/', '/v1/pets/?x=1']) {
       const response = await test.app.inject({ url, headers: bearer(secret) })
       assert.equal(response.statusCode, 404, url)
       assert.equal(errorBody(response).code, 'not_found')
