@@ -12,10 +12,21 @@ import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { parentPort, workerData } from 'node:worker_threads'
 import { randomId } from '../domain/api-keys.ts'
 import type { Message } from '../schemas/messages.ts'
+import type { Order } from '../schemas/orders.ts'
 import type { Pet } from '../schemas/pets.ts'
 import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
 import { FILE_GONE, fileIdentity, filesIdentity } from './sqlite-file.ts'
-import type { Account, ApiKey, IdempotencyClaim, IdempotencyRef, IdempotencyState } from './types.ts'
+import type {
+  Account,
+  ApiKey,
+  IdempotencyClaim,
+  IdempotencyRef,
+  IdempotencyState,
+  PetChanges,
+  PlaceOrderResult,
+  TransitionResult,
+  UpdatePetResult,
+} from './types.ts'
 
 /** A job from the main thread: [id, operation, arguments]. */
 export type WriteJob = [number, keyof WriteOps, unknown[]]
@@ -30,6 +41,9 @@ export interface WriterData {
 const KEY_COLUMNS = `id, account_id AS accountId, name, prefix, created_at AS createdAt, expires_at AS expiresAt,
   revoked_at AS revokedAt, last_used_at AS lastUsedAt`
 const MESSAGE_COLUMNS = 'id, body AS message, status, created_at AS createdAt'
+const PET_COLUMNS = 'id, name, category_id AS categoryId, status'
+export const ORDER_COLUMNS = `id, pet_id AS petId, status, created_at AS createdAt, expires_at AS expiresAt,
+  updated_at AS updatedAt`
 
 function prepareWrites(db: DatabaseSync) {
   const s = (sql: string): StatementSync => db.prepare(sql)
@@ -41,6 +55,23 @@ function prepareWrites(db: DatabaseSync) {
     release: s('RELEASE write'),
     rollbackTo: s('ROLLBACK TO write'),
     insertPet: s('INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)'),
+    getVersionedPet: s(`SELECT ${PET_COLUMNS}, version FROM pets WHERE id = ?`),
+    updatePet: s(`UPDATE pets SET name = ?, category_id = ?, status = ?, version = version + 1 WHERE id = ?
+      RETURNING ${PET_COLUMNS}, version`),
+    // The guarded updates that make one winner: only an available pet is held, only a held one freed.
+    holdPet: s("UPDATE pets SET status = 'pending', version = version + 1 WHERE id = ? AND status = 'available'"),
+    releasePet: s("UPDATE pets SET status = ?, version = version + 1 WHERE id = ? AND status = 'pending'"),
+    petExists: s('SELECT 1 FROM pets WHERE id = ?'),
+    placedOrderFor: s("SELECT 1 FROM orders WHERE pet_id = ? AND status = 'placed'"),
+    insertOrder: s(`INSERT INTO orders (id, account_id, pet_id, status, created_at, expires_at, updated_at)
+      VALUES (?, ?, ?, 'placed', ?, ?, ?) RETURNING ${ORDER_COLUMNS}`),
+    getOrder: s(`SELECT seq, ${ORDER_COLUMNS} FROM orders WHERE id = ? AND account_id = ?`),
+    setOrderStatus: s(`UPDATE orders SET status = ?, updated_at = ? WHERE seq = ? AND status = 'placed'
+      RETURNING ${ORDER_COLUMNS}`),
+    expireOrders: s(`UPDATE orders SET status = 'expired', updated_at = ?
+      WHERE status = 'placed' AND expires_at <= ? RETURNING ${ORDER_COLUMNS}`),
+    expirePetOrder: s(`UPDATE orders SET status = 'expired', updated_at = ?
+      WHERE pet_id = ? AND status = 'placed' AND expires_at <= ? RETURNING ${ORDER_COLUMNS}`),
     insertAccount: s(`INSERT INTO accounts (email, password_hash, created_at) VALUES (?, ?, ?)
       ON CONFLICT (email) DO NOTHING RETURNING id, email, created_at AS createdAt`),
     setPassword: s('UPDATE accounts SET password_hash = ? WHERE id = ?'),
@@ -79,12 +110,63 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
   const complete = (ref: IdempotencyRef | null, status: number, body: unknown) => {
     if (ref) sql.completeIdempotency.run(status, JSON.stringify(body), ref.scope, ref.key)
   }
+  /** Expires the pet's placed order if its hold has ended, freeing the pet; returns it. */
+  const expireHeld = (petId: number, at: string): Order | undefined => {
+    const expired = sql.expirePetOrder.get(at, petId, at) as Order | undefined
+    if (expired) sql.releasePet.run('available', petId)
+    return expired
+  }
   return {
     /** Returns the new pet's id: the row holds what was given (a STRICT table stores values as they are). */
     createPet(name: string, categoryId: number, status: Pet['status'], idempotency: IdempotencyRef | null): number {
       const id = Number(sql.insertPet.run(name, categoryId, status).lastInsertRowid)
       if (idempotency) complete(idempotency, 201, { id, name, categoryId, status })
       return id
+    },
+    updatePet(id: number, changes: PetChanges, ifVersion: number | null): UpdatePetResult {
+      const current = sql.getVersionedPet.get(id) as (Pet & { version: number }) | undefined
+      if (!current) return { refused: 'not_found' }
+      if (ifVersion !== null && current.version !== ifVersion) return { refused: 'version_mismatch' }
+      const { version, ...pet } = current
+      const next = { ...pet, ...changes }
+      if (next.status !== pet.status && (next.status === 'pending' || sql.placedOrderFor.get(id))) {
+        return { refused: 'held' }
+      }
+      if (next.name === pet.name && next.categoryId === pet.categoryId && next.status === pet.status) {
+        return { updated: { pet, version } }
+      }
+      const row = sql.updatePet.get(next.name, next.categoryId, next.status, id) as unknown as Pet & { version: number }
+      const { version: moved, ...updated } = row
+      return { updated: { pet: updated, version: moved } }
+    },
+    placeOrder(accountId: number, petId: number, expiresAt: string, idempotency: IdempotencyRef | null) {
+      const at = now()
+      expireHeld(petId, at)
+      if (sql.holdPet.run(petId).changes === 0) {
+        return { refused: sql.petExists.get(petId) ? 'pet_not_available' : 'pet_not_found' } as PlaceOrderResult
+      }
+      const order = sql.insertOrder.get(randomId('ord'), accountId, petId, at, expiresAt, at) as unknown as Order
+      complete(idempotency, 201, order)
+      return { placed: order } as PlaceOrderResult
+    },
+    transitionOrder(accountId: number, id: string, to: 'completed' | 'canceled'): TransitionResult {
+      const at = now()
+      const found = sql.getOrder.get(id, accountId) as (Order & { seq: number }) | undefined
+      if (!found) return { refused: 'not_found' }
+      const { seq, ...order } = found
+      // A hold that has ended expires now, whatever the sweep has done yet.
+      const current =
+        order.status === 'placed' && order.expiresAt <= at ? (expireHeld(order.petId, at) ?? order) : order
+      if (current.status === to) return { order: current, changed: false }
+      if (current.status !== 'placed') return { refused: 'conflict', order: current }
+      const updated = sql.setOrderStatus.get(to, at, seq) as unknown as Order
+      sql.releasePet.run(to === 'completed' ? 'sold' : 'available', order.petId)
+      return { order: updated, changed: true }
+    },
+    expireOrders(at: string): Order[] {
+      const expired = sql.expireOrders.all(at, at) as unknown as Order[]
+      for (const order of expired) sql.releasePet.run('available', order.petId)
+      return expired
     },
     createAccount(email: string, passwordHash: string | null): Account | null {
       return (sql.insertAccount.get(email, passwordHash, now()) as Account | undefined) ?? null

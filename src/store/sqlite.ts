@@ -11,10 +11,11 @@ import { dirname } from 'node:path'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { Worker } from 'node:worker_threads'
 import type { Message } from '../schemas/messages.ts'
-import { DEFAULT_PET_STATUS, type NewPet, type Pet } from '../schemas/pets.ts'
+import type { Inventory, Order } from '../schemas/orders.ts'
+import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
 import { newerThanCode, readMigrations } from './migrations.ts'
 import { FILE_GONE, filesIdentity } from './sqlite-file.ts'
-import type { WriteJob, WriteOps, WriteResult, WriterData } from './sqlite-writer.ts'
+import { ORDER_COLUMNS, type WriteJob, type WriteOps, type WriteResult, type WriterData } from './sqlite-writer.ts'
 import {
   type Account,
   type ApiKey,
@@ -23,12 +24,20 @@ import {
   type IdempotencyClaim,
   type IdempotencyRef,
   type IdempotencyState,
+  type ListOrdersOptions,
   type ListPetsOptions,
   type NewApiKey,
   type NewSession,
+  type OrderPage,
+  type PetChanges,
   type PetPage,
+  type PlaceOrder,
+  type PlaceOrderResult,
   type Session,
   type Store,
+  type TransitionResult,
+  type UpdatePetResult,
+  type VersionedPet,
 } from './types.ts'
 
 /**
@@ -263,6 +272,26 @@ export class SqliteStore implements Store {
     })
   }
 
+  async getVersionedPet(id: number): Promise<VersionedPet | null> {
+    const row = await read(() => this.#sql.getVersionedPet.get(id) as (Pet & { version: number }) | undefined)
+    if (!row) return null
+    const { version, ...pet } = row
+    return { pet, version }
+  }
+
+  updatePet(id: number, changes: PetChanges, ifVersion?: number): Promise<UpdatePetResult> {
+    return this.#write('updatePet', id, changes, ifVersion ?? null)
+  }
+
+  inventory(): Promise<Inventory> {
+    return read(() => {
+      const counts: Inventory = { available: 0, pending: 0, sold: 0 }
+      for (const row of this.#sql.inventory.all() as { status: PetStatus; count: number }[])
+        counts[row.status] = row.count
+      return counts
+    })
+  }
+
   petsVersion(): number {
     // data_version moves with any other connection's commit (our writer's or another process's).
     // Read once per turn of the event loop: a request served in a turn arrived before it began,
@@ -279,6 +308,42 @@ export class SqliteStore implements Store {
       }
     }
     return this.#petsVersion
+  }
+
+  // ─── ORDERS ────────────────────────────────────────────────────────────────────────────────
+
+  placeOrder(order: PlaceOrder, idempotency?: IdempotencyRef): Promise<PlaceOrderResult> {
+    return this.#write('placeOrder', order.accountId, order.petId, order.expiresAt, idempotency ?? null)
+  }
+
+  getOrder(accountId: number, id: string): Promise<Order | null> {
+    return read(() => (this.#sql.getOrder.get(id, accountId) as Order | undefined) ?? null)
+  }
+
+  listOrders({ accountId, limit, status, petId, before }: ListOrdersOptions): Promise<OrderPage> {
+    return read(() => {
+      // One row more than asked says whether another page exists.
+      const rows = this.#sql.listOrders.all(
+        accountId,
+        before ?? Number.MAX_SAFE_INTEGER,
+        status ?? null,
+        status ?? null,
+        petId ?? null,
+        petId ?? null,
+        limit + 1,
+      ) as unknown as (Order & { seq: number })[]
+      const more = rows.length > limit
+      if (more) rows.pop()
+      return { orders: rows.map(({ seq, ...order }) => order), next: more ? (rows.at(-1)?.seq ?? null) : null }
+    })
+  }
+
+  transitionOrder(accountId: number, id: string, to: 'completed' | 'canceled'): Promise<TransitionResult> {
+    return this.#write('transitionOrder', accountId, id, to)
+  }
+
+  expireOrders(now: string): Promise<Order[]> {
+    return this.#write('expireOrders', now)
   }
 
   // ─── ACCOUNTS ──────────────────────────────────────────────────────────────────────────────
@@ -544,6 +609,11 @@ function prepareReads(db: DatabaseSync) {
     ping: s('SELECT 1'),
     dataVersion: s('PRAGMA data_version'),
     getPet: s(`SELECT ${PET_COLUMNS} FROM pets WHERE id = ?`),
+    getVersionedPet: s(`SELECT ${PET_COLUMNS}, version FROM pets WHERE id = ?`),
+    inventory: s('SELECT status, count(*) AS count FROM pets GROUP BY status'),
+    getOrder: s(`SELECT ${ORDER_COLUMNS} FROM orders WHERE id = ? AND account_id = ?`),
+    listOrders: s(`SELECT seq, ${ORDER_COLUMNS} FROM orders WHERE account_id = ? AND seq < ?
+      AND (? IS NULL OR status = ?) AND (? IS NULL OR pet_id = ?) ORDER BY seq DESC LIMIT ?`),
     listPets: s(`SELECT ${PET_COLUMNS} FROM pets WHERE id > ? ORDER BY id LIMIT ?`),
     listPetsByStatus: s(`SELECT ${PET_COLUMNS} FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?`),
     getAccountByEmail: s('SELECT id, email, created_at AS createdAt FROM accounts WHERE email = ?'),

@@ -8,9 +8,12 @@
  * - Ids: pets get increasing int64 ids from 1, never above Number.MAX_SAFE_INTEGER, never reused;
  *   accounts likewise; keys and messages get random prefixed string ids (`key_…`, `msg_…`).
  * - Timestamps are ISO 8601 UTC strings with milliseconds and `Z`.
- * - Pets are immutable once created and their ids never reused, so a pet may be cached forever.
+ * - Pets change through updatePet and orders; each change moves the pet's `version` (its ETag).
+ * - One placed order per pet, enforced by the database (a guarded update and a unique index), never
+ *   by a lock in one process: orders on one pet from any number of instances have one winner.
  */
 import type { Message } from '../schemas/messages.ts'
+import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import type { NewPet, Pet, PetStatus } from '../schemas/pets.ts'
 
 export { DatabaseUnavailableError } from '../errors.ts'
@@ -33,6 +36,64 @@ export interface PetPage {
   pets: Pet[]
   /** When more pets match after this page: the id to pass as `afterId` for the next one. */
   nextAfterId: number | null
+}
+
+/** A pet and its version: a number that moves with every change to it (its ETag). */
+export interface VersionedPet {
+  pet: Pet
+  version: number
+}
+
+/** The fields a PATCH may change, already merged by the caller (JSON Merge Patch). */
+export interface PetChanges {
+  name?: string
+  categoryId?: number
+  status?: PetStatus
+}
+
+export type UpdatePetResult =
+  | { updated: VersionedPet }
+  /** No such pet. */
+  | { refused: 'not_found' }
+  /** `ifVersion` was given and the pet has another version now. */
+  | { refused: 'version_mismatch' }
+  /** A placed order holds the pet, or `pending` was asked for: only orders hold pets. */
+  | { refused: 'held' }
+
+export interface PlaceOrder {
+  accountId: number
+  petId: number
+  /** When the hold ends, unless the order is completed or canceled first. */
+  expiresAt: string
+}
+
+export type PlaceOrderResult =
+  | { placed: Order }
+  | { refused: 'pet_not_found' }
+  /** The pet is not `available` (another order holds it, or it is sold). */
+  | { refused: 'pet_not_available' }
+
+export type TransitionResult =
+  /** `changed` is false when the order already had that status (a repeated request). */
+  | { order: Order; changed: boolean }
+  | { refused: 'not_found' }
+  /** The order is in another final state; `order` says which. */
+  | { refused: 'conflict'; order: Order }
+
+export interface ListOrdersOptions {
+  accountId: number
+  /** 1 to 100. */
+  limit: number
+  status?: OrderStatus
+  petId?: number
+  /** Return only orders placed before this position (keyset pagination, newest first). */
+  before?: number
+}
+
+export interface OrderPage {
+  orders: Order[]
+  /** When more orders match after this page: the position to pass as `before`. */
+  next: number | null
 }
 
 export interface Account {
@@ -118,14 +179,40 @@ export interface Store {
   /** One page of pets in id order, optionally of one status, after a given id. */
   listPets(options: ListPetsOptions): Promise<PetPage>
   /**
-   * A number that changes whenever the set of pets may have changed (in this process or any other),
-   * read without a round-trip; or null when the store cannot tell cheaply. Responses derived from
-   * pets may be cached while it stays the same. (Pets themselves never change once created: there
-   * is no update or delete operation.) A store that gives a version also promises that a pet
-   * created later, here or elsewhere, gets an id above every pet any read has seen: so a page
-   * that has a next page stays as it is for good, whatever is added.
+   * A number that changes whenever any pet may have changed (in this process or any other), read
+   * without a round-trip; or null when the store cannot tell cheaply. Reads of pets may be cached
+   * while it stays the same. A store that gives one also promises that a pet created later gets
+   * an id above every pet any read has seen.
    */
   petsVersion(): number | null
+
+  /** The pet with its version, or null. */
+  getVersionedPet(id: number): Promise<VersionedPet | null>
+  /**
+   * Applies `changes` to a pet in one transaction. A pet held by a placed order cannot change
+   * status, and no pet becomes `pending` this way; with `ifVersion`, only that version is changed.
+   */
+  updatePet(id: number, changes: PetChanges, ifVersion?: number): Promise<UpdatePetResult>
+  /** How many pets have each status; every status is present. */
+  inventory(): Promise<Inventory>
+
+  // ─── ORDERS ──────────────────────────────────────────────────────────────────────────────────
+  /**
+   * Places an order and makes its pet `pending`, in one transaction, only if the pet is
+   * `available`. With an idempotency reference, the claim is completed with the order (201).
+   */
+  placeOrder(order: PlaceOrder, idempotency?: IdempotencyRef): Promise<PlaceOrderResult>
+  /** The account's order with this id, or null (another account's order is null too). */
+  getOrder(accountId: number, id: string): Promise<Order | null>
+  /** One page of the account's orders, newest first. */
+  listOrders(options: ListOrdersOptions): Promise<OrderPage>
+  /**
+   * Moves a placed order to `completed` (its pet to `sold`) or `canceled` (its pet to
+   * `available`), in one transaction. A placed order whose hold has ended expires first.
+   */
+  transitionOrder(accountId: number, id: string, to: 'completed' | 'canceled'): Promise<TransitionResult>
+  /** Expires every placed order whose hold ended by `now`, freeing their pets; returns them. */
+  expireOrders(now: string): Promise<Order[]>
 
   // ─── ACCOUNTS ────────────────────────────────────────────────────────────────────────────────
   /**

@@ -273,6 +273,169 @@ export function storeContract(name: string, open: OpenStore): void {
       assert.equal(states.filter((s) => s.state === 'in_progress').length, 9)
     })
 
+    it('orders: placing holds an available pet; another order, a sold or an unknown pet is refused', async (t) => {
+      const store = await open(t)
+      const account = (await store.createAccount('buyer@example.com')) as { id: number }
+      const pet = await store.createPet({ name: 'Rex', categoryId: 1 })
+      const sold = await store.createPet({ name: 'Old', categoryId: 1, status: 'sold' })
+      const expiresAt = new Date(Date.now() + 60_000).toISOString()
+      const result = await store.placeOrder({ accountId: account.id, petId: pet.id, expiresAt })
+      assert.ok('placed' in result)
+      const order = result.placed
+      assert.match(order.id, /^ord_[0-9A-Za-z]{16,}$/)
+      assert.equal(order.petId, pet.id)
+      assert.equal(order.status, 'placed')
+      assert.equal(order.expiresAt, expiresAt)
+      assert.match(order.createdAt, ISO)
+      assert.equal(order.updatedAt, order.createdAt)
+      assert.equal((await store.getPet(pet.id))?.status, 'pending')
+      const again = { accountId: account.id, petId: pet.id, expiresAt }
+      assert.deepEqual(await store.placeOrder(again), { refused: 'pet_not_available' })
+      assert.deepEqual(await store.placeOrder({ ...again, petId: sold.id }), { refused: 'pet_not_available' })
+      assert.deepEqual(await store.placeOrder({ ...again, petId: sold.id + 1000 }), { refused: 'pet_not_found' })
+      assert.deepEqual(plain(await store.getOrder(account.id, order.id)), plain(order))
+      const other = (await store.createAccount('other@example.com')) as { id: number }
+      assert.equal(await store.getOrder(other.id, order.id), null)
+    })
+
+    it('orders: of concurrent orders for one pet exactly one is placed', async (t) => {
+      const store = await open(t)
+      const account = (await store.createAccount('race@example.com')) as { id: number }
+      const pet = await store.createPet({ name: 'Rex', categoryId: 1 })
+      const expiresAt = new Date(Date.now() + 60_000).toISOString()
+      const results = await Promise.all(
+        Array.from({ length: 20 }, () => store.placeOrder({ accountId: account.id, petId: pet.id, expiresAt })),
+      )
+      assert.equal(results.filter((r) => 'placed' in r).length, 1)
+      assert.equal(results.filter((r) => 'refused' in r && r.refused === 'pet_not_available').length, 19)
+      const page = await store.listOrders({ accountId: account.id, limit: 100 })
+      assert.equal(page.orders.length, 1)
+    })
+
+    it('orders: complete sells the pet, cancel frees it; repeats are no change; other moves conflict', async (t) => {
+      const store = await open(t)
+      const account = (await store.createAccount('t@example.com')) as { id: number }
+      const expiresAt = new Date(Date.now() + 60_000).toISOString()
+      const place = async () => {
+        const pet = await store.createPet({ name: 'Rex', categoryId: 1 })
+        const result = await store.placeOrder({ accountId: account.id, petId: pet.id, expiresAt })
+        assert.ok('placed' in result)
+        return result.placed
+      }
+      const first = await place()
+      const completed = await store.transitionOrder(account.id, first.id, 'completed')
+      assert.ok('changed' in completed && completed.changed)
+      assert.equal(completed.order.status, 'completed')
+      assert.ok(completed.order.updatedAt >= first.updatedAt)
+      assert.equal((await store.getPet(first.petId))?.status, 'sold')
+      const repeated = await store.transitionOrder(account.id, first.id, 'completed')
+      assert.ok('changed' in repeated && !repeated.changed)
+      const conflict = await store.transitionOrder(account.id, first.id, 'canceled')
+      assert.ok('refused' in conflict && conflict.refused === 'conflict' && conflict.order.status === 'completed')
+
+      const second = await place()
+      const canceled = await store.transitionOrder(account.id, second.id, 'canceled')
+      assert.ok('changed' in canceled && canceled.order.status === 'canceled')
+      assert.equal((await store.getPet(second.petId))?.status, 'available')
+      const other = (await store.createAccount('u@example.com')) as { id: number }
+      assert.deepEqual(await store.transitionOrder(other.id, second.id, 'canceled'), { refused: 'not_found' })
+      assert.deepEqual(await store.transitionOrder(account.id, 'ord_nope', 'canceled'), { refused: 'not_found' })
+    })
+
+    it('orders: an ended hold expires by the sweep or at the next move, and frees the pet', async (t) => {
+      const store = await open(t)
+      const account = (await store.createAccount('e@example.com')) as { id: number }
+      const past = new Date(Date.now() - 1000).toISOString()
+      const a = await store.createPet({ name: 'A', categoryId: 1 })
+      const b = await store.createPet({ name: 'B', categoryId: 1 })
+      const c = await store.createPet({ name: 'C', categoryId: 1 })
+      const placed = []
+      for (const pet of [a, b, c]) {
+        const result = await store.placeOrder({ accountId: account.id, petId: pet.id, expiresAt: past })
+        assert.ok('placed' in result)
+        placed.push(result.placed)
+      }
+      // b: a move of an order whose hold ended finds it expired; c: a new order for its pet wins.
+      const moved = await store.transitionOrder(account.id, (placed[1] as { id: string }).id, 'completed')
+      assert.ok('refused' in moved && moved.refused === 'conflict' && moved.order.status === 'expired')
+      const reordered = await store.placeOrder({ accountId: account.id, petId: c.id, expiresAt: past })
+      assert.ok('placed' in reordered)
+      const swept = await store.expireOrders(new Date().toISOString())
+      assert.deepEqual(swept.map((o) => o.petId).sort(), [a.id, c.id].sort())
+      assert.ok(swept.every((o) => o.status === 'expired'))
+      for (const pet of [a, b, c]) assert.equal((await store.getPet(pet.id))?.status, 'available')
+      assert.deepEqual(await store.expireOrders(new Date().toISOString()), [])
+    })
+
+    it("orders: listed newest first, by status and pet, in pages; never another account's", async (t) => {
+      const store = await open(t)
+      const account = (await store.createAccount('l@example.com')) as { id: number }
+      const other = (await store.createAccount('m@example.com')) as { id: number }
+      const expiresAt = new Date(Date.now() + 60_000).toISOString()
+      const ids: string[] = []
+      for (let i = 0; i < 5; i++) {
+        const pet = await store.createPet({ name: `p${i}`, categoryId: 1 })
+        const result = await store.placeOrder({ accountId: account.id, petId: pet.id, expiresAt })
+        assert.ok('placed' in result)
+        ids.push(result.placed.id)
+      }
+      const otherPet = await store.createPet({ name: 'o', categoryId: 1 })
+      await store.placeOrder({ accountId: other.id, petId: otherPet.id, expiresAt })
+      await store.transitionOrder(account.id, ids[0] as string, 'canceled')
+      const first = await store.listOrders({ accountId: account.id, limit: 3 })
+      assert.deepEqual(
+        first.orders.map((o) => o.id),
+        ids.slice(2).reverse(),
+      )
+      assert.notEqual(first.next, null)
+      const rest = await store.listOrders({ accountId: account.id, limit: 3, before: first.next as number })
+      assert.deepEqual(
+        rest.orders.map((o) => o.id),
+        ids.slice(0, 2).reverse(),
+      )
+      assert.equal(rest.next, null)
+      const canceled = await store.listOrders({ accountId: account.id, limit: 10, status: 'canceled' })
+      assert.deepEqual(
+        canceled.orders.map((o) => o.id),
+        [ids[0]],
+      )
+      const byPet = await store.listOrders({ accountId: account.id, limit: 10, petId: first.orders[0]?.petId })
+      assert.deepEqual(
+        byPet.orders.map((o) => o.id),
+        [ids[4]],
+      )
+    })
+
+    it('pets: updatePet moves the version; a stale version, a held pet or pending is refused', async (t) => {
+      const store = await open(t)
+      const pet = await store.createPet({ name: 'Rex', categoryId: 1 })
+      const start = (await store.getVersionedPet(pet.id)) as { version: number }
+      const renamed = await store.updatePet(pet.id, { name: 'Max' }, start.version)
+      assert.ok('updated' in renamed)
+      assert.deepEqual(plain(renamed.updated.pet), { ...pet, name: 'Max' })
+      assert.ok(renamed.updated.version > start.version)
+      assert.deepEqual(await store.updatePet(pet.id, { name: 'Old' }, start.version), { refused: 'version_mismatch' })
+      const same = await store.updatePet(pet.id, { name: 'Max' })
+      assert.ok('updated' in same && same.updated.version === renamed.updated.version)
+      assert.deepEqual(await store.updatePet(pet.id, { status: 'pending' }), { refused: 'held' })
+      assert.deepEqual(await store.updatePet(pet.id + 1000, { name: 'x' }), { refused: 'not_found' })
+      const account = (await store.createAccount('p@example.com')) as { id: number }
+      const expiresAt = new Date(Date.now() + 60_000).toISOString()
+      assert.ok('placed' in (await store.placeOrder({ accountId: account.id, petId: pet.id, expiresAt })))
+      assert.deepEqual(await store.updatePet(pet.id, { status: 'sold' }), { refused: 'held' })
+      const held = await store.updatePet(pet.id, { categoryId: 2 })
+      assert.ok('updated' in held && held.updated.pet.status === 'pending' && held.updated.pet.categoryId === 2)
+    })
+
+    it('pets: inventory counts every status, zero included', async (t) => {
+      const store = await open(t)
+      assert.deepEqual(plain(await store.inventory()), { available: 0, pending: 0, sold: 0 })
+      await store.createPet({ name: 'a', categoryId: 1 })
+      await store.createPet({ name: 'b', categoryId: 1 })
+      await store.createPet({ name: 'c', categoryId: 1, status: 'sold' })
+      assert.deepEqual(plain(await store.inventory()), { available: 2, pending: 0, sold: 1 })
+    })
+
     it('lifecycle: ping answers; close is idempotent and finishes pending writes', async (t) => {
       const store = await open(t)
       await store.ping()

@@ -1,0 +1,74 @@
+import Type from 'typebox'
+import { Int64, Int64Param } from './common.ts'
+
+export const ORDER_STATUSES = ['placed', 'completed', 'canceled', 'expired'] as const
+export const OrderStatusSchema = Type.Enum(ORDER_STATUSES, {
+  type: 'string',
+  description:
+    '`placed` holds the pet until `expiresAt`; `completed` (the pet is sold), `canceled` and `expired` (the pet is available again) are final.',
+})
+export type OrderStatus = Type.Static<typeof OrderStatusSchema>
+
+const timestamp = (description: string) =>
+  Type.String({ format: 'date-time', description: `${description} ISO 8601 UTC, e.g. 2026-11-22T12:00:00.000Z.` })
+
+export const OrderSchema = Type.Object(
+  {
+    id: Type.String({ description: 'Identifier of the order.', examples: ['ord_3kTMd9PqLw2xY8aZ'] }),
+    petId: Int64({ minimum: 1, description: 'The animal the order is for.' }),
+    status: OrderStatusSchema,
+    createdAt: timestamp('When the order was placed.'),
+    expiresAt: timestamp("When a placed order's hold on the animal ends, unless completed or canceled first."),
+    updatedAt: timestamp('When the order last changed status (its creation, until then).'),
+  },
+  // A response: open to fields added later (decision 20).
+  { $id: 'Order' },
+)
+export type Order = Type.Static<typeof OrderSchema>
+
+export const OrdersSchema = Type.Array(OrderSchema, { description: "A page of the account's orders, newest first." })
+
+export const NewOrderSchema = Type.Object(
+  { petId: Int64({ minimum: 1, description: 'The animal to reserve: it must be `available`.' }) },
+  { $id: 'NewOrder', additionalProperties: false, description: 'An order for one animal.' },
+)
+export type NewOrder = Type.Static<typeof NewOrderSchema>
+
+export const OrderParamsSchema = Type.Object(
+  {
+    orderId: Type.String({
+      minLength: 1,
+      maxLength: 100,
+      description: 'The identifier of the order (`ord_…`).',
+    }),
+  },
+  { additionalProperties: false },
+)
+
+export const ListOrdersQuerySchema = Type.Object(
+  {
+    limit: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 100, default: 20, description: 'Maximum number of orders returned.' }),
+    ),
+    status: Type.Optional(OrderStatusSchema),
+    petId: Type.Optional(Int64Param({ description: 'Only the orders for this animal.' })),
+    cursor: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 200,
+        description: 'Opaque position from the `Link: <…>; rel="next"` header of the previous page.',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+)
+
+export const InventorySchema = Type.Object(
+  {
+    available: Type.Integer({ minimum: 0, description: 'Animals that can be ordered.' }),
+    pending: Type.Integer({ minimum: 0, description: 'Animals held by a placed order (or added as pending).' }),
+    sold: Type.Integer({ minimum: 0, description: 'Animals sold.' }),
+  },
+  { $id: 'Inventory', description: 'How many animals have each status.' },
+)
+export type Inventory = Type.Static<typeof InventorySchema>
