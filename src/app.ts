@@ -12,13 +12,16 @@ import auth from './plugins/auth.ts'
 import errorHandler from './plugins/error-handler.ts'
 import idempotency from './plugins/idempotency.ts'
 import openapi from './plugins/openapi.ts'
+import orderExpiry from './plugins/order-expiry.ts'
 import preconditions from './plugins/preconditions.ts'
 import rateLimit from './plugins/rate-limit.ts'
+import stability from './plugins/stability.ts'
 import store from './plugins/store.ts'
 import unrouted from './plugins/unrouted.ts'
 import portal from './portal/index.ts'
 import health from './routes/health.ts'
 import messages from './routes/messages.ts'
+import orders from './routes/orders.ts'
 import pets from './routes/pets.ts'
 import { validatorCompiler } from './schemas/validation.ts'
 
@@ -48,6 +51,10 @@ async function animalStore(fastify: FastifyInstance, { config }: AppOptions): Pr
   await app.register(unrouted)
   // Safe retries of writes, claimed in the same transaction as the write.
   await app.register(idempotency)
+  // Beta and experimental operations: offered, marked, and opted into per request.
+  await app.register(stability, { config })
+  // Holds of placed orders end on time, on every instance.
+  await app.register(orderExpiry)
   // The OpenAPI document, built from the routes' schemas.
   await app.register(openapi, { config })
 
@@ -55,6 +62,7 @@ async function animalStore(fastify: FastifyInstance, { config }: AppOptions): Pr
   await app.register(health)
   await app.register(pets, { prefix: '/v1' })
   await app.register(messages, { prefix: '/v1' })
+  await app.register(orders, { prefix: '/v1', orderHoldMs: config.orderHoldMs })
   await app.register(portal, { config })
 }
 

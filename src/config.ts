@@ -133,6 +133,12 @@ export const EnvSchema = Type.Object({
     default: 67_108_864,
     description: 'a number of bytes from 0 to 1073741824',
   }),
+  ORDER_HOLD_SECONDS: Seconds(1800, 30 * 86_400, 1),
+  EXPERIMENTAL_FEATURES: Type.String({
+    pattern: '^([a-z][a-z0-9-]*(,[a-z][a-z0-9-]*)*)?$',
+    default: '',
+    description: 'empty, or a comma-separated list of experimental feature names (e.g. webhooks)',
+  }),
 })
 type Env = Type.Static<typeof EnvSchema>
 
@@ -174,6 +180,10 @@ export interface Config {
   authFailureLimit: number
   /** Shared counters for several instances; null keeps them in this process's memory. */
   redisUrl: string | null
+  /** How long a placed order holds its pet. */
+  orderHoldMs: number
+  /** Experimental features the operator has turned on (clients must still opt in). */
+  experimentalFeatures: string[]
 }
 
 export class ConfigError extends Error {
@@ -269,5 +279,7 @@ function toConfig(e: Env, trustProxy: Config['trustProxy']): Config {
     rateLimitWindowMs: e.RATE_LIMIT_WINDOW_SECONDS * 1000,
     authFailureLimit: e.AUTH_FAILURE_LIMIT,
     redisUrl: e.REDIS_URL || null,
+    orderHoldMs: e.ORDER_HOLD_SECONDS * 1000,
+    experimentalFeatures: e.EXPERIMENTAL_FEATURES ? e.EXPERIMENTAL_FEATURES.split(',') : [],
   }
 }

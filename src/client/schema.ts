@@ -69,6 +69,110 @@ export interface paths {
     patch?: never
     trace?: never
   }
+  '/store/orders': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    /**
+     * List the account's orders
+     * @description **Beta**: send `Animal-Store-Beta: orders`; it may still change (see the compatibility policy). Newest first, `limit` per page. When more exist, `Link: <…>; rel="next"` gives the next page.
+     */
+    get: operations['listOrders']
+    put?: never
+    /**
+     * Order an animal
+     * @description **Beta**: send `Animal-Store-Beta: orders`; it may still change (see the compatibility policy). Reserves an `available` animal: it becomes `pending` until the order is completed, canceled or expires.
+     */
+    post: operations['placeOrder']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  '/store/orders/{orderId}': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    /**
+     * Get an order
+     * @description **Beta**: send `Animal-Store-Beta: orders`; it may still change (see the compatibility policy).
+     */
+    get: operations['getOrder']
+    put?: never
+    post?: never
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  '/store/orders/{orderId}/complete': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * Complete an order: the animal is sold
+     * @description **Beta**: send `Animal-Store-Beta: orders`; it may still change (see the compatibility policy). Moves a `placed` order to `completed`. Repeating it answers 200 with the order; from another final status, 409.
+     */
+    post: operations['completeOrder']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  '/store/orders/{orderId}/cancel': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * Cancel an order: the animal is available again
+     * @description **Beta**: send `Animal-Store-Beta: orders`; it may still change (see the compatibility policy). Moves a `placed` order to `canceled`. Repeating it answers 200 with the order; from another final status, 409.
+     */
+    post: operations['cancelOrder']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  '/store/inventory': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    /**
+     * Count the animals by status
+     * @description **Beta**: send `Animal-Store-Beta: orders`; it may still change (see the compatibility policy).
+     */
+    get: operations['getInventory']
+    put?: never
+    post?: never
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
 }
 export type webhooks = Record<string, never>
 export interface components {
@@ -147,9 +251,72 @@ export interface components {
        */
       message: string
     }
+    Order: {
+      /**
+       * @description Identifier of the order.
+       * @example ord_3kTMd9PqLw2xY8aZ
+       */
+      id: string
+      /**
+       * Format: int64
+       * @description The animal the order is for.
+       * @example 1
+       */
+      petId: number
+      /**
+       * @description `placed` holds the pet until `expiresAt`; `completed` (the pet is sold), `canceled` and `expired` (the pet is available again) are final.
+       * @enum {string}
+       */
+      status: 'placed' | 'completed' | 'canceled' | 'expired'
+      /**
+       * Format: date-time
+       * @description When the order was placed. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      createdAt: string
+      /**
+       * Format: date-time
+       * @description When a placed order's hold on the animal ends, unless completed or canceled first. ISO 8601 UTC.
+       * @example 2026-11-22T12:30:00.000Z
+       */
+      expiresAt: string
+      /**
+       * Format: date-time
+       * @description When the order last changed status (its creation, until then). ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      updatedAt: string
+    }
+    /** @description An order for one animal. */
+    NewOrder: {
+      /**
+       * Format: int64
+       * @description The animal to reserve: it must be `available`.
+       * @example 1
+       */
+      petId: number
+    }
+    /** @description How many animals have each status. */
+    Inventory: {
+      /**
+       * @description Animals that can be ordered.
+       * @example 12
+       */
+      available: number
+      /**
+       * @description Animals held by a placed order (or added as pending).
+       * @example 3
+       */
+      pending: number
+      /**
+       * @description Animals sold.
+       * @example 40
+       */
+      sold: number
+    }
     Error: {
       /**
-       * @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, not_found, pet_not_found, method_not_allowed, operation_removed, request_timeout, idempotency_conflict, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported.
+       * @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, beta_opt_in_required, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, not_found, pet_not_found, order_not_found, method_not_allowed, operation_removed, request_timeout, pet_not_available, order_conflict, idempotency_conflict, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported.
        * @example validation_failed
        */
       code: string
@@ -1013,6 +1180,1145 @@ export interface operations {
            *       "code": "idempotency_key_reused",
            *       "message": "This Idempotency-Key was already used for a different request.",
            *       "status": 422
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  listOrders: {
+    parameters: {
+      query?: {
+        /** @description Maximum number of orders returned. */
+        limit?: number
+        /** @description `placed` holds the pet until `expiresAt`; `completed` (the pet is sold), `canceled` and `expired` (the pet is available again) are final. */
+        status?: 'placed' | 'completed' | 'canceled' | 'expired'
+        /** @description Only the orders for this animal. */
+        petId?: number
+        /** @description Opaque position from the `Link: <…>; rel="next"` header of the previous page. */
+        cursor?: string
+      }
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description A page of the account's orders, newest first. */
+      200: {
+        headers: {
+          /** @description `<…/v1/store/orders?…&cursor=…>; rel="next"` when more orders follow (RFC 8288). */
+          Link?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Order'][]
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  placeOrder: {
+    parameters: {
+      query?: never
+      header?: {
+        /** @description 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
+        'idempotency-key'?: string
+      }
+      path?: never
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['NewOrder']
+      }
+    }
+    responses: {
+      /** @description The order, placed; the animal is now `pending`. */
+      201: {
+        headers: {
+          /** @description The URL of the new order. */
+          Location?: string
+          /** @description `true` when this is the stored response to an earlier request. */
+          'Idempotent-Replayed'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Order']
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Not found. */
+      404: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "not_found",
+           *       "message": "No such resource.",
+           *       "status": 404
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description A request with this Idempotency-Key is still in progress. */
+      409: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "idempotency_conflict",
+           *       "message": "A request with this Idempotency-Key is still being processed; retry later.",
+           *       "status": 409
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The body is larger than the limit (BODY_LIMIT). */
+      413: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "payload_too_large",
+           *       "message": "The request body is too large.",
+           *       "status": 413
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The body is not JSON in UTF-8 (`Content-Type: application/json`, no `Content-Encoding`). */
+      415: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "unsupported_media_type",
+           *       "message": "Send the body as application/json.",
+           *       "status": 415
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description This Idempotency-Key was used for a different request. */
+      422: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "idempotency_key_reused",
+           *       "message": "This Idempotency-Key was already used for a different request.",
+           *       "status": 422
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  getOrder: {
+    parameters: {
+      query?: never
+      header?: never
+      path: {
+        /** @description The identifier of the order (`ord_…`). */
+        orderId: string
+      }
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description The order. */
+      200: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Order']
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Not found. */
+      404: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "not_found",
+           *       "message": "No such resource.",
+           *       "status": 404
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  completeOrder: {
+    parameters: {
+      query?: never
+      header?: never
+      path: {
+        /** @description The identifier of the order (`ord_…`). */
+        orderId: string
+      }
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description The order, now `completed`. */
+      200: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Order']
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Not found. */
+      404: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "not_found",
+           *       "message": "No such resource.",
+           *       "status": 404
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description A request with this Idempotency-Key is still in progress. */
+      409: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "idempotency_conflict",
+           *       "message": "A request with this Idempotency-Key is still being processed; retry later.",
+           *       "status": 409
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  cancelOrder: {
+    parameters: {
+      query?: never
+      header?: never
+      path: {
+        /** @description The identifier of the order (`ord_…`). */
+        orderId: string
+      }
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description The order, now `canceled`. */
+      200: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Order']
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Not found. */
+      404: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "not_found",
+           *       "message": "No such resource.",
+           *       "status": 404
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description A request with this Idempotency-Key is still in progress. */
+      409: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "idempotency_conflict",
+           *       "message": "A request with this Idempotency-Key is still being processed; retry later.",
+           *       "status": 409
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  getInventory: {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description How many animals have each status. */
+      200: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Inventory']
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
            *     }
            */
           'application/json': components['schemas']['Error']

@@ -1,22 +1,25 @@
 /**
  * Opaque pagination cursors: `<base64url(afterId.status)>.<HMAC>`. The HMAC (SHA-256, truncated to
  * 128 bits, keyed by a secret shared through the database) means a cursor cannot be forged or
- * edited, and it binds the cursor to the status filter it was issued for.
+ * edited, and it binds the cursor to the filters it was issued for (`status=sold`, `petId=7`).
  */
 import { createHmac, timingSafeEqual } from 'node:crypto'
 import { ApiError } from '../errors.ts'
 import { BoundedMap } from '../lib/bounded-map.ts'
-import type { PetStatus } from '../schemas/pets.ts'
 
 const MAC_BYTES = 16
 /** Cursors kept once made: the next-page link of a popular page is the same cursor every time. */
 const ENCODED_CURSORS = 1000
 
 export interface CursorCodec {
-  encode(afterId: number, status: PetStatus | undefined): string
+  encode(afterId: number, filter: string | undefined): string
   /** The id to continue after; throws invalid_cursor when the cursor was not issued for this query. */
-  decode(cursor: string, status: PetStatus | undefined): number
+  decode(cursor: string, filter: string | undefined): number
 }
+
+/** A pets cursor's filter is its status alone (cursors issued before orders had filters of their own). */
+const issued = (filter: string | undefined) =>
+  !filter ? 'status=(any)' : filter.includes('=') ? filter : `status=${filter}`
 
 export function cursorCodec(secret: string): CursorCodec {
   const mac = (payload: string) => createHmac('sha256', secret).update(payload).digest().subarray(0, MAC_BYTES)
@@ -25,8 +28,8 @@ export function cursorCodec(secret: string): CursorCodec {
   const encoded = new BoundedMap<string, string>(ENCODED_CURSORS)
 
   return {
-    encode(afterId, status) {
-      const payload = `${afterId}.${status ?? ''}`
+    encode(afterId, filter) {
+      const payload = `${afterId}.${filter ?? ''}`
       let cursor = encoded.get(payload)
       if (cursor === undefined) {
         cursor = `${Buffer.from(payload).toString('base64url')}.${mac(payload).toString('base64url')}`
@@ -34,7 +37,7 @@ export function cursorCodec(secret: string): CursorCodec {
       }
       return cursor
     },
-    decode(cursor, status) {
+    decode(cursor, filter) {
       const parts = cursor.split('.')
       if (parts.length !== 2) throw invalid('is not valid')
       const [encoded = '', signature = ''] = parts
@@ -46,7 +49,7 @@ export function cursorCodec(secret: string): CursorCodec {
       if (given.length !== MAC_BYTES || !canonical) throw invalid('is not valid')
       if (!timingSafeEqual(given, mac(payload))) throw invalid('is not valid')
       const [afterId, issuedFor] = payload.split('.')
-      if ((issuedFor || undefined) !== status) throw invalid(`was issued for status=${issuedFor || '(any)'}`)
+      if ((issuedFor || undefined) !== filter) throw invalid(`was issued for ${issued(issuedFor)}`)
       return Number(afterId)
     },
   }

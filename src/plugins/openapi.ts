@@ -8,13 +8,23 @@ import type { Config } from '../config.ts'
 import { ERRORS } from '../errors.ts'
 import { ErrorSchema } from '../schemas/common.ts'
 import { MessageSchema, NewMessageSchema } from '../schemas/messages.ts'
+import { InventorySchema, NewOrderSchema, OrderSchema } from '../schemas/orders.ts'
 import { NewPetSchema, PetSchema } from '../schemas/pets.ts'
 
 /** The one path under /v1 served without a key. */
 export const OPENAPI_PATH = '/v1/openapi.json'
 
 /** Schemas published by name in components.schemas; routes embed them and are rewritten to $refs. */
-const COMPONENTS = [PetSchema, NewPetSchema, MessageSchema, NewMessageSchema, ErrorSchema]
+const COMPONENTS = [
+  PetSchema,
+  NewPetSchema,
+  MessageSchema,
+  NewMessageSchema,
+  OrderSchema,
+  NewOrderSchema,
+  InventorySchema,
+  ErrorSchema,
+]
 
 /** Replaces every embedded schema that has an `$id` by a reference to its component. */
 function toRefs(schema: unknown): unknown {
@@ -66,6 +76,7 @@ export default fp<{ config: Config }>(
         tags: [
           { name: 'pets', description: 'The animal catalogue.' },
           { name: 'messages', description: 'The quickstart message operation.' },
+          { name: 'store', description: 'Orders and inventory (beta: send `Animal-Store-Beta: orders`).' },
         ],
       },
       // Name shared schemas by their $id (Pet, NewPet, Error, …) in components.schemas.

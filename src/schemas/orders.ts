@@ -9,17 +9,20 @@ export const OrderStatusSchema = Type.Enum(ORDER_STATUSES, {
 })
 export type OrderStatus = Type.Static<typeof OrderStatusSchema>
 
-const timestamp = (description: string) =>
-  Type.String({ format: 'date-time', description: `${description} ISO 8601 UTC, e.g. 2026-11-22T12:00:00.000Z.` })
+const timestamp = (description: string, example: string) =>
+  Type.String({ format: 'date-time', description: `${description} ISO 8601 UTC.`, examples: [example] })
 
 export const OrderSchema = Type.Object(
   {
     id: Type.String({ description: 'Identifier of the order.', examples: ['ord_3kTMd9PqLw2xY8aZ'] }),
-    petId: Int64({ minimum: 1, description: 'The animal the order is for.' }),
+    petId: Int64({ minimum: 1, description: 'The animal the order is for.', examples: [1] }),
     status: OrderStatusSchema,
-    createdAt: timestamp('When the order was placed.'),
-    expiresAt: timestamp("When a placed order's hold on the animal ends, unless completed or canceled first."),
-    updatedAt: timestamp('When the order last changed status (its creation, until then).'),
+    createdAt: timestamp('When the order was placed.', '2026-11-22T12:00:00.000Z'),
+    expiresAt: timestamp(
+      "When a placed order's hold on the animal ends, unless completed or canceled first.",
+      '2026-11-22T12:30:00.000Z',
+    ),
+    updatedAt: timestamp('When the order last changed status (its creation, until then).', '2026-11-22T12:00:00.000Z'),
   },
   // A response: open to fields added later (decision 20).
   { $id: 'Order' },
@@ -29,7 +32,7 @@ export type Order = Type.Static<typeof OrderSchema>
 export const OrdersSchema = Type.Array(OrderSchema, { description: "A page of the account's orders, newest first." })
 
 export const NewOrderSchema = Type.Object(
-  { petId: Int64({ minimum: 1, description: 'The animal to reserve: it must be `available`.' }) },
+  { petId: Int64({ minimum: 1, description: 'The animal to reserve: it must be `available`.', examples: [1] }) },
   { $id: 'NewOrder', additionalProperties: false, description: 'An order for one animal.' },
 )
 export type NewOrder = Type.Static<typeof NewOrderSchema>
@@ -65,9 +68,13 @@ export const ListOrdersQuerySchema = Type.Object(
 
 export const InventorySchema = Type.Object(
   {
-    available: Type.Integer({ minimum: 0, description: 'Animals that can be ordered.' }),
-    pending: Type.Integer({ minimum: 0, description: 'Animals held by a placed order (or added as pending).' }),
-    sold: Type.Integer({ minimum: 0, description: 'Animals sold.' }),
+    available: Type.Integer({ minimum: 0, description: 'Animals that can be ordered.', examples: [12] }),
+    pending: Type.Integer({
+      minimum: 0,
+      description: 'Animals held by a placed order (or added as pending).',
+      examples: [3],
+    }),
+    sold: Type.Integer({ minimum: 0, description: 'Animals sold.', examples: [40] }),
   },
   { $id: 'Inventory', description: 'How many animals have each status.' },
 )

@@ -24,11 +24,26 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
 
   it('has the spec operations with their operationIds, paths relative to the /v1 servers', async (t) => {
     const doc = await document(t)
-    assert.deepEqual(Object.keys(doc.paths).sort(), ['/messages', '/pets', '/pets/{petId}'])
+    assert.deepEqual(Object.keys(doc.paths).sort(), [
+      '/messages',
+      '/pets',
+      '/pets/{petId}',
+      '/store/inventory',
+      '/store/orders',
+      '/store/orders/{orderId}',
+      '/store/orders/{orderId}/cancel',
+      '/store/orders/{orderId}/complete',
+    ])
     assert.equal(doc.paths['/pets'].get.operationId, 'listPets')
     assert.equal(doc.paths['/pets'].post.operationId, 'createPet')
     assert.equal(doc.paths['/pets/{petId}'].get.operationId, 'getPet')
     assert.equal(doc.paths['/messages'].post.operationId, 'sendMessage')
+    assert.equal(doc.paths['/store/orders'].post.operationId, 'placeOrder')
+    assert.equal(doc.paths['/store/orders'].get.operationId, 'listOrders')
+    assert.equal(doc.paths['/store/orders/{orderId}'].get.operationId, 'getOrder')
+    assert.equal(doc.paths['/store/orders/{orderId}/cancel'].post.operationId, 'cancelOrder')
+    assert.equal(doc.paths['/store/orders/{orderId}/complete'].post.operationId, 'completeOrder')
+    assert.equal(doc.paths['/store/inventory'].get.operationId, 'getInventory')
   })
 
   it('lists production and staging servers from configuration, this deployment first (clients default to it)', async (t) => {
@@ -187,7 +202,16 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     // Formats are the document's to describe (int64, date-time): only types, patterns and bounds are checked.
     const ajv = new Ajv2020({ strict: false, validateFormats: false })
     const schemas = Object.entries<{ properties: Record<string, { examples?: unknown[] }> }>(doc.components.schemas)
-    assert.deepEqual(schemas.map(([name]) => name).sort(), ['Error', 'Message', 'NewMessage', 'NewPet', 'Pet'])
+    assert.deepEqual(schemas.map(([name]) => name).sort(), [
+      'Error',
+      'Inventory',
+      'Message',
+      'NewMessage',
+      'NewOrder',
+      'NewPet',
+      'Order',
+      'Pet',
+    ])
     for (const [name, schema] of schemas) {
       for (const [field, property] of Object.entries(schema.properties)) {
         // An enum's first value is already readable: that is what Swagger UI shows.

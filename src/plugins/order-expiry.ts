@@ -1,0 +1,27 @@
+/**
+ * Ends the holds of placed orders on time, on every instance, whether or not anyone reads them:
+ * each instance sweeps every SWEEP_MS, and the database gives each order to one sweep (decision 75).
+ */
+import fp from 'fastify-plugin'
+
+const SWEEP_MS = 1000
+
+export default fp(
+  async (app) => {
+    let sweeping = false
+    const sweep = async () => {
+      if (sweeping) return
+      sweeping = true
+      try {
+        for (const order of await app.store.expireOrders(new Date().toISOString())) app.petCache.forget(order.petId)
+      } catch (err) {
+        app.log.warn({ err }, 'order expiry sweep failed')
+      } finally {
+        sweeping = false
+      }
+    }
+    const timer = setInterval(sweep, SWEEP_MS).unref()
+    app.addHook('onClose', async () => clearInterval(timer))
+  },
+  { name: 'order-expiry', dependencies: ['store'] },
+)

@@ -1,0 +1,215 @@
+import { randomBytes } from 'node:crypto'
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import { cursorCodec } from '../domain/pagination.ts'
+import { ApiError } from '../errors.ts'
+import { requestOrigin } from '../http/host.ts'
+import type { Stability } from '../plugins/stability.ts'
+import {
+  errorResponses,
+  header,
+  IdempotencyHeadersSchema,
+  jsonResponse,
+  NoQuerySchema,
+  RATE_LIMIT_HEADERS,
+} from '../schemas/common.ts'
+import {
+  InventorySchema,
+  ListOrdersQuerySchema,
+  NewOrderSchema,
+  type Order,
+  OrderParamsSchema,
+  OrderSchema,
+  OrdersSchema,
+} from '../schemas/orders.ts'
+import type { TransitionResult } from '../store/types.ts'
+
+const security = [{ bearerAuth: [] }]
+const stability: Stability = { level: 'beta', feature: 'orders' }
+const tags = ['store']
+
+const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, { orderHoldMs }) => {
+  if (!app.offers(stability)) return
+  const cursors = cursorCodec(await app.store.secret('cursor', () => randomBytes(32).toString('base64url')))
+  app.addHook('onRequest', app.authenticate)
+  app.addHook('onRequest', app.rateLimit)
+
+  app.post(
+    '/store/orders',
+    {
+      schema: {
+        operationId: 'placeOrder',
+        summary: 'Order an animal',
+        description:
+          'Reserves an `available` animal: it becomes `pending` until the order is completed, canceled or expires.',
+        tags,
+        security,
+        headers: IdempotencyHeadersSchema,
+        querystring: NoQuerySchema,
+        body: NewOrderSchema,
+        response: {
+          201: jsonResponse('The order, placed; the animal is now `pending`.', OrderSchema, {
+            Location: header('The URL of the new order.'),
+            'Idempotent-Replayed': header('`true` when this is the stored response to an earlier request.'),
+            ...RATE_LIMIT_HEADERS,
+          }),
+          ...errorResponses(400, 401, 404, 409, 413, 415, 422, 429, 500, 503),
+        },
+      },
+      config: { stability, replayLocation: orderLocation },
+      ...app.idempotent,
+    },
+    async function placeOrder(request, reply) {
+      const { petId } = request.body
+      const expiresAt = new Date(Date.now() + orderHoldMs).toISOString()
+      const result = await app.store.placeOrder(
+        { accountId: request.caller.accountId, petId, expiresAt },
+        request.idempotency ?? undefined,
+      )
+      app.petCache.forget(petId)
+      if ('refused' in result) {
+        throw result.refused === 'pet_not_found'
+          ? new ApiError('pet_not_found', `No pet with id ${petId}.`)
+          : new ApiError('pet_not_available', `Pet ${petId} is not available: an order holds it, or it is sold.`)
+      }
+      return reply.code(201).header('location', orderLocation(result.placed, request)).send(result.placed)
+    },
+  )
+
+  app.get(
+    '/store/orders',
+    {
+      schema: {
+        operationId: 'listOrders',
+        summary: "List the account's orders",
+        description: 'Newest first, `limit` per page. When more exist, `Link: <…>; rel="next"` gives the next page.',
+        tags,
+        security,
+        querystring: ListOrdersQuerySchema,
+        response: {
+          200: jsonResponse("A page of the account's orders, newest first.", OrdersSchema, {
+            Link: header('`<…/v1/store/orders?…&cursor=…>; rel="next"` when more orders follow (RFC 8288).'),
+            ...RATE_LIMIT_HEADERS,
+          }),
+          ...errorResponses(400, 401, 429, 500, 503),
+        },
+      },
+      config: { stability },
+    },
+    async function listOrders(request, reply) {
+      const { limit = 20, status, petId, cursor } = request.query
+      const filter = new URLSearchParams({
+        ...(status && { status }),
+        ...(petId !== undefined && { petId: String(petId) }),
+      })
+      const filterText = filter.size > 0 ? filter.toString() : undefined
+      const before = cursor === undefined ? undefined : cursors.decode(cursor, filterText)
+      const page = await app.store.listOrders({ accountId: request.caller.accountId, limit, status, petId, before })
+      if (page.next !== null) {
+        const next = new URLSearchParams({ limit: String(limit), ...Object.fromEntries(filter) })
+        next.set('cursor', cursors.encode(page.next, filterText))
+        reply.header('link', `<${requestOrigin(request)}/v1/store/orders?${next}>; rel="next"`)
+      }
+      return page.orders
+    },
+  )
+
+  app.get(
+    '/store/orders/:orderId',
+    {
+      schema: {
+        operationId: 'getOrder',
+        summary: 'Get an order',
+        tags,
+        security,
+        params: OrderParamsSchema,
+        querystring: NoQuerySchema,
+        response: {
+          200: jsonResponse('The order.', OrderSchema, RATE_LIMIT_HEADERS),
+          ...errorResponses(400, 401, 404, 429, 500, 503),
+        },
+      },
+      config: { stability },
+    },
+    async function getOrder(request) {
+      const order = await app.store.getOrder(request.caller.accountId, request.params.orderId)
+      if (!order) throw orderNotFound(request.params.orderId)
+      return order
+    },
+  )
+
+  for (const [action, to, operationId, summary] of [
+    ['complete', 'completed', 'completeOrder', 'Complete an order: the animal is sold'],
+    ['cancel', 'canceled', 'cancelOrder', 'Cancel an order: the animal is available again'],
+  ] as const) {
+    app.post(
+      `/store/orders/:orderId/${action}`,
+      {
+        schema: {
+          operationId,
+          summary,
+          description: `Moves a \`placed\` order to \`${to}\`. Repeating it answers 200 with the order; from another final status, 409.`,
+          tags,
+          security,
+          params: OrderParamsSchema,
+          querystring: NoQuerySchema,
+          response: {
+            200: jsonResponse(`The order, now \`${to}\`.`, OrderSchema, RATE_LIMIT_HEADERS),
+            ...errorResponses(400, 401, 404, 409, 429, 500, 503),
+          },
+        },
+        config: { stability },
+      },
+      async function moveOrder(request) {
+        const { orderId } = request.params
+        return answer(await app.store.transitionOrder(request.caller.accountId, orderId, to), orderId, to)
+      },
+    )
+  }
+
+  /** The order after a move, or why it cannot move; the pet it changed is no longer cached. */
+  function answer(result: TransitionResult, orderId: string, to: string): Order {
+    if ('refused' in result && result.refused === 'not_found') throw orderNotFound(orderId)
+    if ('refused' in result) {
+      throw new ApiError('order_conflict', `Order ${orderId} is ${result.order.status}: it cannot become ${to}.`)
+    }
+    if (result.changed) app.petCache.forget(result.order.petId)
+    return result.order
+  }
+
+  app.get(
+    '/store/inventory',
+    {
+      schema: {
+        operationId: 'getInventory',
+        summary: 'Count the animals by status',
+        tags,
+        security,
+        querystring: NoQuerySchema,
+        response: {
+          200: jsonResponse('How many animals have each status.', InventorySchema, RATE_LIMIT_HEADERS),
+          ...errorResponses(400, 401, 429, 500, 503),
+        },
+      },
+      config: { stability },
+    },
+    async function getInventory() {
+      return app.store.inventory()
+    },
+  )
+}
+
+function orderNotFound(orderId: string): ApiError {
+  return new ApiError('order_not_found', `No order ${orderId} for this account.`)
+}
+
+function orderLocation(order: { id: string }, request: FastifyRequest): string {
+  return `${requestOrigin(request)}/v1/store/orders/${order.id}`
+}
+
+export default fp(orders, {
+  name: 'orders',
+  dependencies: ['store', 'auth', 'rate-limit', 'idempotency', 'stability'],
+  encapsulate: true,
+})
