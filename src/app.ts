@@ -15,6 +15,7 @@ import openapi from './plugins/openapi.ts'
 import orderExpiry from './plugins/order-expiry.ts'
 import preconditions from './plugins/preconditions.ts'
 import rateLimit from './plugins/rate-limit.ts'
+import scopes from './plugins/scopes.ts'
 import stability from './plugins/stability.ts'
 import store from './plugins/store.ts'
 import unrouted from './plugins/unrouted.ts'
@@ -47,6 +48,8 @@ async function animalStore(fastify: FastifyInstance, { config }: AppOptions): Pr
   // Who is calling, then how often: a key is checked before anything else about a request.
   await app.register(rateLimit, { config })
   await app.register(auth, { config })
+  // What the key may do: each operation's scope (403 without it).
+  await app.register(scopes)
   // Requests no route takes (404, 405): registered before the routes, so that it sees them all.
   await app.register(unrouted)
   // Safe retries of writes, claimed in the same transaction as the write.

@@ -23,6 +23,7 @@ import {
   parseDuration,
 } from './domain/accounts.ts'
 import { isKeyId } from './domain/api-keys.ts'
+import { parseScopes, SCOPES } from './domain/scopes.ts'
 import { CONTROL_CHARACTERS, EMAIL_DESCRIPTION } from './schemas/accounts.ts'
 import { DatabaseNotSetUpError, openStore, type Store } from './store/index.ts'
 
@@ -31,10 +32,12 @@ const USAGE = `Usage: animal-store <command>
   accounts create <email>                         Create an account.
   accounts set-password <email>                   Set an account's portal password, read from standard
                                                   input (typed without echo, or piped); ends its sessions.
-  keys create <email> [--name <name>] [--expires-in <duration>]
+  keys create <email> [--name <name>] [--expires-in <duration>] [--scopes <scopes>]
                                                   Generate an API key (printed once, alone on the last line).
                                                   duration: a number and s, m, h, d or w, e.g. 30d;
                                                   at most ${MAX_LIFETIME_DESCRIPTION}.
+                                                  scopes: comma-separated, of ${SCOPES.join(', ')}
+                                                  (write implies read); without it, every scope.
   keys list <email>                               List an account's keys (never the secret).
   keys revoke <key-id>                            Revoke a key.
   help                                            Show this help.
@@ -73,6 +76,15 @@ export function printable(text: string): string {
   return text.replace(CONTROL, (c) => `\\u${(c.codePointAt(0) as number).toString(16).padStart(4, '0')}`)
 }
 
+/** The stored scopes of `--scopes` (the rule is in domain/scopes.ts). */
+function keyScopes(list: string): string {
+  try {
+    return parseScopes(list)
+  } catch (error) {
+    throw new UsageError(`--scopes: ${(error as Error).message}`)
+  }
+}
+
 /** The key lifetime of `--expires-in`, in milliseconds (the rule is in accounts.ts). */
 function lifetime(text: string): number {
   try {
@@ -102,6 +114,7 @@ function keyId(text: string | undefined): string {
 const OPTIONS = {
   name: { type: 'string' },
   'expires-in': { type: 'string' },
+  scopes: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const
 
@@ -150,8 +163,11 @@ export async function run(argv: string[], config: Config, print: Print): Promise
     throw new UsageError(`"${group}" needs one of: ${actions.join(', ')}. Run "animal-store help".`)
   }
   if (!known.includes(command)) throw new UsageError(`Unknown command "${command}". Run "animal-store help".`)
-  if (command !== 'keys create' && (values.name !== undefined || values['expires-in'] !== undefined)) {
-    throw new UsageError(`--name and --expires-in apply only to "keys create".`)
+  if (
+    command !== 'keys create' &&
+    (values.name !== undefined || values['expires-in'] !== undefined || values.scopes !== undefined)
+  ) {
+    throw new UsageError(`--name, --expires-in and --scopes apply only to "keys create".`)
   }
   // Check the arguments before touching the database.
   const revoking = command === 'keys revoke'
@@ -159,6 +175,7 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   const id = revoking ? keyId(arg) : undefined
   const lifetimeMs = values['expires-in'] === undefined ? undefined : lifetime(values['expires-in'])
   const name = values.name ?? DEFAULT_KEY_NAME
+  const scopes = values.scopes === undefined ? null : keyScopes(values.scopes)
   if (!Value.Check(KeyNameSchema, name)) throw new UsageError(`--name must be ${KEY_NAME_DESCRIPTION}`)
   const password = command === 'accounts set-password' ? await readPassword() : undefined
   const say: Print = (line) => print(printable(line))
@@ -185,9 +202,10 @@ export async function run(argv: string[], config: Config, print: Print): Promise
       }
       case 'keys create': {
         const owner = await account(store, address as string)
-        const { key, secret } = await issueApiKey(store, config.deployment, { accountId: owner.id, name, lifetimeMs })
+        const request = { accountId: owner.id, name, lifetimeMs, scopes }
+        const { key, secret } = await issueApiKey(store, config.deployment, request)
         say(
-          `Created ${config.deployment} key ${key.id} "${key.name}" for ${owner.email}, ${key.expiresAt ? `expires ${key.expiresAt}` : 'no expiry'}.`,
+          `Created ${config.deployment} key ${key.id} "${key.name}" for ${owner.email}, ${key.expiresAt ? `expires ${key.expiresAt}` : 'no expiry'}, scopes: ${key.scopes ?? 'all'}.`,
         )
         // Each deployment refuses the other's keys: say so where the operator may have forgotten.
         if (config.deployment === 'staging')
@@ -214,8 +232,9 @@ export async function run(argv: string[], config: Config, print: Print): Promise
           k.createdAt,
           k.expiresAt ?? '-',
           k.lastUsedAt ?? '-',
+          k.scopes?.replaceAll(' ', ',') ?? 'all',
         ])
-        return printTable(['ID', 'NAME', 'PREFIX', 'STATE', 'CREATED', 'EXPIRES', 'LAST USED'], rows, print)
+        return printTable(['ID', 'NAME', 'PREFIX', 'STATE', 'CREATED', 'EXPIRES', 'LAST USED', 'SCOPES'], rows, print)
       }
       case 'keys revoke': {
         const key = await store.revokeApiKey(id as string)

@@ -13,6 +13,7 @@ export const ERRORS = {
   invalid_api_key: [401, 'The API key is malformed, unknown or for another deployment.'],
   revoked_api_key: [401, 'The API key has been revoked.'],
   expired_api_key: [401, 'The API key has expired.'],
+  insufficient_scope: [403, 'This API key lacks the scope the operation needs; see WWW-Authenticate.'],
   not_found: [404, 'No such resource.'],
   pet_not_found: [404, 'No pet with this id.'],
   order_not_found: [404, 'No order with this id for this account.'],

@@ -265,6 +265,22 @@ describe('CLI: output nobody reads', () => {
 })
 
 describe('CLI: keys create', () => {
+  it('makes a key restricted to --scopes, shown by keys list; an unknown scope is a usage error', async (t) => {
+    const { url, email } = await withAccount(t)
+    const run = await ok(url, ['keys', 'create', email, '--scopes', 'orders:write,pets:read'])
+    assert.match(run.stdout, /scopes: pets:read orders:write\./)
+    await ok(url, ['keys', 'create', email, '--name', 'full'])
+    const list = await ok(url, ['keys', 'list', email])
+    assert.match(list.stdout, /SCOPES/)
+    assert.match(list.stdout, /pets:read,orders:write/)
+    assert.match(list.stdout, /full .* all\n/)
+    assert.match(
+      await wrongUsage(url, ['keys', 'create', email, '--scopes', 'pets:admin']),
+      /Unknown scope "pets:admin"/,
+    )
+    assert.match(await wrongUsage(url, ['keys', 'list', email, '--scopes', 'pets:read']), /--scopes/)
+  })
+
   it('revokes the new key when it cannot be written out (the reader went away), in one line on stderr', async (t) => {
     const { url, email } = await withAccount(t)
     const { child, exited } = spawnNode(['bin/animal-store.ts', 'keys', 'create', email, '--name', 'lost'], {

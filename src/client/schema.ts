@@ -316,7 +316,7 @@ export interface components {
     }
     Error: {
       /**
-       * @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, beta_opt_in_required, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, not_found, pet_not_found, order_not_found, method_not_allowed, operation_removed, request_timeout, pet_not_available, order_conflict, idempotency_conflict, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported.
+       * @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, beta_opt_in_required, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, insufficient_scope, not_found, pet_not_found, order_not_found, method_not_allowed, operation_removed, request_timeout, pet_not_available, order_conflict, idempotency_conflict, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported.
        * @example validation_failed
        */
       code: string
@@ -423,6 +423,30 @@ export interface operations {
            *       "code": "missing_api_key",
            *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
            *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
            *     }
            */
           'application/json': components['schemas']['Error']
@@ -582,6 +606,30 @@ export interface operations {
            *       "code": "missing_api_key",
            *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
            *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
            *     }
            */
           'application/json': components['schemas']['Error']
@@ -866,6 +914,30 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
       /** @description No animal with this id. */
       404: {
         headers: {
@@ -1092,6 +1164,30 @@ export interface operations {
            *       "code": "missing_api_key",
            *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
            *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
            *     }
            */
           'application/json': components['schemas']['Error']
@@ -1344,6 +1440,30 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
       /** @description Too many requests for this API key (or bad keys from this address). */
       429: {
         headers: {
@@ -1498,6 +1618,30 @@ export interface operations {
            *       "code": "missing_api_key",
            *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
            *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
            *     }
            */
           'application/json': components['schemas']['Error']
@@ -1764,6 +1908,30 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
       /** @description Not found. */
       404: {
         headers: {
@@ -1932,6 +2100,30 @@ export interface operations {
            *       "code": "missing_api_key",
            *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
            *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
            *     }
            */
           'application/json': components['schemas']['Error']
@@ -2132,6 +2324,30 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
       /** @description Not found. */
       404: {
         headers: {
@@ -2319,6 +2535,30 @@ export interface operations {
            *       "code": "missing_api_key",
            *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
            *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
            *     }
            */
           'application/json': components['schemas']['Error']

@@ -90,7 +90,7 @@ export interface IssuedKey {
 export async function issueApiKey(
   store: Store,
   deployment: Deployment,
-  request: { accountId: number; name: string; lifetimeMs?: number },
+  request: { accountId: number; name: string; lifetimeMs?: number; scopes?: string | null },
 ): Promise<IssuedKey> {
   if (!Value.Check(KeyNameSchema, request.name)) throw new AccountRuleError(`The name must be ${KEY_NAME_DESCRIPTION}.`)
   const generated = generateApiKey(deployment)
@@ -101,6 +101,7 @@ export async function issueApiKey(
     prefix: generated.prefix,
     hash: generated.hash,
     expiresAt,
+    scopes: request.scopes ?? null,
   })
   return { key, secret: generated.secret }
 }

@@ -11,6 +11,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
 import { apiKeyDeployment, hashApiKey } from '../domain/api-keys.ts'
+import { grantedScopes } from '../domain/scopes.ts'
 import { ApiError, type ErrorCode } from '../errors.ts'
 import { BoundedMap } from '../lib/bounded-map.ts'
 import { type ApiKey, DatabaseUnavailableError } from '../store/types.ts'
@@ -19,6 +20,8 @@ import { clientNetwork } from './rate-limit-counters.ts'
 export interface Caller {
   keyId: string
   accountId: number
+  /** The scopes the key grants (write implying read); null: every scope. */
+  scopes: ReadonlySet<string> | null
 }
 
 type Done = (error?: Error) => void
@@ -74,7 +77,7 @@ export default fp<{ config: Config }>(
       }
       const entry = {
         key,
-        caller: Object.freeze({ keyId: key.id, accountId: key.accountId }),
+        caller: Object.freeze({ keyId: key.id, accountId: key.accountId, scopes: grantedScopes(key.scopes) }),
         expiresAtMs: key.expiresAt ? Date.parse(key.expiresAt) : Infinity,
         verifiedAtMs: now,
         touchedAtMs: cached?.touchedAtMs ?? 0,

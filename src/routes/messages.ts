@@ -22,7 +22,6 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
         summary: 'Send a message (quickstart example)',
         description: 'Stores the message durably for the calling account and queues it: 202 with status `queued`.',
         tags: ['messages'],
-        security: [{ bearerAuth: [] }],
         headers: IdempotencyHeadersSchema,
         querystring: NoQuerySchema,
         body: NewMessageSchema,
@@ -34,6 +33,7 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
           ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503),
         },
       },
+      config: { scope: 'messages:write' },
       ...app.idempotent,
     },
     async function sendMessage(request, reply) {

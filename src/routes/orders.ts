@@ -25,7 +25,6 @@ import {
 } from '../schemas/orders.ts'
 import type { TransitionResult } from '../store/types.ts'
 
-const security = [{ bearerAuth: [] }]
 const stability: Stability = { level: 'beta', feature: 'orders' }
 const tags = ['store']
 
@@ -44,7 +43,6 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
         description:
           'Reserves an `available` animal: it becomes `pending` until the order is completed, canceled or expires.',
         tags,
-        security,
         headers: IdempotencyHeadersSchema,
         querystring: NoQuerySchema,
         body: NewOrderSchema,
@@ -57,7 +55,7 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
           ...errorResponses(400, 401, 404, 409, 413, 415, 422, 429, 500, 503),
         },
       },
-      config: { stability, replayLocation: orderLocation },
+      config: { scope: 'orders:write', stability, replayLocation: orderLocation },
       ...app.idempotent,
     },
     async function placeOrder(request, reply) {
@@ -85,7 +83,6 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
         summary: "List the account's orders",
         description: 'Newest first, `limit` per page. When more exist, `Link: <…>; rel="next"` gives the next page.',
         tags,
-        security,
         querystring: ListOrdersQuerySchema,
         response: {
           200: jsonResponse("A page of the account's orders, newest first.", OrdersSchema, {
@@ -95,7 +92,7 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
           ...errorResponses(400, 401, 429, 500, 503),
         },
       },
-      config: { stability },
+      config: { scope: 'orders:read', stability },
     },
     async function listOrders(request, reply) {
       const { limit = 20, status, petId, cursor } = request.query
@@ -122,7 +119,6 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
         operationId: 'getOrder',
         summary: 'Get an order',
         tags,
-        security,
         params: OrderParamsSchema,
         querystring: NoQuerySchema,
         response: {
@@ -130,7 +126,7 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
           ...errorResponses(400, 401, 404, 429, 500, 503),
         },
       },
-      config: { stability },
+      config: { scope: 'orders:read', stability },
     },
     async function getOrder(request) {
       const order = await app.store.getOrder(request.caller.accountId, request.params.orderId)
@@ -151,7 +147,6 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
           summary,
           description: `Moves a \`placed\` order to \`${to}\`. Repeating it answers 200 with the order; from another final status, 409.`,
           tags,
-          security,
           params: OrderParamsSchema,
           querystring: NoQuerySchema,
           response: {
@@ -159,7 +154,7 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
             ...errorResponses(400, 401, 404, 409, 429, 500, 503),
           },
         },
-        config: { stability },
+        config: { scope: 'orders:write', stability },
       },
       async function moveOrder(request) {
         const { orderId } = request.params
@@ -185,14 +180,13 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
         operationId: 'getInventory',
         summary: 'Count the animals by status',
         tags,
-        security,
         querystring: NoQuerySchema,
         response: {
           200: jsonResponse('How many animals have each status.', InventorySchema, RATE_LIMIT_HEADERS),
           ...errorResponses(400, 401, 429, 500, 503),
         },
       },
-      config: { stability },
+      config: { scope: 'pets:read', stability },
     },
     async function getInventory() {
       return app.store.inventory()

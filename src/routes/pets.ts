@@ -63,6 +63,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
           ...errorResponses(400, 401, 429, 500, 503),
         },
       },
+      config: { scope: 'pets:read' },
     },
     function listPets(request, reply) {
       // Ajv has filled in the default; the fallback only satisfies the type.
@@ -102,7 +103,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
           ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503),
         },
       },
-      config: { replayLocation: petLocation },
+      config: { scope: 'pets:write', replayLocation: petLocation },
       ...app.idempotent,
     },
     async function createPet(request, reply) {
@@ -149,7 +150,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         done(Date.now() >= SUNSET_MS ? new ApiError('operation_removed') : undefined)
       },
       // Errors get the deprecation headers from sendError; answers from the handler.
-      config: { answerHeaders: deprecated },
+      config: { scope: 'pets:read', answerHeaders: deprecated },
     },
     function getPet(request, reply) {
       const { petId } = request.params

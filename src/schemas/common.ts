@@ -100,6 +100,10 @@ const ERROR_RESPONSES = {
       '`Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750).',
     ),
   }),
+  403: errorResponse('insufficient_scope', 'The API key lacks the scope this operation needs.', {
+    'WWW-Authenticate': header('`Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1).'),
+    ...RATE_LIMIT_HEADERS,
+  }),
   404: errorResponse('not_found', 'Not found.', RATE_LIMIT_HEADERS),
   409: errorResponse(
     'idempotency_conflict',

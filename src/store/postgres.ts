@@ -52,7 +52,7 @@ export interface PostgresOptions {
 
 const PET_COLUMNS = 'id, name, category_id AS "categoryId", status'
 const KEY_COLUMNS = `id, account_id AS "accountId", name, prefix, created_at AS "createdAt", expires_at AS "expiresAt",
-  revoked_at AS "revokedAt", last_used_at AS "lastUsedAt"`
+  revoked_at AS "revokedAt", last_used_at AS "lastUsedAt", scopes`
 const MESSAGE_COLUMNS = 'id, body AS message, status, created_at AS "createdAt"'
 const ORDER_COLUMNS = `id, pet_id AS "petId", status, created_at AS "createdAt", expires_at AS "expiresAt",
   updated_at AS "updatedAt"`
@@ -145,8 +145,8 @@ const SQL = {
   getSession: `SELECT s.account_id AS "accountId", a.email, s.expires_at AS "expiresAt"
     FROM sessions s JOIN accounts a ON a.id = s.account_id WHERE s.id = $1 AND s.expires_at > now()`,
   deleteSession: 'DELETE FROM sessions WHERE id = $1',
-  insertKey: `INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at, expires_at)
-    VALUES ($1, $2, $3, $4, $5, now(), $6) RETURNING ${KEY_COLUMNS}`,
+  insertKey: `INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at, expires_at, scopes)
+    VALUES ($1, $2, $3, $4, $5, now(), $6, $7) RETURNING ${KEY_COLUMNS}`,
   listKeys: `SELECT ${KEY_COLUMNS} FROM api_keys WHERE account_id = $1 ORDER BY created_at DESC, id`,
   getKeyByHash: `SELECT ${KEY_COLUMNS} FROM api_keys WHERE key_hash = $1`,
   revokeKey: `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
@@ -410,7 +410,7 @@ export class PostgresStore implements Store {
   // ─── API KEYS ──────────────────────────────────────────────────────────────────────────────
 
   async createApiKey(key: NewApiKey): Promise<ApiKey> {
-    const values = [randomId('key'), key.accountId, key.name, key.prefix, key.hash, key.expiresAt]
+    const values = [randomId('key'), key.accountId, key.name, key.prefix, key.hash, key.expiresAt, key.scopes ?? null]
     return (await this.#query<ApiKey>('insertKey', values, 'write'))[0] as ApiKey
   }
 

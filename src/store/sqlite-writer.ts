@@ -39,7 +39,7 @@ export interface WriterData {
 }
 
 const KEY_COLUMNS = `id, account_id AS accountId, name, prefix, created_at AS createdAt, expires_at AS expiresAt,
-  revoked_at AS revokedAt, last_used_at AS lastUsedAt`
+  revoked_at AS revokedAt, last_used_at AS lastUsedAt, scopes`
 const MESSAGE_COLUMNS = 'id, body AS message, status, created_at AS createdAt'
 const PET_COLUMNS = 'id, name, category_id AS categoryId, status'
 export const ORDER_COLUMNS = `id, pet_id AS petId, status, created_at AS createdAt, expires_at AS expiresAt,
@@ -79,8 +79,8 @@ function prepareWrites(db: DatabaseSync) {
     insertSession: s(`INSERT INTO sessions (id, account_id, created_at, expires_at)
       SELECT ?, id, ?, ? FROM accounts WHERE id = ? AND password_hash IS ?`),
     deleteSession: s('DELETE FROM sessions WHERE id = ?'),
-    insertKey: s(`INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at, expires_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING ${KEY_COLUMNS}`),
+    insertKey: s(`INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at, expires_at, scopes)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING ${KEY_COLUMNS}`),
     revokeKey: s(`UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?)
       WHERE id = ? AND (? IS NULL OR account_id = ?) RETURNING ${KEY_COLUMNS}`),
     touchKey: s('UPDATE api_keys SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)'),
@@ -182,8 +182,24 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
     deleteSession(hash: string): void {
       sql.deleteSession.run(hash)
     },
-    createApiKey(accountId: number, name: string, prefix: string, hash: string, expiresAt: string | null): ApiKey {
-      return sql.insertKey.get(randomId('key'), accountId, name, prefix, hash, now(), expiresAt) as unknown as ApiKey
+    createApiKey(
+      accountId: number,
+      name: string,
+      prefix: string,
+      hash: string,
+      expiresAt: string | null,
+      scopes: string | null,
+    ): ApiKey {
+      return sql.insertKey.get(
+        randomId('key'),
+        accountId,
+        name,
+        prefix,
+        hash,
+        now(),
+        expiresAt,
+        scopes,
+      ) as unknown as ApiKey
     },
     revokeApiKey(id: string, accountId: number | null): ApiKey | null {
       return (sql.revokeKey.get(now(), id, accountId, accountId) as ApiKey | undefined) ?? null

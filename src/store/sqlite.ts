@@ -62,7 +62,7 @@ const MMAP_BYTES = 1024 * 1024 * 1024
 
 const PET_COLUMNS = 'id, name, category_id AS categoryId, status'
 const KEY_COLUMNS = `id, account_id AS accountId, name, prefix, created_at AS createdAt, expires_at AS expiresAt,
-  revoked_at AS revokedAt, last_used_at AS lastUsedAt`
+  revoked_at AS revokedAt, last_used_at AS lastUsedAt, scopes`
 const MESSAGE_COLUMNS = 'id, body AS message, status, created_at AS createdAt'
 
 // SQLITE_BUSY, _LOCKED, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB: the database cannot serve
@@ -388,7 +388,7 @@ export class SqliteStore implements Store {
   // ─── API KEYS ──────────────────────────────────────────────────────────────────────────────
 
   createApiKey(key: NewApiKey): Promise<ApiKey> {
-    return this.#write('createApiKey', key.accountId, key.name, key.prefix, key.hash, key.expiresAt)
+    return this.#write('createApiKey', key.accountId, key.name, key.prefix, key.hash, key.expiresAt, key.scopes ?? null)
   }
 
   listApiKeys(accountId: number): Promise<ApiKey[]> {

@@ -112,6 +112,8 @@ export interface ApiKey {
   expiresAt: string | null
   revokedAt: string | null
   lastUsedAt: string | null
+  /** What the key may do: scopes separated by spaces (as OAuth writes them); null, every scope. */
+  scopes: string | null
 }
 
 export interface NewApiKey {
@@ -121,6 +123,8 @@ export interface NewApiKey {
   /** SHA-256 of the secret (see api-keys.ts). The secret itself is never stored. */
   hash: string
   expiresAt: string | null
+  /** Space-separated scopes; null or absent: every scope (keys made before scopes existed). */
+  scopes?: string | null
 }
 
 export interface NewSession {

@@ -13,6 +13,20 @@ async function document(t: Parameters<typeof build>[0], env: Record<string, stri
   return response.json()
 }
 
+/** The scope each operation needs (decision 76). */
+const SCOPE_OF: Record<string, string> = {
+  listPets: 'pets:read',
+  getPet: 'pets:read',
+  createPet: 'pets:write',
+  sendMessage: 'messages:write',
+  placeOrder: 'orders:write',
+  listOrders: 'orders:read',
+  getOrder: 'orders:read',
+  completeOrder: 'orders:write',
+  cancelOrder: 'orders:write',
+  getInventory: 'pets:read',
+}
+
 describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
   it('serves a valid OpenAPI 3.1 document without a key', async (t) => {
     const doc = await document(t)
@@ -62,7 +76,7 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     }
   })
 
-  it('declares the bearer scheme and requires it on every operation', async (t) => {
+  it('declares the bearer scheme and requires it, with the scope it needs, on every operation', async (t) => {
     const doc = await document(t)
     assert.deepEqual(
       {
@@ -75,8 +89,10 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
       Record<string, { security: unknown; responses: Record<string, unknown> }>
     >(doc.paths)) {
       for (const [method, operation] of Object.entries(item)) {
-        assert.deepEqual(operation.security, [{ bearerAuth: [] }], `${method} ${path}`)
+        const scope = SCOPE_OF[(operation as unknown as { operationId: string }).operationId]
+        assert.deepEqual(operation.security, [{ bearerAuth: [scope] }], `${method} ${path}`)
         assert.ok(operation.responses['401'], `${method} ${path} documents 401`)
+        assert.ok(operation.responses['403'], `${method} ${path} documents 403`)
       }
     }
   })
