@@ -1,5 +1,5 @@
 /**
- * What an API key may do (decision 76). Each operation needs one scope; a write scope also grants
+ * What an API key may do (decision 77). Each operation needs one scope; a write scope also grants
  * the read of the same resource. A key made without scopes (every key made before scopes) has all.
  */
 export const SCOPES = ['pets:read', 'pets:write', 'orders:read', 'orders:write', 'messages:write'] as const

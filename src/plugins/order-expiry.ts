@@ -1,6 +1,6 @@
 /**
  * Ends the holds of placed orders on time, on every instance, whether or not anyone reads them:
- * each instance sweeps every SWEEP_MS, and the database gives each order to one sweep (decision 75).
+ * each instance sweeps every SWEEP_MS, and the database gives each order to one sweep (decision 76).
  */
 import fp from 'fastify-plugin'
 

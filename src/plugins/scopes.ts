@@ -1,5 +1,5 @@
 /**
- * Authorization by scope (decision 76): a route names the scope it needs in `config.scope`; a key
+ * Authorization by scope (decision 77): a route names the scope it needs in `config.scope`; a key
  * without it gets 403 `insufficient_scope` with the RFC 6750 §3.1 challenge naming the scope. The
  * OpenAPI document lists each operation's scope in its security requirement.
  */

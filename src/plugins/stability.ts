@@ -1,5 +1,5 @@
 /**
- * Beta and experimental operations (decision 74). A route names its level and feature in
+ * Beta and experimental operations (decision 75). A route names its level and feature in
  * `config.stability`. A beta operation is offered, and a client opts in per request with
  * `Animal-Store-Beta: <feature>`: without it, 400 naming the header. An experimental one exists
  * only where the operator lists its feature in EXPERIMENTAL_FEATURES (its module asks `offers`);
