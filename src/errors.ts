@@ -28,7 +28,7 @@ export const ERRORS = {
     'The If-Match or If-None-Match condition does not hold (the API\'s answers carry no ETag: only "*" matches them).',
   ],
   payload_too_large: [413, 'The request body is too large.'],
-  unsupported_media_type: [415, 'Send the body as application/json.'],
+  unsupported_media_type: [415, 'Send the body as application/json (a PATCH also takes application/merge-patch+json).'],
   expectation_failed: [417, 'Only "Expect: 100-continue" is supported.'],
   idempotency_key_reused: [422, 'This Idempotency-Key was already used for a different request.'],
   rate_limited: [429, 'Too many requests; retry after the time in Retry-After.'],

@@ -4,7 +4,8 @@
  * hold the request until the socket idles out, with no answer.
  *
  * API bodies are JSON text in UTF-8 (RFC 8259 §8.1), as sent: Fastify's parser (with `__proto__`
- * and `constructor` keys refused) behind checks that nothing was decoded by guesswork.
+ * and `constructor` keys refused) behind checks that nothing was decoded by guesswork. A JSON Merge
+ * Patch (`application/merge-patch+json`, RFC 7396) is JSON under the same rules, taken by PATCH only.
  *
  * - bytes that are not UTF-8, and `\uD800`-style escapes of lone surrogates, are 400 `invalid_json`
  *   instead of turning silently into U+FFFD when stored;
@@ -26,6 +27,10 @@ const CHARSETS = /;\s*charset\s*=\s*(?:"([^"]*)"|([^";\s]*))/gi
 const CHARSET = /charset/i
 /** A digit then a decimal point or an exponent: only then can a number have been rounded to an integer. */
 const FRACTION_OR_EXPONENT = /\d[.eE]/
+/** The media types whose bodies are JSON text (RFC 8259, RFC 7396). */
+const JSON_TYPES = ['application/json', 'application/merge-patch+json']
+/** A merge patch is a patch document: a body of any other method that claims to be one is 415. */
+const MERGE_PATCH = /^\s*application\/merge-patch\+json\s*(?:;|$)/i
 /** A JSON escape of a surrogate code unit: only then can parsed text hold a lone one. */
 const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
 
@@ -65,7 +70,7 @@ export default fp(
       const failed = failures.get(request.raw)
       if (failed) return done(failed)
       const headers = request.headers
-      const refused = encodingError(headers)
+      const refused = encodingError(headers) ?? mediaTypeError(request.method, headers)
       if (refused) return done(refused)
       // Neither Content-Length nor Transfer-Encoding: no body (RFC 9112 §6.3). Node has ended such a
       // request's stream without a word (optimizeEmptyRequests, decision 63), and a parser that read
@@ -89,8 +94,8 @@ export default fp(
     app.removeContentTypeParser('text/plain')
     const parse = app.getDefaultJsonParser('error', 'error')
     app.removeContentTypeParser('application/json')
-    // Routes have refused codings and charsets already (bodyStart).
-    app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    // Routes have refused codings and charsets already, and merge patches sent to anything but PATCH (bodyStart).
+    app.addContentTypeParser(JSON_TYPES, { parseAs: 'buffer' }, (request, body, done) => {
       const bytes = body as Buffer
       if (!isUtf8(bytes)) return done(new ApiError('invalid_json', 'The request body is not valid UTF-8.'), undefined)
       const text = bytes.toString()
@@ -151,6 +156,14 @@ function encodingError(headers: IncomingHttpHeaders): ApiError | undefined {
     return new ApiError('unsupported_media_type', 'Send the body as application/json in UTF-8 (charset=utf-8).')
   }
   return undefined
+}
+
+function mediaTypeError(method: string, headers: IncomingHttpHeaders): ApiError | undefined {
+  if (method === 'PATCH' || !MERGE_PATCH.test(headers['content-type'] ?? '')) return undefined
+  return new ApiError(
+    'unsupported_media_type',
+    'application/merge-patch+json is taken by PATCH only: send application/json.',
+  )
 }
 
 /**

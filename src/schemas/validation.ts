@@ -97,6 +97,8 @@ function describe(part: string, error: ErrorObject): string {
       return `${field}.${shown(String(p.additionalProperty))} is not a known field`
     case 'type':
       if (part === 'query' && Array.isArray(error.data)) return `${field} must be given once`
+      // In a merge patch, null would remove the field (RFC 7396): say that it may not be.
+      if (error.data === null) return `${field} must be ${article(String(p.type))}, not null`
       return `${field} must be ${article(String(p.type))}`
     case 'enum':
       return `${field} must be one of: ${(p.allowedValues as unknown[]).join(', ')}`
