@@ -399,7 +399,7 @@ describe('listPets and getPet stay fresh while responses are cached', () => {
     assert.equal(pages[0]?.json()[0].name, 'b')
   })
 
-  it('a page with a next page is kept (on SQLite) when pets are added; a last page is read again', async (t) => {
+  it('every cached page is read again once a pet changed behind the service, not only the last', async (t) => {
     const app = await build(t)
     const { secret } = await app.newKey()
     const names = async (url: string) =>
@@ -411,19 +411,19 @@ describe('listPets and getPet stay fresh while responses are cached', () => {
     )
     assert.deepEqual(await names('/v1/pets?limit=2'), ['a', 'b'])
     assert.deepEqual(await names('/v1/pets?limit=5'), ['a', 'b', 'c'])
-    // Pets never change through the API; changing one behind the service's back shows which
-    // pages it reads again. A page with a next page cannot change by an addition (the new id is
-    // above all others), so SQLite keeps serving it; PostgreSQL (no version) caches no page.
+    // Pets change now: a page with a next page is as stale as any other once a pet changed
+    // (SQLite: petsVersion moved; PostgreSQL caches no page).
     const rename = "UPDATE pets SET name = 'renamed' WHERE name = 'a'"
     if (DATABASE === 'sqlite') {
       const db = new DatabaseSync(sqlitePath(app.config.databaseUrl))
       db.exec(rename)
       db.close()
     } else await postgres(rename, app.config.databaseUrl)
-    await seed(app, secret, [{ name: 'd', categoryId: 1 }])
-    const full = DATABASE === 'sqlite' ? ['a', 'b'] : ['renamed', 'b']
-    assert.deepEqual(await names('/v1/pets?limit=2'), full)
-    assert.deepEqual(await names('/v1/pets?limit=5'), ['renamed', 'b', 'c', 'd'])
+    // A request arrives in a later turn of the event loop than the commit, as over a socket
+    // (petsVersion is read once per turn; decision 47).
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(await names('/v1/pets?limit=2'), ['renamed', 'b'])
+    assert.deepEqual(await names('/v1/pets?limit=5'), ['renamed', 'b', 'c'])
   })
 
   it('a pet that did not exist yet is found once created (misses are not cached)', async (t) => {
