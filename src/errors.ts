@@ -23,9 +23,11 @@ export const ERRORS = {
   pet_not_available: [409, 'The pet is not available: an order holds it, or it is sold.'],
   order_conflict: [409, 'The order is final in another status; see the message.'],
   idempotency_conflict: [409, 'A request with this Idempotency-Key is still being processed; retry later.'],
+  pet_held: [409, 'A placed order holds this pet: its status changes only by completing or canceling the order.'],
+  pending_by_order_only: [409, 'A pet becomes pending only by being ordered: place an order for it.'],
   precondition_failed: [
     412,
-    'The If-Match or If-None-Match condition does not hold (the API\'s answers carry no ETag: only "*" matches them).',
+    'The If-Match or If-None-Match condition does not hold: compare with the current ETag (answers without one match only "*").',
   ],
   payload_too_large: [413, 'The request body is too large.'],
   unsupported_media_type: [415, 'Send the body as application/json (a PATCH also takes application/merge-patch+json).'],

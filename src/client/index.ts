@@ -11,6 +11,8 @@ import type { components, operations, paths } from './schema.ts'
 export type { components, operations, paths }
 export type Pet = components['schemas']['Pet']
 export type NewPet = components['schemas']['NewPet']
+/** The body of updatePet (`client.PATCH('/pets/{petId}', …)`): a JSON Merge Patch of a Pet. */
+export type PetPatch = components['schemas']['PetPatch']
 export type Message = components['schemas']['Message']
 /** The API's error body: `{code, message, status}`. */
 export type ErrorBody = components['schemas']['Error']

@@ -46,7 +46,11 @@ export interface paths {
     delete?: never
     options?: never
     head?: never
-    patch?: never
+    /**
+     * Change an animal
+     * @description Changes `name`, `categoryId` or `status` with a JSON Merge Patch (RFC 7396): the fields sent replace their values, the others stay. Send `If-Match` with the `ETag` of `getPet` or of an earlier change to change only that version (412 when it has changed since). A pet held by a placed order keeps its status (409 `pet_held`), and only an order makes a pet `pending` (409 `pending_by_order_only`).
+     */
+    patch: operations['updatePet']
     trace?: never
   }
   '/messages': {
@@ -221,6 +225,25 @@ export interface components {
        */
       status?: 'available' | 'pending' | 'sold'
     }
+    /** @description The fields to change (JSON Merge Patch, RFC 7396): those left out keep their value. None may be null (every pet has all three), and `pending` is set only by ordering the pet. */
+    PetPatch: {
+      /**
+       * @description The animal's name: 1 to 200 characters, not only spaces or invisible characters, no NUL.
+       * @example Rex
+       */
+      name?: string
+      /**
+       * Format: int64
+       * @description Identifier of the category the animal belongs to.
+       * @example 1
+       */
+      categoryId?: number
+      /**
+       * @description Availability status.
+       * @enum {string}
+       */
+      status?: 'available' | 'pending' | 'sold'
+    }
     Message: {
       /**
        * @description Identifier of the message.
@@ -316,7 +339,7 @@ export interface components {
     }
     Error: {
       /**
-       * @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, beta_opt_in_required, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, insufficient_scope, not_found, pet_not_found, order_not_found, method_not_allowed, operation_removed, request_timeout, pet_not_available, order_conflict, idempotency_conflict, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported.
+       * @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, beta_opt_in_required, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, insufficient_scope, not_found, pet_not_found, order_not_found, method_not_allowed, operation_removed, request_timeout, pet_not_available, order_conflict, idempotency_conflict, pet_held, pending_by_order_only, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported.
        * @example validation_failed
        */
       code: string
@@ -694,7 +717,7 @@ export interface operations {
           /**
            * @example {
            *       "code": "unsupported_media_type",
-           *       "message": "Send the body as application/json.",
+           *       "message": "Send the body as application/json (a PATCH also takes application/merge-patch+json).",
            *       "status": 415
            *     }
            */
@@ -829,6 +852,8 @@ export interface operations {
           Sunset?: string
           /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; `<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3). */
           Link?: string
+          /** @description The version of this animal (`"<id>-<version>"`): send it in `If-Match` to change only this version. */
+          ETag?: string
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
           RateLimit?: string
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
@@ -850,6 +875,8 @@ export interface operations {
           Sunset?: string
           /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; `<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3). */
           Link?: string
+          /** @description The version of this animal (`"<id>-<version>"`): send it in `If-Match` to change only this version. */
+          ETag?: string
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
           RateLimit?: string
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
@@ -1094,6 +1121,268 @@ export interface operations {
       }
     }
   }
+  updatePet: {
+    parameters: {
+      query?: never
+      header?: {
+        /** @description The `ETag` of the version to change (from `getPet` or an earlier change), or `*`: 412 when the animal is another version now. */
+        'if-match'?: string
+        /** @description Entity tags the animal must not match (`*`: any); 412 when it does. */
+        'if-none-match'?: string
+      }
+      path: {
+        /**
+         * @description The identifier of the animal.
+         * @example 1
+         */
+        petId: number
+      }
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/merge-patch+json': components['schemas']['PetPatch']
+        'application/json': components['schemas']['PetPatch']
+      }
+    }
+    responses: {
+      /** @description The animal as it is now. */
+      200: {
+        headers: {
+          /** @description The version of this animal (`"<id>-<version>"`): send it in `If-Match` to change only this version. */
+          ETag?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Pet']
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Not found. */
+      404: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "not_found",
+           *       "message": "No such resource.",
+           *       "status": 404
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `pet_held`: a placed order holds the animal, so its status stays; `pending_by_order_only`: only an order makes an animal pending. */
+      409: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `If-Match` does not name the current `ETag` (the animal changed since), or `If-None-Match` does. */
+      412: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The body is larger than the limit (BODY_LIMIT). */
+      413: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "payload_too_large",
+           *       "message": "The request body is too large.",
+           *       "status": 413
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The body is not JSON in UTF-8 (`Content-Type: application/json`, no `Content-Encoding`). */
+      415: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "unsupported_media_type",
+           *       "message": "Send the body as application/json (a PATCH also takes application/merge-patch+json).",
+           *       "status": 415
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
   sendMessage: {
     parameters: {
       query?: never
@@ -1252,7 +1541,7 @@ export interface operations {
           /**
            * @example {
            *       "code": "unsupported_media_type",
-           *       "message": "Send the body as application/json.",
+           *       "message": "Send the body as application/json (a PATCH also takes application/merge-patch+json).",
            *       "status": 415
            *     }
            */
@@ -1728,7 +2017,7 @@ export interface operations {
           /**
            * @example {
            *       "code": "unsupported_media_type",
-           *       "message": "Send the body as application/json.",
+           *       "message": "Send the body as application/json (a PATCH also takes application/merge-patch+json).",
            *       "status": 415
            *     }
            */

@@ -9,7 +9,7 @@ import { ERRORS } from '../errors.ts'
 import { ErrorSchema } from '../schemas/common.ts'
 import { MessageSchema, NewMessageSchema } from '../schemas/messages.ts'
 import { InventorySchema, NewOrderSchema, OrderSchema } from '../schemas/orders.ts'
-import { NewPetSchema, PetSchema } from '../schemas/pets.ts'
+import { NewPetSchema, PetPatchSchema, PetSchema } from '../schemas/pets.ts'
 
 /** The one path under /v1 served without a key. */
 export const OPENAPI_PATH = '/v1/openapi.json'
@@ -18,6 +18,7 @@ export const OPENAPI_PATH = '/v1/openapi.json'
 const COMPONENTS = [
   PetSchema,
   NewPetSchema,
+  PetPatchSchema,
   MessageSchema,
   NewMessageSchema,
   OrderSchema,

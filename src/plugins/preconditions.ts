@@ -1,21 +1,39 @@
 /**
- * Conditional requests (RFC 9110 §13.1.1, §13.1.2, §13.2). The API's answers carry no validator
- * (no ETag, no Last-Modified); the portal's and the reference's static files carry an ETag. So a
- * condition compares against the answer's ETag when it has one, and otherwise depends only on
- * whether the target resource has a current representation: `If-Match: *` holds when it has one,
- * `If-None-Match: *` fails when it has one, and listed entity tags match nothing. If-Match compares
- * strongly (a weak tag never matches), If-None-Match weakly (§8.8.3.2). With no modification date,
- * If-Modified-Since and If-Unmodified-Since are ignored (§13.1.3, §13.1.4), and so is If-Range.
+ * Conditional requests (RFC 9110 §13.1.1, §13.1.2, §13.2), decided here and nowhere else. A pet
+ * (getPet, updatePet) has an ETag, from the version of its row; the API's other answers carry no
+ * validator (no ETag, no Last-Modified); the portal's and the reference's static files carry an
+ * ETag. So a condition compares against the current ETag when there is one, and otherwise depends
+ * only on whether the target resource has a current representation: `If-Match: *` holds when it
+ * has one, `If-None-Match: *` fails when it has one, and listed entity tags match nothing.
+ * If-Match compares strongly (a weak tag never matches), If-None-Match weakly (§8.8.3.2). With no
+ * modification date, If-Modified-Since and If-Unmodified-Since are ignored (§13.1.3, §13.1.4), and
+ * so is If-Range.
  *
  * A failed condition is 412 precondition_failed, or 304 for If-None-Match on GET and HEAD
  * (§13.2.2). Conditions count only where the answer without them would be 2xx (§13.2.1): on GET
- * and HEAD they are judged on that answer, once it is ready; on other methods, once the key and
- * the rate limit have passed and before the content is read (preParsing), so a failed condition
- * writes nothing. A target has a representation there when a GET route serves its path.
+ * and HEAD they are judged on that answer, once it is ready (its ETag header); on other methods,
+ * once the key and the rate limit have passed and before the content is read (preParsing), so a
+ * failed condition writes nothing. A target has a representation there when a GET route serves
+ * its path. A route whose target has an ETag only the database knows (config.etag: updatePet) has
+ * its handler read the resource and ask `request.preconditions(etag)`, then write only that version
+ * (the store compares it in the write's transaction, so a change in between is not overwritten).
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError } from '../errors.ts'
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** The target has an ETag its handler reads: the handler judges the conditions (see above). */
+    etag?: true
+  }
+  interface FastifyRequest {
+    /** Whether the request has If-Match or If-None-Match, which its handler must judge (config.etag). */
+    hasPreconditions(): boolean
+    /** Throws 412 precondition_failed unless the conditions hold for a target whose current ETag is `etag`. */
+    preconditions(etag: string): void
+  }
+}
 
 type Outcome = 'ok' | 'failed' | 'not_modified'
 
@@ -67,6 +85,13 @@ function isRead(request: FastifyRequest): boolean {
 
 export default fp(
   async (app: FastifyInstance) => {
+    app.decorateRequest('hasPreconditions', function hasPreconditions(this: FastifyRequest) {
+      return conditional(this)
+    })
+    app.decorateRequest('preconditions', function preconditions(this: FastifyRequest, etag: string) {
+      if (evaluate(this, { etag }) !== 'ok') throw new ApiError('precondition_failed')
+    })
+
     // GET and HEAD: a 2xx answer is the current representation.
     app.addHook('onSend', (request, reply, payload, done) => {
       if (!isRead(request) || !conditional(request) || reply.statusCode < 200 || reply.statusCode > 299) {
@@ -91,7 +116,7 @@ export default fp(
     // Other methods: before the content is read, so a failed condition is refused untouched.
     const readable = new Map<string, boolean>()
     app.addHook('preParsing', (request: FastifyRequest, _reply: FastifyReply, payload, done) => {
-      if (isRead(request) || !conditional(request)) return done(null, payload)
+      if (isRead(request) || !conditional(request) || request.routeOptions.config.etag) return done(null, payload)
       const path = request.routeOptions.url ?? ''
       let exists = readable.get(path)
       if (exists === undefined) {

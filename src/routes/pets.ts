@@ -24,6 +24,8 @@ import {
   ListPetsQuerySchema,
   NewPetSchema,
   PetParamsSchema,
+  PetPatchHeadersSchema,
+  PetPatchSchema,
   PetSchema,
   PetsSchema,
 } from '../schemas/pets.ts'
@@ -37,6 +39,14 @@ const SUNSET_MS = Date.UTC(2030, 11, 5)
 const DEPRECATION_DOCS = '/docs#/pets/getPet'
 const { default: GET_PET_OTHER_ERRORS, ...GET_PET_ERRORS } = errorResponses(400, 401, 429, 500, 503)
 const security = [{ bearerAuth: [] }]
+
+/** A pet's ETag: strong, moved by every change to the pet (its row's version; decision 80). */
+export const petETag = (id: number, version: number) => `"${id}-${version}"`
+const ETAG_HEADER = {
+  ETag: header('The version of this animal (`"<id>-<version>"`): send it in `If-Match` to change only this version.'),
+}
+/** Attempts of a conditional update that other writes keep overtaking before it gives up (412). */
+const UPDATE_ATTEMPTS = 3
 
 const pets: FastifyPluginAsyncTypebox = async (app) => {
   const cursors = cursorCodec(await app.store.secret('cursor', () => randomBytes(32).toString('base64url')))
@@ -125,8 +135,12 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         params: PetParamsSchema,
         querystring: NoQuerySchema,
         response: {
-          200: jsonResponse('The animal.', PetSchema, { ...DEPRECATION_HEADERS, ...RATE_LIMIT_HEADERS }),
-          304: notModifiedResponse({ ...DEPRECATION_HEADERS, ...RATE_LIMIT_HEADERS }),
+          200: jsonResponse('The animal.', PetSchema, {
+            ...DEPRECATION_HEADERS,
+            ...ETAG_HEADER,
+            ...RATE_LIMIT_HEADERS,
+          }),
+          304: notModifiedResponse({ ...DEPRECATION_HEADERS, ...ETAG_HEADER, ...RATE_LIMIT_HEADERS }),
           // Every answer says it is deprecated, errors included (the default covers framework
           // errors such as 408 and 431, sent before any route is known).
           ...withHeaders(GET_PET_ERRORS, DEPRECATION_HEADERS),
@@ -158,8 +172,80 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       if (petId < 1 || petId > MAX_EXACT_INTEGER) throw petNotFound(petId)
       return app.petCache.pet(petId, (pet) => {
         if (pet.value === null) throw petNotFound(petId)
-        deprecated(request, reply).sendRead(pet)
+        pet.etag ??= petETag(petId, pet.petVersion as number)
+        deprecated(request, reply).header('etag', pet.etag).sendRead(pet)
       })
+    },
+  )
+
+  app.patch(
+    '/pets/:petId',
+    {
+      schema: {
+        operationId: 'updatePet',
+        summary: 'Change an animal',
+        description:
+          'Changes `name`, `categoryId` or `status` with a JSON Merge Patch (RFC 7396): the fields sent ' +
+          'replace their values, the others stay. Send `If-Match` with the `ETag` of `getPet` or of an ' +
+          'earlier change to change only that version (412 when it has changed since). A pet held by a ' +
+          'placed order keeps its status (409 `pet_held`), and only an order makes a pet `pending` ' +
+          '(409 `pending_by_order_only`).',
+        tags: ['pets'],
+        security,
+        consumes: ['application/merge-patch+json', 'application/json'],
+        headers: PetPatchHeadersSchema,
+        params: PetParamsSchema,
+        querystring: NoQuerySchema,
+        body: PetPatchSchema,
+        response: {
+          200: jsonResponse('The animal as it is now.', PetSchema, { ...ETAG_HEADER, ...RATE_LIMIT_HEADERS }),
+          ...errorResponses(400, 401, 404, 413, 415, 429, 500, 503),
+          409: jsonResponse(
+            '`pet_held`: a placed order holds the animal, so its status stays; `pending_by_order_only`: ' +
+              'only an order makes an animal pending.',
+            ErrorSchema,
+            RATE_LIMIT_HEADERS,
+          ),
+          412: jsonResponse(
+            '`If-Match` does not name the current `ETag` (the animal changed since), or `If-None-Match` does.',
+            ErrorSchema,
+            RATE_LIMIT_HEADERS,
+          ),
+        },
+      },
+      // Its conditions are judged against the pet's ETag, by the handler (src/plugins/preconditions.ts).
+      config: { etag: true },
+    },
+    async function updatePet(request, reply) {
+      const { petId } = request.params
+      if (petId < 1 || petId > MAX_EXACT_INTEGER) throw petNotFound(petId)
+      const changes = request.body
+      for (let attempt = 1; ; attempt++) {
+        // With conditions, the version they hold for is the only one the store may change.
+        let ifVersion: number | undefined
+        if (request.hasPreconditions()) {
+          const current = await app.store.getVersionedPet(petId)
+          if (current === null) throw petNotFound(petId)
+          request.preconditions(petETag(petId, current.version))
+          ifVersion = current.version
+        }
+        const result = await app.store.updatePet(petId, changes, ifVersion).catch((error: unknown) => {
+          // A write whose outcome is unknown (503) may have been made.
+          app.petCache.forget(petId)
+          throw error
+        })
+        if ('updated' in result) {
+          app.petCache.forget(petId)
+          const { pet, version } = result.updated
+          return reply.header('etag', petETag(pet.id, version)).send(pet)
+        }
+        if (result.refused === 'not_found') throw petNotFound(petId)
+        if (result.refused === 'held') {
+          throw new ApiError(changes.status === 'pending' ? 'pending_by_order_only' : 'pet_held')
+        }
+        // Changed between the check and the write: judge the conditions again on what it is now.
+        if (attempt === UPDATE_ATTEMPTS) throw new ApiError('precondition_failed')
+      }
     },
   )
 }

@@ -25,6 +25,39 @@ export const NewPetSchema = Type.Object(
 )
 export type NewPet = Type.Static<typeof NewPetSchema>
 
+/**
+ * A JSON Merge Patch of a Pet (RFC 7396): the fields to change, each optional. `null` would remove
+ * a field, and every pet has all three: it is refused, like an unknown field (decision 78).
+ */
+export const PetPatchSchema = Type.Object(
+  {
+    name: Type.Optional(petFields.name),
+    categoryId: Type.Optional(petFields.categoryId),
+    status: Type.Optional(PetStatusSchema),
+  },
+  {
+    $id: 'PetPatch',
+    additionalProperties: false,
+    description:
+      'The fields to change (JSON Merge Patch, RFC 7396): those left out keep their value. None may be null ' +
+      '(every pet has all three), and `pending` is set only by ordering the pet.',
+  },
+)
+export type PetPatch = Type.Static<typeof PetPatchSchema>
+
+/** The conditions updatePet takes (RFC 9110 §13.1), listed so that the reference and the client show them. */
+export const PetPatchHeadersSchema = Type.Object({
+  'if-match': Type.Optional(
+    Type.String({
+      description:
+        'The `ETag` of the version to change (from `getPet` or an earlier change), or `*`: 412 when the animal is another version now.',
+    }),
+  ),
+  'if-none-match': Type.Optional(
+    Type.String({ description: 'Entity tags the animal must not match (`*`: any); 412 when it does.' }),
+  ),
+})
+
 export const PetSchema = Type.Object(
   {
     id: Int64({ minimum: 1, description: 'Unique identifier assigned by the service on creation.', examples: [1] }),

@@ -18,7 +18,7 @@ const CACHED_PETS = 10_000
 
 /**
  * The longest a pet changed by another instance may be served as it was, where the store cannot
- * tell that it changed (the README's freshness bound, decision 70).
+ * tell that it changed (the README's freshness bound, decision 79).
  */
 export const FRESH_MS = 1000
 

@@ -68,6 +68,22 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     assert.deepEqual((await document(t, { ...urls, DEPLOYMENT: 'production' })).servers, [production, staging])
   })
 
+  it('documents updatePet: not deprecated, a merge patch in either media type, ETag on 200 and getPet', async (t) => {
+    const doc = await document(t)
+    const updatePet = doc.paths['/pets/{petId}'].patch
+    assert.equal(updatePet.operationId, 'updatePet')
+    assert.equal(updatePet.deprecated, undefined)
+    assert.deepEqual(Object.keys(updatePet.requestBody.content), ['application/merge-patch+json', 'application/json'])
+    assert.equal(updatePet.requestBody.content['application/json'].schema.$ref, '#/components/schemas/PetPatch')
+    assert.equal(doc.components.schemas.PetPatch.additionalProperties, false)
+    assert.ok(updatePet.responses['200'].headers.ETag)
+    for (const status of ['404', '409', '412', '415']) assert.ok(updatePet.responses[status], status)
+    assert.ok(
+      updatePet.parameters.some((p: { in: string; name: string }) => p.in === 'header' && p.name === 'if-match'),
+    )
+    assert.ok(doc.paths['/pets/{petId}'].get.responses['200'].headers.ETag)
+  })
+
   it("documents getPet's Deprecation, Sunset and Link headers on its errors too, as it sends them", async (t) => {
     const responses = (await document(t)).paths['/pets/{petId}'].get.responses
     for (const status of ['200', '400', '401', '404', '410', '429', '500', '503']) {

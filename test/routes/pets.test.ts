@@ -3,6 +3,7 @@ import { DatabaseSync } from 'node:sqlite'
 import { describe, it } from 'node:test'
 import type { LightMyRequestResponse } from 'fastify'
 import { openStore } from '../../src/store/index.ts'
+import { FRESH_MS } from '../../src/store/pet-cache.ts'
 import { sqlitePath } from '../../src/store/sqlite.ts'
 import { bearer, build, DATABASE, errorBody, postgres, type TestApp } from '../helper.ts'
 
@@ -580,5 +581,217 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
         status: 400,
       })
     }
+  })
+})
+
+describe('updatePet: PATCH /v1/pets/{petId} (JSON Merge Patch) and the pet ETag', () => {
+  /** A pet made through the API, and a PATCH helper with a content type and extra headers. */
+  async function setup(t: Parameters<typeof build>[0]) {
+    const app = await build(t)
+    const { secret, accountId } = await app.newKey()
+    const [pet] = await seed(app, secret, [{ name: 'Rex', categoryId: 1 }])
+    const patch = (body: unknown, headers: Record<string, string> = {}, id: number | string = pet.id) =>
+      app.app.inject({
+        method: 'PATCH',
+        url: `/v1/pets/${id}`,
+        headers: { ...bearer(secret), 'content-type': 'application/merge-patch+json', ...headers },
+        payload: typeof body === 'string' ? body : JSON.stringify(body),
+      })
+    const get = (headers: Record<string, string> = {}) =>
+      app.app.inject({ url: `/v1/pets/${pet.id}`, headers: { ...bearer(secret), ...headers } })
+    return { app, secret, accountId, pet: pet as { id: number }, patch, get }
+  }
+
+  it('merges: the fields sent change, the others stay; as merge-patch+json and as application/json', async (t) => {
+    const { pet, patch, get } = await setup(t)
+    // Read first, so that the answers below also prove the cached read was forgotten.
+    assert.equal((await get()).json().name, 'Rex')
+    const renamed = await patch({ name: 'Max' })
+    assert.equal(renamed.statusCode, 200, renamed.body)
+    assert.deepEqual(renamed.json(), { id: pet.id, name: 'Max', categoryId: 1, status: 'available' })
+    assert.deepEqual((await get()).json(), renamed.json())
+    const moved = await patch({ categoryId: 9, status: 'sold' }, { 'content-type': 'application/json; charset=utf-8' })
+    assert.equal(moved.statusCode, 200, moved.body)
+    assert.deepEqual(moved.json(), { id: pet.id, name: 'Max', categoryId: 9, status: 'sold' })
+    const caseless = await patch({ status: 'available' }, { 'content-type': 'Application/Merge-Patch+JSON' })
+    assert.equal(caseless.json().status, 'available')
+    // An empty patch changes nothing, and says what the pet is.
+    const empty = await patch({})
+    assert.equal(empty.statusCode, 200)
+    assert.deepEqual(empty.json(), { id: pet.id, name: 'Max', categoryId: 9, status: 'available' })
+    assert.deepEqual((await get()).json(), empty.json())
+  })
+
+  it('refuses null, unknown fields, bodies that are not objects and invalid values: 400, the pet unchanged', async (t) => {
+    const { pet, patch, get } = await setup(t)
+    const before = await get()
+    for (const [body, message] of [
+      [{ name: null }, /^body\.name must be a string, not null$/],
+      [{ categoryId: null }, /^body\.categoryId must be an integer, not null$/],
+      [{ status: null }, /^body\.status must be a string, not null$/],
+      [{ color: 'brown' }, /^body\.color is not a known field$/],
+      [{ id: pet.id }, /^body\.id is not a known field$/],
+      [{ name: 'Max', extra: 1 }, /^body\.extra is not a known field$/],
+      [[{ name: 'Max' }], /^body must be an object$/],
+      ['"Max"', /^body must be an object$/],
+      ['42', /^body must be an object$/],
+      ['null', /^body must be an object, not null$/],
+      [{ name: '' }, /^body\.name must be at least 1 character long$/],
+      [{ name: '\u200b' }, /^body\.name is invalid/],
+      [{ categoryId: 0 }, /^body\.categoryId must be at least 1$/],
+      [{ categoryId: '7' }, /^body\.categoryId must be an integer$/],
+      [{ status: 'lost' }, /^body\.status must be one of: available, pending, sold$/],
+    ] as const) {
+      const response = await patch(body)
+      assert.equal(response.statusCode, 400, JSON.stringify(body))
+      const error = errorBody(response)
+      assert.equal(error.code, 'validation_failed')
+      assert.match(error.message, message, JSON.stringify(body))
+    }
+    assert.equal((await patch('{"name":')).statusCode, 400)
+    assert.equal(errorBody(await patch('{"name":')).code, 'invalid_json')
+    // Media types: neither text nor a merge patch sent to anything but PATCH.
+    const text = await patch({ name: 'Max' }, { 'content-type': 'text/plain' })
+    assert.equal(text.statusCode, 415)
+    assert.equal(errorBody(text).code, 'unsupported_media_type')
+    const latin1 = await patch({ name: 'Max' }, { 'content-type': 'application/merge-patch+json; charset=latin1' })
+    assert.equal(latin1.statusCode, 415)
+    const after = await get()
+    assert.equal(after.body, before.body)
+    assert.equal(after.headers.etag, before.headers.etag)
+  })
+
+  it('application/merge-patch+json is taken by PATCH only: a POST sending it is 415, nothing stored', async (t) => {
+    const { app, secret } = await setup(t)
+    const response = await app.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers: { ...bearer(secret), 'content-type': 'application/merge-patch+json' },
+      payload: '{"name":"Max","categoryId":1}',
+    })
+    assert.equal(response.statusCode, 415)
+    assert.equal(errorBody(response).code, 'unsupported_media_type')
+    assert.equal((await app.app.inject({ url: '/v1/pets', headers: bearer(secret) })).json().length, 1)
+  })
+
+  it('404 pet_not_found for an id that does not exist, conditions or not', async (t) => {
+    const { patch } = await setup(t)
+    for (const id of ['999', '0', '9007199254740992', '9223372036854775807']) {
+      for (const headers of [{}, { 'if-match': '*' }, { 'if-match': '"999-1"' }] as Record<string, string>[]) {
+        const response = await patch({ name: 'Max' }, headers, id)
+        assert.equal(response.statusCode, 404, `${id} ${JSON.stringify(headers)}`)
+        assert.equal(errorBody(response).code, 'pet_not_found')
+      }
+    }
+    assert.equal((await patch({ name: 'Max' }, {}, 'abc')).statusCode, 400)
+  })
+
+  it('409: a held pet keeps its status (pet_held), and no PATCH makes a pet pending (pending_by_order_only)', async (t) => {
+    const { app, accountId, pet, patch, get } = await setup(t)
+    const pending = await patch({ status: 'pending' })
+    assert.equal(pending.statusCode, 409)
+    assert.equal(errorBody(pending).code, 'pending_by_order_only')
+    assert.equal((await get()).json().status, 'available')
+    // An order holds the pet (through the store: the order routes are another change).
+    const expiresAt = new Date(Date.now() + 3_600_000).toISOString()
+    const placed = await app.app.store.placeOrder({ accountId, petId: pet.id, expiresAt })
+    assert.ok('placed' in placed)
+    for (const status of ['available', 'sold']) {
+      const held = await patch({ status, name: 'Max' })
+      assert.equal(held.statusCode, 409, status)
+      assert.deepEqual(errorBody(held), {
+        code: 'pet_held',
+        message: 'A placed order holds this pet: its status changes only by completing or canceling the order.',
+        status: 409,
+      })
+    }
+    // Nothing of a refused patch is applied; its other fields may change on their own.
+    assert.equal((await get()).json().name, 'Rex')
+    const renamed = await patch({ name: 'Max', status: 'pending' })
+    assert.equal(renamed.statusCode, 200, renamed.body)
+    assert.deepEqual(renamed.json(), { id: pet.id, name: 'Max', categoryId: 1, status: 'pending' })
+  })
+
+  it('GET and PATCH give a strong ETag that moves with every change, and only with a change', async (t) => {
+    const { pet, patch, get } = await setup(t)
+    const first = await get()
+    assert.equal(first.headers.etag, `"${pet.id}-1"`)
+    // Served from the cache: the same tag.
+    assert.equal((await get()).headers.etag, first.headers.etag)
+    const changed = await patch({ name: 'Max' })
+    assert.equal(changed.headers.etag, `"${pet.id}-2"`)
+    assert.equal((await get()).headers.etag, changed.headers.etag)
+    // A patch that changes nothing keeps the version: repeating a PATCH is harmless.
+    const same = await patch({ name: 'Max' })
+    assert.equal(same.statusCode, 200)
+    assert.equal(same.headers.etag, changed.headers.etag)
+    // getPet stays deprecated; updatePet is not.
+    assert.equal((await get()).headers.deprecation, '@1767225600')
+    assert.equal(same.headers.deprecation, undefined)
+    assert.equal(same.headers.sunset, undefined)
+  })
+
+  it('If-Match: the current tag or * changes the pet; a stale, weak or unknown tag is 412 and changes nothing', async (t) => {
+    const { pet, patch, get } = await setup(t)
+    const v1 = String((await get()).headers.etag)
+    const ok = await patch({ name: 'Max' }, { 'if-match': v1 })
+    assert.equal(ok.statusCode, 200, ok.body)
+    const v2 = String(ok.headers.etag)
+    assert.notEqual(v2, v1)
+    for (const ifMatch of [v1, `W/${v2}`, '"other"', `"${pet.id + 1}-2"`, 'garbage']) {
+      const stale = await patch({ name: 'Lost update' }, { 'if-match': ifMatch })
+      assert.equal(stale.statusCode, 412, ifMatch)
+      assert.equal(errorBody(stale).code, 'precondition_failed')
+    }
+    assert.equal((await get()).json().name, 'Max')
+    // Any tag in a list, or *, holds for the current version.
+    const listed = await patch({ categoryId: 2 }, { 'if-match': `${v1}, ${v2}` })
+    assert.equal(listed.statusCode, 200, listed.body)
+    const any = await patch({ categoryId: 3 }, { 'if-match': '*' })
+    assert.equal(any.statusCode, 200)
+    assert.equal(any.json().categoryId, 3)
+    // If-None-Match on a PATCH: * (the pet exists) and the current tag fail, another tag holds.
+    assert.equal((await patch({ name: 'X' }, { 'if-none-match': '*' })).statusCode, 412)
+    assert.equal((await patch({ name: 'X' }, { 'if-none-match': String(any.headers.etag) })).statusCode, 412)
+    assert.equal((await patch({ name: 'Y' }, { 'if-none-match': v1 })).statusCode, 200)
+  })
+
+  it('GET with If-None-Match: the current tag is 304 with the ETag, an old one the new pet', async (t) => {
+    const { patch, get } = await setup(t)
+    const v1 = String((await get()).headers.etag)
+    const notModified = await get({ 'if-none-match': v1 })
+    assert.equal(notModified.statusCode, 304)
+    assert.equal(notModified.body, '')
+    assert.equal(notModified.headers.etag, v1)
+    assert.equal(notModified.headers.deprecation, '@1767225600')
+    assert.equal((await get({ 'if-none-match': `W/${v1}` })).statusCode, 304)
+    await patch({ status: 'sold' })
+    const changed = await get({ 'if-none-match': v1 })
+    assert.equal(changed.statusCode, 200)
+    assert.equal(changed.json().status, 'sold')
+    assert.notEqual(changed.headers.etag, v1)
+    assert.equal((await get({ 'if-match': v1 })).statusCode, 412)
+    assert.equal((await get({ 'if-match': String(changed.headers.etag) })).statusCode, 200)
+  })
+
+  it('a change made by another process is seen: at once on SQLite, within the freshness bound on PostgreSQL', async (t) => {
+    const { app, pet, get } = await setup(t)
+    assert.equal((await get()).json().status, 'available')
+    // Another process: here, another store on the same database (its own connection and writer).
+    const other = await openStore({ databaseUrl: app.config.databaseUrl, poolSize: 1, timeoutMs: 2000 })
+    t.after(() => other.close())
+    const changed = await other.updatePet(pet.id, { status: 'sold' })
+    assert.ok('updated' in changed)
+    const start = Date.now()
+    let seen = await get()
+    // SQLite: the store's petsVersion moved with the commit, so the next read is fresh; PostgreSQL:
+    // the cached pet lives FRESH_MS at most. Polled every 5 ms, with a deadline of twice that.
+    while (DATABASE === 'postgres' && seen.json().status !== 'sold' && Date.now() - start < 2 * FRESH_MS) {
+      await new Promise((resolve) => setTimeout(resolve, 5))
+      seen = await get()
+    }
+    assert.equal(seen.json().status, 'sold')
+    assert.equal(seen.headers.etag, `"${pet.id}-${changed.updated.version}"`)
+    t.diagnostic(`${DATABASE}: another process's change seen after ${Date.now() - start} ms (bound ${FRESH_MS} ms)`)
   })
 })
