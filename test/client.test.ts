@@ -113,6 +113,31 @@ describe('Typed client: calls and pages', () => {
     )
   })
 
+  it('PATCH changes an animal; with If-Match from the ETag, a stale version is refused (412)', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const client = createAnimalStoreClient({
+      baseUrl: 'http://animal-store.test/v1',
+      apiKey: secret,
+      fetch: injectFetch(test.app),
+    })
+    const rex = unwrap(await client.POST('/pets', { body: { name: 'Rex', categoryId: 1 } }))
+    const read = await client.GET('/pets/{petId}', { params: { path: { petId: rex.id } } })
+    const etag = read.response.headers.get('etag') as string
+    const path = { petId: rex.id }
+    const sold = await client.PATCH('/pets/{petId}', { params: { path }, body: { status: 'sold' } })
+    assert.deepEqual(unwrap(sold), { ...rex, status: 'sold' })
+    const stale = await client.PATCH('/pets/{petId}', {
+      params: { path, header: { 'if-match': etag } },
+      body: { name: 'Max' },
+    })
+    assert.equal(stale.response.status, 412)
+    assert.throws(
+      () => unwrap(stale),
+      (error) => error instanceof AnimalStoreError && error.code === 'precondition_failed',
+    )
+  })
+
   it('nextLink reads the rel="next" target among several links, and null when there is none', () => {
     assert.equal(nextLink('<https://a.test/v1/pets?cursor=x>; rel="next"'), 'https://a.test/v1/pets?cursor=x')
     assert.equal(nextLink('<https://a.test/v1/pets>; rel="successor-version"'), null)

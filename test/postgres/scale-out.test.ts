@@ -4,6 +4,8 @@
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { FRESH_MS } from '../../src/store/pet-cache.ts'
 import { PostgresStore } from '../../src/store/postgres.ts'
 import { postgres, testDatabaseUrl } from '../helper.ts'
 import { cli, cliKey, type ServerProcess, startServer } from '../processes.ts'
@@ -192,5 +194,59 @@ describe(`Scale-out: ${INSTANCES} instances on one PostgreSQL database`, () => {
       assert.equal(messages.length, 15)
       assert.ok(messages.every((m) => m.message.startsWith(`${name} `)))
     }
+  })
+
+  it(`a PATCH on one instance is seen by GET on the others within the freshness bound (${FRESH_MS} ms)`, async (t) => {
+    const { key, servers } = await cluster(t)
+    const created = await createPet(servers[0] as ServerProcess, key, 'Rex')
+    const url = (server: ServerProcess) => `${server.url}/v1/pets/${created.body.id}`
+    const read = async (server: ServerProcess) => {
+      const sentAt = Date.now()
+      const response = await fetch(url(server), { headers: headers(key) })
+      return {
+        sentAt,
+        status: ((await response.json()) as { status: string }).status,
+        etag: response.headers.get('etag'),
+      }
+    }
+    const delays: number[] = []
+    const ROUNDS = 4
+    for (let round = 0; round < ROUNDS; round++) {
+      const status = round % 2 === 0 ? 'sold' : 'available'
+      const writer = servers[round % INSTANCES] as ServerProcess
+      const readers = servers.filter((server) => server !== writer)
+      // Every instance has the pet as it was in its cache.
+      for (const server of servers) assert.notEqual((await read(server)).status, status)
+      const patched = await fetch(url(writer), {
+        method: 'PATCH',
+        headers: { ...headers(key), 'content-type': 'application/merge-patch+json' },
+        body: JSON.stringify({ status }),
+      })
+      assert.equal(patched.status, 200)
+      const ackedAt = Date.now()
+      // The instance that made the change shows it at once.
+      assert.equal((await read(writer)).status, status)
+      // The others: polled every 5 ms until they show it. A request sent after the bound has
+      // passed since the PATCH was acknowledged never gets the old status.
+      await Promise.all(
+        readers.map(async (server) => {
+          for (;;) {
+            const seen = await read(server)
+            if (seen.status === status) {
+              assert.equal(seen.etag, patched.headers.get('etag'))
+              delays.push(seen.sentAt - ackedAt)
+              return
+            }
+            assert.ok(seen.sentAt - ackedAt <= FRESH_MS, `stale ${seen.sentAt - ackedAt} ms after the PATCH`)
+            await sleep(5)
+          }
+        }),
+      )
+    }
+    delays.sort((a, b) => a - b)
+    t.diagnostic(
+      `instances=${INSTANCES} rounds=${ROUNDS} PATCH→GET on another instance, ms after the acknowledgment: ` +
+        `min=${delays[0]} median=${delays[Math.floor(delays.length / 2)]} max=${delays.at(-1)} (bound ${FRESH_MS})`,
+    )
   })
 })
