@@ -1205,6 +1205,30 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
       /** @description Not found. */
       404: {
         headers: {

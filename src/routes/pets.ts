@@ -214,7 +214,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         },
       },
       // Its conditions are judged against the pet's ETag, by the handler (src/plugins/preconditions.ts).
-      config: { etag: true },
+      config: { scope: 'pets:write', etag: true },
     },
     async function updatePet(request, reply) {
       const { petId } = request.params

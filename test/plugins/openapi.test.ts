@@ -18,6 +18,7 @@ const SCOPE_OF: Record<string, string> = {
   listPets: 'pets:read',
   getPet: 'pets:read',
   createPet: 'pets:write',
+  updatePet: 'pets:write',
   sendMessage: 'messages:write',
   placeOrder: 'orders:write',
   listOrders: 'orders:read',
