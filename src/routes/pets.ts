@@ -205,11 +205,13 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
               'only an order makes an animal pending.',
             ErrorSchema,
             RATE_LIMIT_HEADERS,
+            errorExample('pet_held'),
           ),
           412: jsonResponse(
             '`If-Match` does not name the current `ETag` (the animal changed since), or `If-None-Match` does.',
             ErrorSchema,
             RATE_LIMIT_HEADERS,
+            errorExample('precondition_failed'),
           ),
         },
       },

@@ -244,6 +244,7 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
       'NewPet',
       'Order',
       'Pet',
+      'PetPatch',
     ])
     for (const [name, schema] of schemas) {
       for (const [field, property] of Object.entries(schema.properties)) {

@@ -95,8 +95,8 @@ describe('Requests no route takes: 404, 405 with Allow, the key first', () => {
     const { secret } = await test.newKey()
     const cases: [string, string, string][] = [
       ['DELETE', '/v1/pets', 'GET, HEAD, POST'],
-      ['PUT', '/v1/pets/1', 'GET, HEAD'],
-      ['PATCH', '/v1/pets/abc', 'GET, HEAD'],
+      ['PUT', '/v1/pets/1', 'GET, HEAD, PATCH'],
+      ['DELETE', '/v1/pets/abc', 'GET, HEAD, PATCH'],
       ['GET', '/v1/messages', 'POST'],
       ['OPTIONS', '/v1/pets', 'GET, HEAD, POST'],
     ]

@@ -221,7 +221,7 @@ describe('Store: orders and inventory (beta)', () => {
     const order = (await place((await newPet()).id)).json()
     const took = await eventually(
       async () => (await test.app.inject({ url: `/v1/store/orders/${order.id}`, headers })).json().status === 'expired',
-      5000,
+      10_000,
       'expiry',
     )
     assert.ok(took >= 0)
