@@ -1,23 +1,33 @@
 /**
  * The typed client (animal-store/client): generated from the served OpenAPI document and kept
- * current, shown in the README by a quickstart that runs verbatim, and able to walk every page.
+ * current, shown in the README by a quickstart that runs verbatim, able to walk every page, and
+ * opting in to the beta operations (orders) by itself.
  */
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
-import { AnimalStoreError, allPets, createAnimalStoreClient, nextLink, unwrap } from 'animal-store/client'
-import { CLIENT_TYPES_FILE, generateClientTypes } from '../scripts/generate-client.ts'
-import { bearer, build, testDatabaseUrl } from './helper.ts'
+import {
+  AnimalStoreError,
+  allOrders,
+  allPets,
+  BETA_FEATURES,
+  createAnimalStoreClient,
+  nextLink,
+  type Order,
+  unwrap,
+} from 'animal-store/client'
+import { CLIENT_TYPES_FILE, generateClientTypes, servedDocument } from '../scripts/generate-client.ts'
+import { bearer, build, errorBody, testDatabaseUrl } from './helper.ts'
 import { cliKey, ROOT, runNode, startServer } from './processes.ts'
 import { assertShows, codeBlocks, readmeSection } from './readme.ts'
 
-/** The README's typed client section: the code it shows and the output it promises. */
-function readmeQuickstart(): { code: string; output: string[] } {
-  const blocks = codeBlocks(readmeSection('client-quickstart'))
+/** A README section of the typed client (client-quickstart, client-orders): its code and promised output. */
+function readmeQuickstart(section = 'client-quickstart'): { code: string; output: string[] } {
+  const blocks = codeBlocks(readmeSection(section))
   const code = blocks.find((block) => block.lang === 'ts')?.body
   const output = blocks.find((block) => block.lang === 'text')?.body
-  assert.ok(code && output, 'the client quickstart section lacks its code or its output')
+  assert.ok(code && output, `the README section ${section} lacks its code or its output`)
   return { code, output: output.trimEnd().split('\n') }
 }
 
@@ -42,6 +52,23 @@ describe('Typed client: the README quickstart', () => {
     const run = await runNode(['examples/quickstart.ts'], { API_KEY: apiKey, ANIMAL_STORE_URL: `${server.url}/v1` })
     assert.equal(run.code, 0, run.stderr)
     assertShows(run.stdout, readmeQuickstart().output, 'the quickstart')
+  })
+})
+
+describe('Typed client: the README orders example', () => {
+  it('the README shows examples/orders.ts verbatim', () => {
+    assert.equal(readmeQuickstart('client-orders').code, readFileSync(join(ROOT, 'examples/orders.ts'), 'utf8'))
+  })
+
+  it('runs with npx node examples/orders.ts against a fresh server and prints what the README says', {
+    timeout: 60_000,
+  }, async (t) => {
+    const databaseUrl = await testDatabaseUrl(t)
+    const server = await startServer(t, { DATABASE_URL: databaseUrl })
+    const apiKey = await cliKey({ DATABASE_URL: databaseUrl })
+    const run = await runNode(['examples/orders.ts'], { API_KEY: apiKey, ANIMAL_STORE_URL: `${server.url}/v1` })
+    assert.equal(run.code, 0, run.stderr)
+    assertShows(run.stdout, readmeQuickstart('client-orders').output, 'the orders example')
   })
 })
 
@@ -145,6 +172,179 @@ describe('Typed client: calls and pages', () => {
     assert.equal(nextLink(null), null)
   })
 })
+
+describe('Typed client: beta operations (orders)', () => {
+  it('BETA_FEATURES names exactly the operations the served document marks x-stability, with their feature', async () => {
+    const document = JSON.parse(await servedDocument()) as {
+      paths: Record<string, Record<string, { 'x-stability'?: string; description?: string }>>
+    }
+    const marked: Record<string, string> = {}
+    for (const [path, operations] of Object.entries(document.paths)) {
+      for (const operation of Object.values(operations)) {
+        if (!operation['x-stability']) continue
+        // The badge names the opt-in: "send `Animal-Store-Beta: <feature>`".
+        const feature = /Animal-Store-Beta: ([\w-]+)/.exec(operation.description ?? '')?.[1]
+        assert.ok(feature, `${path}: a beta operation whose description names no feature`)
+        assert.ok(marked[path] === undefined || marked[path] === feature, `${path}: two features`)
+        marked[path] = feature
+      }
+    }
+    assert.ok(Object.keys(marked).length >= 5, 'the document marks no beta operations')
+    assert.deepEqual({ ...BETA_FEATURES }, marked)
+  })
+
+  it('covers every store operation and sends Animal-Store-Beta: orders for them, and only for them', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const sent: { method: string; path: string; beta: string | null }[] = []
+    const client = recordingClient(test.app, secret, sent)
+    const rex = unwrap(await client.POST('/pets', { body: { name: 'Rex', categoryId: 1 } }))
+    const tom = unwrap(await client.POST('/pets', { body: { name: 'Tom', categoryId: 1 } }))
+
+    const placed = await client.POST('/store/orders', { body: { petId: rex.id } })
+    assert.equal(placed.response.status, 201)
+    const order = unwrap(placed)
+    assert.match(order.id, /^ord_/)
+    assert.equal(order.status, 'placed')
+    assert.ok(placed.response.headers.get('location')?.endsWith(`/v1/store/orders/${order.id}`))
+    assert.deepEqual(
+      unwrap(await client.GET('/store/orders/{orderId}', { params: { path: { orderId: order.id } } })),
+      order,
+    )
+    assert.deepEqual(unwrap(await client.GET('/store/inventory')), { available: 1, pending: 1, sold: 0 })
+    const completed = unwrap(
+      await client.POST('/store/orders/{orderId}/complete', { params: { path: { orderId: order.id } } }),
+    )
+    assert.equal(completed.status, 'completed')
+    const second = unwrap(await client.POST('/store/orders', { body: { petId: tom.id } }))
+    const canceled = unwrap(
+      await client.POST('/store/orders/{orderId}/cancel', { params: { path: { orderId: second.id } } }),
+    )
+    assert.equal(canceled.status, 'canceled')
+    const listed = unwrap(await client.GET('/store/orders', { params: { query: { limit: 10 } } }))
+    assert.deepEqual(
+      listed.map((o) => [o.id, o.status]),
+      [
+        [second.id, 'canceled'],
+        [order.id, 'completed'],
+      ],
+    )
+    assert.deepEqual(unwrap(await client.GET('/store/inventory')), { available: 1, pending: 0, sold: 1 })
+
+    const store = sent.filter((request) => request.path.startsWith('/v1/store/'))
+    // All six: placeOrder, getOrder, getInventory, completeOrder, cancelOrder, listOrders.
+    const operations = new Set(store.map((r) => `${r.method} ${r.path.replace(/ord_\w+/, '{orderId}').split('?')[0]}`))
+    assert.deepEqual([...operations].sort(), [
+      'GET /v1/store/inventory',
+      'GET /v1/store/orders',
+      'GET /v1/store/orders/{orderId}',
+      'POST /v1/store/orders',
+      'POST /v1/store/orders/{orderId}/cancel',
+      'POST /v1/store/orders/{orderId}/complete',
+    ])
+    for (const request of store) assert.equal(request.beta, 'orders', `${request.method} ${request.path}`)
+    for (const request of sent.filter((r) => !r.path.startsWith('/v1/store/')))
+      assert.equal(request.beta, null, `${request.method} ${request.path} carries the beta header`)
+
+    // What the client spares its users: the same call without the header is refused.
+    const bare = await test.app.inject({ url: '/v1/store/inventory', headers: bearer(secret) })
+    assert.equal(bare.statusCode, 400)
+    assert.equal(errorBody(bare).code, 'beta_opt_in_required')
+  })
+
+  it('keeps the beta features a caller sends and adds orders to them', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const sent: { method: string; path: string; beta: string | null }[] = []
+    const client = recordingClient(test.app, secret, sent)
+    const inventory = await client.GET('/store/inventory', { headers: { 'Animal-Store-Beta': 'something-else' } })
+    assert.equal(inventory.response.status, 200)
+    assert.equal(sent[0]?.beta, 'something-else, orders')
+    unwrap(await client.GET('/store/inventory', { headers: { 'Animal-Store-Beta': 'ORDERS' } }))
+    assert.equal(sent[1]?.beta, 'ORDERS')
+  })
+
+  it('refusals come back as AnimalStoreError codes: pet_not_found, pet_not_available, order_conflict, order_not_found', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const client = recordingClient(test.app, secret, [])
+    const code = async (
+      call: Promise<{ data?: unknown; error?: { code: string; message: string; status: number }; response: Response }>,
+    ) => {
+      try {
+        unwrap(await call)
+      } catch (error) {
+        assert.ok(error instanceof AnimalStoreError)
+        return `${error.status} ${error.code}`
+      }
+      return 'no error'
+    }
+    const sold = unwrap(await client.POST('/pets', { body: { name: 'Sold', categoryId: 1, status: 'sold' } }))
+    const rex = unwrap(await client.POST('/pets', { body: { name: 'Rex', categoryId: 1 } }))
+    assert.equal(await code(client.POST('/store/orders', { body: { petId: 999 } })), '404 pet_not_found')
+    assert.equal(await code(client.POST('/store/orders', { body: { petId: sold.id } })), '409 pet_not_available')
+    const order = unwrap(await client.POST('/store/orders', { body: { petId: rex.id } }))
+    unwrap(await client.POST('/store/orders/{orderId}/cancel', { params: { path: { orderId: order.id } } }))
+    assert.equal(
+      await code(client.POST('/store/orders/{orderId}/complete', { params: { path: { orderId: order.id } } })),
+      '409 order_conflict',
+    )
+    assert.equal(
+      await code(client.GET('/store/orders/{orderId}', { params: { path: { orderId: 'ord_0000000000000000' } } })),
+      '404 order_not_found',
+    )
+  })
+
+  it('allOrders follows Link rel="next" to the end: every order once, newest first, with the filters kept', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const sent: { method: string; path: string; beta: string | null }[] = []
+    const client = recordingClient(test.app, secret, sent)
+    const orders: Order[] = []
+    for (const name of ['a', 'b', 'c', 'd', 'e']) {
+      const pet = unwrap(await client.POST('/pets', { body: { name, categoryId: 1 } }))
+      orders.push(unwrap(await client.POST('/store/orders', { body: { petId: pet.id } })))
+    }
+    for (const order of orders.slice(0, 3))
+      unwrap(await client.POST('/store/orders/{orderId}/cancel', { params: { path: { orderId: order.id } } }))
+    const ids = async (query?: Parameters<typeof allOrders>[1]) => {
+      const seen: string[] = []
+      for await (const order of allOrders(client, query)) seen.push(order.id)
+      return seen
+    }
+    const newestFirst = orders.map((o) => o.id).reverse()
+    sent.length = 0
+    assert.deepEqual(await ids({ limit: 2 }), newestFirst)
+    assert.equal(sent.length, 3, 'three pages of at most two')
+    assert.match(sent[1]?.path as string, /^\/v1\/store\/orders\?limit=2&cursor=/)
+    assert.deepEqual(await ids({ status: 'canceled', limit: 1 }), newestFirst.slice(2))
+    assert.deepEqual(await ids({ petId: orders[1]?.petId, limit: 1 }), [orders[1]?.id])
+    assert.deepEqual(await ids(), newestFirst)
+  })
+})
+
+/** A client answered by the app in-process, noting each request's method, path and beta header. */
+function recordingClient(
+  app: Awaited<ReturnType<typeof build>>['app'],
+  apiKey: string,
+  sent: { method: string; path: string; beta: string | null }[],
+) {
+  const fetch = injectFetch(app)
+  return createAnimalStoreClient({
+    baseUrl: 'http://animal-store.test/v1',
+    apiKey,
+    fetch: async (input, init) => {
+      const request = new Request(input, init)
+      const url = new URL(request.url)
+      sent.push({
+        method: request.method,
+        path: url.pathname + url.search,
+        beta: request.headers.get('animal-store-beta'),
+      })
+      return fetch(request)
+    },
+  })
+}
 
 /** A fetch that answers from the app in-process (app.inject), for client tests without a port. */
 function injectFetch(app: Awaited<ReturnType<typeof build>>['app']): typeof fetch {
