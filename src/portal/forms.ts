@@ -42,6 +42,8 @@ export const CsrfOnlyForm = form({})
 
 export const KeyParams = Type.Object({ keyId: Type.String({ pattern: '^key_[0-9A-Za-z]{1,64}$' }) })
 
+export const OrderParams = Type.Object({ orderId: Type.String({ pattern: '^ord_[0-9A-Za-z]{1,64}$' }) })
+
 export const FIELD_MESSAGES: Record<string, string> = {
   email: 'Enter an email address such as alice@example.com.',
   password: `Choose a password of ${PASSWORD_MIN_LENGTH} to ${PASSWORD_MAX_LENGTH} characters (a few unrelated words work well).`,

@@ -25,6 +25,7 @@ export function layout(context: PageContext, title: string, body: Html, notice?:
   const nav = context.email
     ? html`<li><a href="/portal/keys">API keys</a></li>
         <li><a href="/portal/messages">Messages</a></li>
+        <li><a href="/portal/orders">Orders</a></li>
         <li><a href="/docs">API reference</a></li>
         <li class="account">
           <form method="post" action="/portal/sign-out">

@@ -1,0 +1,242 @@
+/**
+ * Portal orders: the signed-in account's orders, newest first, a page at a time, escaped and never
+ * another account's; Cancel on a placed order frees its animal at once (the API sees it), only
+ * with the page's CSRF token, only for the owner, and says so when the order has moved on.
+ */
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import type { FastifyInstance } from 'fastify'
+import { bearer, build } from '../helper.ts'
+import { csrfOf, FormBrowser, heading, newEmail } from './browser.ts'
+
+const BETA = { 'animal-store-beta': 'orders' }
+
+/** The API, as a client of the account with this key uses it. */
+function api(app: FastifyInstance, secret: string) {
+  const call = async (method: 'GET' | 'POST', url: string, payload?: object) => {
+    const response = await app.inject({ method, url, headers: { ...bearer(secret), ...BETA }, payload })
+    return { status: response.statusCode, body: response.json() }
+  }
+  return {
+    call,
+    async pet(name: string, status = 'available'): Promise<number> {
+      const created = await call('POST', '/v1/pets', { name, categoryId: 1, status })
+      assert.equal(created.status, 201)
+      return created.body.id
+    },
+    async order(petId: number): Promise<string> {
+      const placed = await call('POST', '/v1/store/orders', { petId })
+      assert.equal(placed.status, 201, JSON.stringify(placed.body))
+      return placed.body.id
+    },
+    async petStatus(petId: number): Promise<string> {
+      // getPet is served through the pet cache: what a client of this instance reads.
+      return (await call('GET', `/v1/pets/${petId}`)).body.status
+    },
+  }
+}
+
+async function signedIn(t: Parameters<typeof build>[0]) {
+  const test = await build(t)
+  const browser = new FormBrowser(test.app)
+  await browser.signUp(newEmail())
+  const secret = await browser.createKey('laptop')
+  return { ...test, browser, api: api(test.app, secret) }
+}
+
+/** The rows of the orders table, each as its cells' text without markup. */
+function rows(page: string): string[][] {
+  const body = /<tbody>([\s\S]*?)<\/tbody>/.exec(page)?.[1] ?? ''
+  return [...body.matchAll(/<tr>([\s\S]*?)<\/tr>/g)].map(([, row]) =>
+    [...(row as string).matchAll(/<t[hd][^>]*>([\s\S]*?)<\/t[hd]>/g)].map(([, cell]) =>
+      (cell as string)
+        .replace(/<span class="visually-hidden">[\s\S]*?<\/span>/g, '')
+        .replace(/<[^>]+>/g, '')
+        .replace(/\s+/g, ' ')
+        .trim(),
+    ),
+  )
+}
+
+describe('Portal: orders', () => {
+  it('is linked from the navigation; with no orders it says how to place one', async (t) => {
+    const { browser } = await signedIn(t)
+    const keys = await browser.get('/portal/keys')
+    assert.match(keys.body, /<a href="\/portal\/orders">Orders<\/a>/)
+    const page = await browser.get('/portal/orders')
+    assert.equal(page.statusCode, 200)
+    assert.equal(heading(page.body), 'Orders')
+    assert.equal(page.headers['cache-control'], 'no-store')
+    assert.match(page.body, /No orders yet\. Place one with <code>POST \/v1\/store\/orders<\/code>/)
+    assert.match(page.body, /Animal-Store-Beta: orders/)
+  })
+
+  it("lists the account's orders newest first (id, animal, status, placed, hold ends, last change), never another's", async (t) => {
+    const { app, browser, api: mine } = await signedIn(t)
+    const [rex, tom, kit] = [await mine.pet('Rex'), await mine.pet('Tom'), await mine.pet('Kit')]
+    const first = await mine.order(rex)
+    assert.equal((await mine.call('POST', `/v1/store/orders/${first}/complete`)).status, 200)
+    const second = await mine.order(tom)
+    const stranger = new FormBrowser(app)
+    await stranger.signUp(newEmail())
+    const theirs = await api(app, await stranger.createKey('theirs')).order(kit)
+
+    const page = await browser.get('/portal/orders')
+    assert.equal(page.statusCode, 200)
+    assert.ok(!page.body.includes(theirs), "another account's order is listed")
+    const [newest, oldest] = rows(page.body)
+    assert.deepEqual(newest?.slice(0, 3), [second, `Tom (#${tom})`, 'Placed'])
+    assert.deepEqual(oldest?.slice(0, 3), [first, `Rex (#${rex})`, 'Completed'])
+    // Placed, hold ends (a placed order only), last change: each a <time> with the exact value.
+    const orders = (await mine.call('GET', '/v1/store/orders')).body as Record<string, string>[]
+    for (const order of orders) assert.match(page.body, new RegExp(`<time datetime="${order.createdAt}">`))
+    const held = orders.find((o) => o.id === second) as Record<string, string>
+    assert.match(page.body, new RegExp(`<time datetime="${held.expiresAt}">`))
+    assert.equal(oldest?.[4], '—', 'a completed order has no hold')
+    // Cancel is offered for the placed order alone, as a form with the page's CSRF token.
+    assert.ok(csrfOf(page.body, `/portal/orders/${second}/cancel`))
+    assert.ok(!page.body.includes(`/portal/orders/${first}/cancel`))
+    assert.match(page.body, /Cancel<span class="visually-hidden"> the order for Tom<\/span>/)
+  })
+
+  it('escapes animal names: markup in a name is shown as text', async (t) => {
+    const { browser, api: mine } = await signedIn(t)
+    await mine.order(await mine.pet('<img src=x onerror=alert(1)>'))
+    const page = await browser.get('/portal/orders')
+    assert.ok(!page.body.includes('<img src=x'), 'markup in a name reached the page')
+    assert.match(page.body, /&lt;img src=x onerror=alert\(1\)&gt;/)
+  })
+
+  it('shows 20 orders a page: Older orders leads to the rest, Newest orders back', async (t) => {
+    const { browser, api: mine } = await signedIn(t)
+    const ids: string[] = []
+    for (let i = 1; i <= 21; i++) ids.push(await mine.order(await mine.pet(`pet ${i}`)))
+    const page = await browser.get('/portal/orders')
+    assert.deepEqual(
+      rows(page.body).map((row) => row[0]),
+      ids.slice(1).reverse(),
+    )
+    const older = /<a href="(\/portal\/orders\?before=\d+)">Older orders<\/a>/.exec(page.body)?.[1]
+    assert.ok(older, 'no link to older orders')
+    assert.ok(!page.body.includes('Newest orders'))
+    const next = await browser.get(older)
+    assert.equal(next.statusCode, 200)
+    assert.deepEqual(
+      rows(next.body).map((row) => row[0]),
+      [ids[0]],
+    )
+    assert.match(next.body, /<a href="\/portal\/orders">Newest orders<\/a>/)
+    assert.ok(!next.body.includes('Older orders'))
+    // A hand-edited query is ignored: the newest orders.
+    const edited = await browser.get('/portal/orders?before=abc&canceled=<b>')
+    assert.equal(edited.statusCode, 200)
+    assert.equal(rows(edited.body)[0]?.[0], ids[20])
+  })
+})
+
+describe('Portal: cancel an order', () => {
+  it('cancels a placed order: 303 to the list with a notice, and the API sees the animal available at once', async (t) => {
+    const { browser, api: mine } = await signedIn(t)
+    const rex = await mine.pet('Rex')
+    const order = await mine.order(rex)
+    // Read once through the API, so that this instance's pet cache holds it as pending.
+    assert.equal(await mine.petStatus(rex), 'pending')
+    const page = await browser.get('/portal/orders')
+    const action = `/portal/orders/${order}/cancel`
+    const response = await browser.post(action, { _csrf: csrfOf(page.body, action) })
+    assert.equal(response.statusCode, 303)
+    assert.equal(response.headers.location, `/portal/orders?canceled=${order}`)
+
+    assert.equal((await mine.call('GET', `/v1/store/orders/${order}`)).body.status, 'canceled')
+    assert.equal(await mine.petStatus(rex), 'available')
+    const list = await browser.get(response.headers.location as string)
+    assert.match(
+      list.body,
+      new RegExp(`Your order for <strong>Rex</strong> \\(#${rex}\\) \\(<code>${order}</code>\\) is canceled`),
+    )
+    assert.equal(rows(list.body)[0]?.[2], 'Canceled')
+    assert.ok(!list.body.includes(action), 'a canceled order still offers Cancel')
+    // The animal can be ordered again.
+    await mine.order(rex)
+  })
+
+  it('a second Cancel of the same order (a double submit) leads to the same list, and changes nothing more', async (t) => {
+    const { browser, api: mine } = await signedIn(t)
+    const rex = await mine.pet('Rex')
+    const order = await mine.order(rex)
+    const page = await browser.get('/portal/orders')
+    const action = `/portal/orders/${order}/cancel`
+    const _csrf = csrfOf(page.body, action)
+    assert.equal((await browser.post(action, { _csrf })).statusCode, 303)
+    const again = await mine.order(rex)
+    const repeated = await browser.post(action, { _csrf })
+    assert.equal(repeated.statusCode, 303)
+    assert.equal(repeated.headers.location, `/portal/orders?canceled=${order}`)
+    assert.equal((await mine.call('GET', `/v1/store/orders/${again}`)).body.status, 'placed')
+    assert.equal(await mine.petStatus(rex), 'pending')
+  })
+
+  it('an order completed since the page was shown: 409, the page says so, and it stays completed', async (t) => {
+    const { browser, api: mine } = await signedIn(t)
+    const rex = await mine.pet('Rex')
+    const order = await mine.order(rex)
+    const page = await browser.get('/portal/orders')
+    assert.equal((await mine.call('POST', `/v1/store/orders/${order}/complete`)).status, 200)
+    const action = `/portal/orders/${order}/cancel`
+    const response = await browser.post(action, { _csrf: csrfOf(page.body, action) })
+    assert.equal(response.statusCode, 409)
+    assert.equal(heading(response.body), 'Orders')
+    assert.match(response.body, new RegExp(`Order <code>${order}</code> is completed: it can no longer be canceled\\.`))
+    assert.equal(rows(response.body)[0]?.[2], 'Completed')
+    assert.equal((await mine.call('GET', `/v1/store/orders/${order}`)).body.status, 'completed')
+    assert.equal(await mine.petStatus(rex), 'sold')
+  })
+
+  it('without the CSRF token: 403, and the order stays placed', async (t) => {
+    const { browser, api: mine } = await signedIn(t)
+    const rex = await mine.pet('Rex')
+    const order = await mine.order(rex)
+    for (const form of [{}, { _csrf: 'forged' }] as Record<string, string>[]) {
+      const response = await browser.post(`/portal/orders/${order}/cancel`, form)
+      assert.equal(response.statusCode, 403)
+      assert.match(response.body, /This form has expired/)
+    }
+    assert.equal((await mine.call('GET', `/v1/store/orders/${order}`)).body.status, 'placed')
+    assert.equal(await mine.petStatus(rex), 'pending')
+  })
+
+  it("cannot cancel another account's order: 404, and it stays placed", async (t) => {
+    const { app, api: victim } = await signedIn(t)
+    const rex = await victim.pet('Rex')
+    const order = await victim.order(rex)
+    const attacker = new FormBrowser(app)
+    await attacker.signUp(newEmail())
+    const _csrf = csrfOf((await attacker.get('/portal/orders')).body, '/portal/sign-out')
+    const response = await attacker.post(`/portal/orders/${order}/cancel`, { _csrf })
+    assert.equal(response.statusCode, 404)
+    assert.match(response.headers['content-type'] as string, /^text\/html/)
+    assert.equal(heading(response.body), 'Order not found')
+    assert.equal((await victim.call('GET', `/v1/store/orders/${order}`)).body.status, 'placed')
+    // Nor does its notice reveal it.
+    const notice = await attacker.get(`/portal/orders?canceled=${order}`)
+    assert.ok(!notice.body.includes(order))
+  })
+
+  it('signed out: the list and the form lead to sign-in and nothing changes; a malformed order id is 400', async (t) => {
+    const { app, browser, api: mine } = await signedIn(t)
+    const order = await mine.order(await mine.pet('Rex'))
+    const stranger = new FormBrowser(app)
+    const list = await stranger.get('/portal/orders')
+    assert.equal(list.statusCode, 303)
+    assert.equal(list.headers.location, '/portal/sign-in')
+    // A valid token of a signed-out browser (from the sign-in page) gets no further.
+    const _csrf = csrfOf((await stranger.get('/portal/sign-in')).body, '/portal/sign-in')
+    const posted = await stranger.post(`/portal/orders/${order}/cancel`, { _csrf })
+    assert.equal(posted.statusCode, 303)
+    assert.equal(posted.headers.location, '/portal/sign-in')
+    assert.equal((await mine.call('GET', `/v1/store/orders/${order}`)).body.status, 'placed')
+
+    const own = csrfOf((await browser.get('/portal/orders')).body, '/portal/sign-out')
+    assert.equal((await browser.post('/portal/orders/not-an-order/cancel', { _csrf: own })).statusCode, 400)
+  })
+})
