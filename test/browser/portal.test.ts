@@ -1,8 +1,8 @@
 /**
  * The client developer's path in a real browser (headless Chromium) against a real server process,
  * following the README's portal walkthrough: sign up, create a key and see it once, use it with the
- * typed client, see the message in the portal, revoke it and see the API refuse it, then read and
- * try the API reference. Screenshots of every page go to test-output/browser/<database>/.
+ * typed client, see the message and the orders in the portal (and cancel one), revoke the key and
+ * see the API refuse it, then read and try the API reference. Screenshots of every page go to test-output/browser/<database>/.
  */
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
@@ -122,6 +122,28 @@ describe('Browser: the portal walkthrough of the README', () => {
       assert.deepEqual(browser.problems.splice(seen), [
         'console: Failed to load resource: the server responded with a status of 404 (Not Found)',
       ])
+
+      // 7b. Orders, through the typed client (it opts in to the beta): Rex held, Tom sold.
+      const held = unwrap(await client.POST('/store/orders', { body: { petId: rex.id } }))
+      const tom = unwrap(await client.POST('/pets', { body: { name: 'Tom', categoryId: 2 } }))
+      const sold = unwrap(await client.POST('/store/orders', { body: { petId: tom.id } }))
+      unwrap(await client.POST('/store/orders/{orderId}/complete', { params: { path: { orderId: sold.id } } }))
+
+      // 7c. The Orders page lists them newest first; Cancel in Rex's row frees him.
+      await page.getByRole('link', { name: 'Orders' }).click()
+      await page.getByRole('heading', { name: 'Orders' }).waitFor()
+      const orderRows = await page.locator('tbody tr').allTextContents()
+      assert.equal(orderRows.length, 2)
+      assert.match(orderRows[0] ?? '', new RegExp(`${sold.id}\\s*Tom \\(#${tom.id}\\)\\s*Completed`))
+      assert.match(orderRows[1] ?? '', new RegExp(`${held.id}\\s*Rex \\(#${rex.id}\\)\\s*Placed`))
+      await checkPage(browser, '06c-orders')
+      await page.getByRole('button', { name: 'Cancel the order for Rex' }).click()
+      await page.getByText('is canceled: it no longer holds the animal.').waitFor()
+      assert.equal(await page.getByRole('button', { name: /^Cancel/ }).count(), 0)
+      await checkPage(browser, '06d-order-canceled')
+      const canceled = unwrap(await client.GET('/store/orders/{orderId}', { params: { path: { orderId: held.id } } }))
+      assert.equal(canceled.status, 'canceled')
+      assert.deepEqual(unwrap(await client.GET('/store/inventory')), { available: 1, pending: 0, sold: 1 })
 
       // 8. Revoke: the link in the key's row, then confirm.
       await page.getByRole('link', { name: 'API keys' }).click()
