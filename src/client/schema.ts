@@ -1263,6 +1263,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "pet_held",
+           *       "message": "A placed order holds this pet: its status changes only by completing or canceling the order.",
+           *       "status": 409
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
@@ -1278,6 +1285,13 @@ export interface operations {
           [name: string]: unknown
         }
         content: {
+          /**
+           * @example {
+           *       "code": "precondition_failed",
+           *       "message": "The If-Match or If-None-Match condition does not hold: compare with the current ETag (answers without one match only \"*\").",
+           *       "status": 412
+           *     }
+           */
           'application/json': components['schemas']['Error']
         }
       }
