@@ -42,6 +42,8 @@ export const OrderParamsSchema = Type.Object(
     orderId: Type.String({
       minLength: 1,
       maxLength: 100,
+      // No NUL: PostgreSQL cannot compare a text with U+0000 in it, and would fail the request.
+      pattern: '^[^\\u0000]*$',
       description: 'The identifier of the order (`ord_…`).',
     }),
   },
