@@ -21,14 +21,16 @@ const health = prepare({ status: 200, headers: { 'content-type': 'application/js
 const refusals = new Map(
   Object.entries(fixtures).flatMap(([name, f]) => (f.authorization ? [[f.authorization, answers[name]]] : [])),
 )
-const { post, get, list100, list20 } = answers
+const { post, get, list100, list20, order } = answers
 
 createServer((request, response) => {
   const url = request.url ?? ''
   // Tell the routes apart by the cheapest test that does; a POST body is left for Node to discard.
   const answer =
     (request.method === 'POST'
-      ? post
+      ? url === '/v1/store/orders'
+        ? order
+        : post
       : url.startsWith('/v1/pets/')
         ? (refusals.get(request.headers.authorization ?? '') ?? get)
         : url.includes('status=')

@@ -32,12 +32,16 @@ export function list(name: string, fallback: string[], known: string[]): string[
 const text = (name: string, fallback: string) => process.env[name]?.trim() || fallback
 
 export function readSettings() {
+  const seconds = integer('BENCH_SECONDS', 5, 1)
+  const warmupSeconds = integer('BENCH_WARMUP_SECONDS', 2, 0)
   return {
-    seconds: integer('BENCH_SECONDS', 5, 1),
+    seconds,
     rounds: integer('BENCH_ROUNDS', 3, 1),
-    warmupSeconds: integer('BENCH_WARMUP_SECONDS', 2, 0),
+    warmupSeconds,
     connections: integer('BENCH_CONNECTIONS', 16, 1),
     pets: integer('BENCH_PETS', 10_000, 100),
+    /** Available pets seeded for the order workload, one per request: more than 20,000 orders a second would use. */
+    orderPets: integer('BENCH_ORDER_PETS', 20_000 * (warmupSeconds + seconds) + 1000, 100),
     nice: integer('BENCH_NICE', 0, -20, 19),
     serverCpu: text('BENCH_SERVER_CPU', '0'),
     clientCpu: text('BENCH_CLIENT_CPU', '1'),
@@ -180,6 +184,8 @@ export interface WrkResult {
   non2xx: number
   /** connect + read + write + timeout errors. */
   socketErrors: number
+  /** What a script printed as "script <name> <number>" lines (bench/lua/order.lua: answers by status). */
+  script: Record<string, number>
 }
 
 /** Runs `wrk -t1 --latency` pinned to `cpu` and reads its text report; `onSpawn` gets wrk's pid. */
@@ -204,6 +210,7 @@ export async function wrk(cpu: string, args: string[], onSpawn: (pid: number) =>
     p99: ms('99'),
     non2xx: Number(find(/Non-2xx or 3xx responses: (\d+)/) ?? 0),
     socketErrors: socket.slice(1).reduce((sum, n) => sum + Number(n), 0),
+    script: Object.fromEntries([...report.matchAll(/^script (\S+) (\d+)$/gm)].map(([, k, n]) => [k, Number(n)])),
   }
 }
 

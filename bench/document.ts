@@ -228,7 +228,10 @@ export function report(input: ReportInput): { markdown: string; summary: string 
   const primary = targets[0] as string
   const postgres = targets.filter((t) => TARGETS[t]?.database === 'postgres')
   const expected = (name: string) => workloads.find((w) => w.name === name)?.probe?.status ?? 200
-  const failed = rows.filter((r) => r.socketErrors + (expected(r.workload) < 300 ? r.non2xx : 0) > 0)
+  const refuses = (name: string) => workloads.some((w) => w.name === name && w.refused)
+  const failed = rows.filter(
+    (r) => r.socketErrors + (expected(r.workload) < 300 && !refuses(r.workload) ? r.non2xx : 0) > 0,
+  )
   const warning = failed.length
     ? `Warning: unexpected answers or socket errors in ${failed.map((r) => `${r.workload} on ${label(r.target)}`).join(', ')}; those rows measure failures, not the service. `
     : ''
@@ -392,7 +395,8 @@ ${limits.join('\n\n')}
 \`npm run bench\` needs \`taskset\` (util-linux) and \`wrk\` (installed with apt-get when run as root)
 and two cores; it takes about ${Math.ceil(seconds / 60)} minutes with these settings. Settings, as environment
 variables: \`BENCH_SECONDS\` (5), \`BENCH_ROUNDS\` (3), \`BENCH_WARMUP_SECONDS\` (2), \`BENCH_CONNECTIONS\`
-(16), \`BENCH_PETS\` (10000), \`BENCH_TARGETS\` (sqlite,sqlite-warn,postgres-1,postgres-2,ceiling; the
+(16), \`BENCH_PETS\` (10000), \`BENCH_ORDER_PETS\` (available pets for order, one per request: 20000 per
+second of warm-up and run), \`BENCH_TARGETS\` (sqlite,sqlite-warn,postgres-1,postgres-2,ceiling; the
 PostgreSQL ones are skipped with a note when PostgreSQL does not answer, and fail the run when named
 here), \`BENCH_POSTGRES_URL\`, \`BENCH_WORKLOADS\` (${WORKLOADS.map((w) => w.name).join(',')}), \`BENCH_SERVER_CPU\`
 (0), \`BENCH_CLUSTER_CPU\` (0,1), \`BENCH_CLIENT_CPU\` (1), \`BENCH_POSTGRES_CPU\` (the client's), \`BENCH_NICE\` (unset;

@@ -2,7 +2,7 @@
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
 import { contention, readText, type Settings, type WrkResult, wrk } from './common.ts'
-import { type RunningTarget, UNKNOWN_KEY } from './targets.ts'
+import { RACE_PETS, type RunningTarget, UNKNOWN_KEY } from './targets.ts'
 
 export interface Workload {
   name: string
@@ -11,13 +11,18 @@ export interface Workload {
   path: string
   /** A Lua script of bench/lua, and the arguments its init(args) gets. */
   script?: string
-  scriptArgs?: (key: string, pets: number) => string[]
+  scriptArgs?: (key: string, pets: number, live: RunningTarget) => string[]
   /** Minimum service/ceiling ratio aimed at, or the workload whose rate this one must reach. */
   target?: number | string
   /** One request like the workload's, sent before measuring, and the status it must get. */
-  probe?: { method: 'GET' | 'POST'; body?: string; status: number }
+  probe?: { method: 'GET' | 'POST'; body?: string | ((live: RunningTarget) => string); status: number }
   /** Which key it sends: the target's (default), a well-formed unknown one, or one past its rate limit. */
   key?: 'unknown' | 'limited'
+  /** The status most of its answers have by design (the race's 409s): not counted as failures. */
+  refused?: number
+  /** On a service target, before and after each wrk run: sets its pets up; checks what it did, and says it. */
+  before?: (live: RunningTarget) => Promise<void>
+  after?: (live: RunningTarget, result: WrkResult, connections: number) => Promise<string>
 }
 
 const LUA = join(import.meta.dirname, 'lua')
@@ -27,6 +32,45 @@ const get = {
   path: '/v1/pets/1',
   script: join(LUA, 'get.lua'),
   scriptArgs: (key: string, pets: number) => [key, `${pets}`],
+}
+
+const BETA = { 'animal-store-beta': 'orders' }
+/** The next pet of the order workload's run, or the first race pet on the ceiling (it checks nothing). */
+const nextOrderPet = (live: RunningTarget) => (live.orderPets ? live.orderPets.next++ : 1)
+
+/** GET or POST through the service's API with the bench's key and the beta opt-in; the parsed answer. */
+async function api<T>(live: RunningTarget, path: string, method = 'GET'): Promise<T> {
+  const response = await fetch(`${live.baseUrl}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${live.key}`, ...BETA },
+  })
+  if (!response.ok) throw new Error(`${method} ${path} answered ${response.status}: ${await response.text()}`)
+  return (await response.json()) as T
+}
+const placedOn = (live: RunningTarget, petId: number) =>
+  api<{ id: string }[]>(live, `/v1/store/orders?petId=${petId}&status=placed`)
+const racePets = (live: RunningTarget) =>
+  Array.from({ length: RACE_PETS }, (_, i) => (live.orderPets?.first as number) + i)
+
+/** Before a race: the race pets' orders canceled, so that each pet has exactly one order to win again. */
+async function freeRacePets(live: RunningTarget): Promise<void> {
+  if (!live.orderPets) return
+  for (const petId of racePets(live)) {
+    for (const { id } of await placedOn(live, petId)) await api(live, `/v1/store/orders/${id}/cancel`, 'POST')
+  }
+}
+
+/** After a race: one 201 per pet, 409 for the rest, and each pet with exactly one placed order. */
+async function checkRace(live: RunningTarget, result: WrkResult): Promise<string> {
+  const { 201: created = 0, 409: refused = 0, ...other } = result.script
+  const counts = `201: ${created}, 409: ${refused}${Object.keys(other).length ? `, other: ${JSON.stringify(other)}` : ''}`
+  if (!live.orderPets) return counts
+  const twice: number[] = []
+  for (const petId of racePets(live)) if ((await placedOn(live, petId)).length !== 1) twice.push(petId)
+  if (created !== RACE_PETS || Object.keys(other).length > 0 || twice.length > 0) {
+    throw new Error(`race: ${counts}; pets without exactly one placed order: ${twice.join(', ') || 'none'}`)
+  }
+  return `${counts}; each of the ${RACE_PETS} pets has one placed order`
 }
 
 /** `target`: the service/ceiling ratio aimed at (issue text), or the workload whose rate a refusal must reach. */
@@ -63,6 +107,33 @@ export const WORKLOADS: Workload[] = [
     scriptArgs: (key) => [key],
     target: 0.4,
     probe: { method: 'POST', body: NEW_PET, status: 201 },
+  },
+  {
+    name: 'order',
+    description: 'POST /v1/store/orders, each request for another available pet',
+    path: '/v1/store/orders',
+    script: join(LUA, 'order.lua'),
+    scriptArgs: (key, _, live) => [key, String(live.orderPets?.next ?? 1), '0'],
+    target: 0.3,
+    probe: { method: 'POST', body: (live) => `{"petId":${nextOrderPet(live)}}`, status: 201 },
+    // Pets asked for and not answered when wrk stopped may be ordered too: at most one per connection.
+    after: async (live, result, connections) => {
+      if (live.orderPets) live.orderPets.next += result.requests + connections
+      if (live.orderPets && live.orderPets.next > live.orderPets.last)
+        throw new Error('order: out of pets; raise BENCH_ORDER_PETS')
+      return ''
+    },
+  },
+  {
+    name: 'race',
+    description: `POST /v1/store/orders for the same ${RACE_PETS} pets, freed before each run (one 201 per pet, 409 for the rest)`,
+    path: '/v1/store/orders',
+    script: join(LUA, 'order.lua'),
+    scriptArgs: (key, _, live) => [key, String(live.orderPets?.first ?? 1), String(RACE_PETS)],
+    probe: { method: 'POST', body: (live) => `{"petId":${nextOrderPet(live)}}`, status: 201 },
+    refused: 409,
+    before: freeRacePets,
+    after: checkRace,
   },
   {
     name: 'mix',
@@ -147,6 +218,7 @@ export async function measure(
 ) {
   const live = workload.key === 'limited' ? (target.limited ?? target) : target
   const key = workload.key === 'unknown' ? UNKNOWN_KEY : live.key
+  await workload.before?.(live)
   const [service, database, wrkGroup] = [processGroup(), processGroup(), processGroup()]
   let wrkPid = 0
   let [active, samples, mostBackends] = [0, 0, 0]
@@ -179,7 +251,7 @@ export async function measure(
   // Scripted workloads set the key themselves; the others get it as a header.
   else args.push('-H', `Authorization: Bearer ${key}`)
   args.push(`${live.baseUrl}${workload.path}`)
-  if (workload.scriptArgs) args.push('--', ...workload.scriptArgs(key, pets))
+  if (workload.scriptArgs) args.push('--', ...workload.scriptArgs(key, pets, live))
   let result: WrkResult
   try {
     result = await wrk(settings.clientCpu, args, (pid) => {
@@ -213,5 +285,6 @@ export async function measure(
     databaseMicros: usage.database === null ? null : micros(usage.database),
     wrkMicros: micros(usage.wrk),
   }
-  return { result, rssMb: Math.max(peak, memoryMb(live.pids)), contention: waited(), usage: full }
+  const note = (await workload.after?.(live, result, settings.connections)) ?? ''
+  return { result, rssMb: Math.max(peak, memoryMb(live.pids)), contention: waited(), usage: full, note }
 }

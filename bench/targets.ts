@@ -15,6 +15,8 @@ export interface Context {
   clusterCpu: string
   postgresCpu: string
   pets: number
+  /** Available pets to seed after the catalogue for the order and race workloads (0: none). */
+  orderPets?: number
   /** This run's temporary folder. */
   dir: string
   /** The ceiling's answers, captured from a service. */
@@ -38,6 +40,8 @@ export interface RunningTarget {
   instances: number
   /** The same target with a key past its rate limit, for the ratelimited workload. */
   limited?: RunningTarget
+  /** The pets of the order workloads: the race's RACE_PETS from `first`, then one per order from `next`. */
+  orderPets?: OrderPets
   stop(): Promise<void>
 }
 
@@ -88,6 +92,51 @@ async function seedPets(databaseUrl: string, count: number): Promise<void> {
   } finally {
     await store.close()
   }
+}
+
+/** How many pets the race workload's connections all order. */
+export const RACE_PETS = 50
+
+export interface OrderPets {
+  first: number
+  /** The next pet no request has ordered yet; the last one seeded. */
+  next: number
+  last: number
+}
+
+/**
+ * `count` available pets after the catalogue, with ids in one run: through the store on SQLite; on
+ * PostgreSQL in one statement, as a commit per pet would take minutes (`schema` names it).
+ */
+async function seedOrderPets(databaseUrl: string, count: number, schema?: string): Promise<OrderPets | undefined> {
+  if (!count) return undefined
+  let ids: { first: number; last: number }
+  if (schema) {
+    const [row] = await adminQuery<{ first: string; last: string }>(
+      `WITH added AS (INSERT INTO ${schema}.pets (name, category_id, status)
+        SELECT 'Biscuit', 3, 'available' FROM generate_series(1, $1) RETURNING id)
+      SELECT min(id) AS first, max(id) AS last FROM added`,
+      [count],
+    )
+    ids = { first: Number(row?.first), last: Number(row?.last) }
+  } else {
+    const store = await openStore({ databaseUrl, poolSize: 1, timeoutMs: 30_000 })
+    ids = { first: Number.POSITIVE_INFINITY, last: 0 }
+    try {
+      for (let done = 0; done < count; done += 10_000) {
+        const chunk = Array.from({ length: Math.min(10_000, count - done) }, () =>
+          store.createPet({ name: 'Biscuit', categoryId: 3, status: 'available' }),
+        )
+        for (const { id } of await Promise.all(chunk))
+          ids = { first: Math.min(ids.first, id), last: Math.max(ids.last, id) }
+      }
+    } finally {
+      await store.close()
+    }
+  }
+  // The Lua script counts ids from the first: they must have no gap.
+  if (ids.last - ids.first + 1 !== count) throw new Error(`order pets seeded with gaps: ${JSON.stringify(ids)}`)
+  return { ...ids, next: ids.first + RACE_PETS }
 }
 
 /** The bench's settings and nothing of the caller's shell that would change the service (a REDIS_URL left exported). */
@@ -148,7 +197,9 @@ const sqliteService = (name: string, logLevel: string, memorySettings = true): T
   async start(context, env = {}) {
     const databaseUrl = `sqlite:${join(mkdtempSync(join(context.dir, `${name}-`)), 'store.db')}`
     await seedPets(databaseUrl, context.pets)
-    return startService(context, { ...baseEnv(databaseUrl, logLevel), ...env }, { memorySettings })
+    const orderPets = await seedOrderPets(databaseUrl, context.orderPets ?? 0)
+    const live = await startService(context, { ...baseEnv(databaseUrl, logLevel), ...env }, { memorySettings })
+    return Object.assign(live, { orderPets })
   },
 })
 
@@ -158,9 +209,10 @@ const postgresService = (name: string, workers: number): Target => ({
   async start(context, env = {}) {
     const schema = await createSchema(name)
     await seedPets(schema.databaseUrl, context.pets)
+    const orderPets = await seedOrderPets(schema.databaseUrl, context.orderPets ?? 0, schema.name)
     // What autovacuum would do soon after a bulk load: without statistics the planner takes the table for a tiny one.
     await adminQuery(`ANALYZE ${schema.name}.pets`)
-    return startPostgres(context, schema, workers, env)
+    return Object.assign(await startPostgres(context, schema, workers, env), { orderPets })
   },
 })
 
