@@ -6,6 +6,7 @@
 import type { FastifySchemaValidationError } from 'fastify'
 import Type, { type TSchema } from 'typebox'
 import { KeyNameSchema, PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, PasswordSchema } from '../domain/accounts.ts'
+import { SCOPES } from '../domain/scopes.ts'
 import { EmailSchema } from '../schemas/accounts.ts'
 import { CSRF_FIELD } from './csrf.ts'
 
@@ -33,9 +34,13 @@ export const EXPIRY_CHOICES = [
   ['365d', '1 year'],
 ] as const
 
+/** A key's scopes as form fields: one checkbox each, named `scope-pets-read` for `pets:read`. */
+export const scopeField = (scope: string) => `scope-${scope.replace(':', '-')}`
+
 export const NewKeyForm = form({
   name: KeyNameSchema,
   expires: Type.Enum(EXPIRY_CHOICES.map(([value]) => value)),
+  ...Object.fromEntries(SCOPES.map((scope) => [scopeField(scope), Type.Optional(Type.Literal('on'))])),
 })
 
 export const CsrfOnlyForm = form({})

@@ -4,6 +4,8 @@
  */
 import assert from 'node:assert/strict'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
+import { SCOPES } from '../../src/domain/scopes.ts'
+import { scopeField } from '../../src/portal/forms.ts'
 
 export const PASSWORD = 'correct horse battery staple'
 
@@ -80,8 +82,10 @@ export class FormBrowser {
   }
 
   /** Creates a key on the keys page; returns its secret (shown once) and id. */
-  async createKey(name = 'laptop', expires = 'never') {
-    const response = await this.submit('/portal/keys', '/portal/keys', { name, expires })
+  /** As a browser submits the form: with the scope boxes it left checked (all, as the form comes). */
+  async createKey(name = 'laptop', expires = 'never', scopes: readonly string[] = SCOPES) {
+    const boxes = Object.fromEntries(scopes.map((scope) => [scopeField(scope), 'on']))
+    const response = await this.submit('/portal/keys', '/portal/keys', { name, expires, ...boxes })
     assert.equal(response.statusCode, 201, `key not created: ${response.body}`)
     const secret = /id="secret"[^>]*value="(as_test_[0-9A-Za-z]+)"/.exec(response.body)?.[1]
     assert.ok(secret, 'the new key page shows no key')

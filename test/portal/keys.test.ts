@@ -21,6 +21,34 @@ async function signedIn(t: Parameters<typeof build>[0]) {
 }
 
 describe('Portal: create a key', () => {
+  it('makes a key limited to the scopes left checked; none checked is refused; every box is every scope', async (t) => {
+    const { app, browser, accountId } = await signedIn(t)
+    const form = await browser.get('/portal/keys')
+    for (const scope of ['pets:read', 'pets:write', 'orders:read', 'orders:write', 'messages:write']) {
+      assert.match(form.body, new RegExp(`name="scope-${scope.replace(':', '-')}" checked`), scope)
+    }
+    const secret = await browser.createKey('reader', 'never', ['pets:read'])
+    const [reader] = await app.store.listApiKeys(accountId)
+    assert.equal(reader?.scopes, 'pets:read')
+    assert.equal((await app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
+    const refused = await app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers: bearer(secret),
+      payload: { name: 'Rex', categoryId: 1 },
+    })
+    assert.equal(refused.statusCode, 403)
+    await browser.createKey('full')
+    assert.equal((await app.store.listApiKeys(accountId))[0]?.scopes, null)
+    const list = await browser.get('/portal/keys')
+    assert.match(list.body, /<td><code>pets:read<\/code><\/td>/)
+    assert.match(list.body, /<td>All<\/td>/)
+    const none = await browser.submit('/portal/keys', '/portal/keys', { name: 'nothing', expires: 'never' })
+    assert.equal(none.statusCode, 400)
+    assert.match(none.body, /Choose at least one thing the key may do\./)
+    assert.equal((await app.store.listApiKeys(accountId)).length, 2)
+  })
+
   it('shows the new key once, stores only its hash, and the API accepts it', async (t) => {
     const { app, browser, accountId } = await signedIn(t)
     const secret = await browser.createKey('laptop')

@@ -4,15 +4,22 @@ import type { FastifyRequest } from 'fastify'
 import Type from 'typebox'
 import type { Config } from '../../config.ts'
 import { issueApiKey, parseDuration } from '../../domain/accounts.ts'
+import { SCOPES } from '../../domain/scopes.ts'
 import type { Session } from '../../store/types.ts'
 import type { Portal } from '../context.ts'
-import { CsrfOnlyForm, fieldError, KeyParams, NewKeyForm } from '../forms.ts'
+import { CsrfOnlyForm, fieldError, KeyParams, NewKeyForm, scopeField } from '../forms.ts'
 import { html } from '../html.ts'
 import { errorPage } from '../views/error.ts'
 import { keysPage, newKeyPage, revokePage } from '../views/keys.ts'
 import type { PageContext } from '../views/layout.ts'
 
 const KeysQuery = Type.Object({ revoked: Type.Optional(KeyParams.properties.keyId) })
+
+/** The scopes whose boxes the form checked, in the fixed order. */
+function checked(body: unknown): string[] {
+  const fields = (body ?? {}) as Record<string, unknown>
+  return SCOPES.filter((scope) => fields[scopeField(scope)] === 'on')
+}
 
 const keyNotFound = (c: PageContext) =>
   errorPage(c, 'Key not found', 'You have no key with this id. It may belong to another account.')
@@ -46,14 +53,24 @@ const keys: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = asyn
         const name = typeof body?.name === 'string' ? body.name : undefined
         const expires = typeof body?.expires === 'string' ? body.expires : undefined
         const error = fieldError(request.validationError.validation)
-        return portal.send(request, reply, 400, (c) => keysPage(c, list, { name, expires, error }))
+        return portal.send(request, reply, 400, (c) =>
+          keysPage(c, list, { name, expires, scopes: checked(body), error }),
+        )
       }
       const { name, expires } = request.body
+      const scopes = checked(request.body)
+      if (scopes.length === 0) {
+        const list = await app.store.listApiKeys(accountId(request))
+        const error = { field: 'scopes', message: 'Choose at least one thing the key may do.' }
+        return portal.send(request, reply, 400, (c) => keysPage(c, list, { name, expires, scopes, error }))
+      }
       const lifetimeMs = expires === 'never' ? undefined : parseDuration(expires)
       const { key, secret } = await issueApiKey(app.store, config.deployment, {
         accountId: accountId(request),
         name,
         lifetimeMs,
+        // Every box checked is every scope, those added later included, as a key made without scopes.
+        scopes: scopes.length === SCOPES.length ? null : scopes.join(' '),
       })
       return portal.send(request, reply, 201, (c) => newKeyPage(c, key, secret))
     },

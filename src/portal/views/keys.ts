@@ -1,6 +1,7 @@
 import { keyState } from '../../domain/accounts.ts'
+import { SCOPES, type Scope } from '../../domain/scopes.ts'
 import type { ApiKey } from '../../store/types.ts'
-import { EXPIRY_CHOICES, type FieldError } from '../forms.ts'
+import { EXPIRY_CHOICES, type FieldError, scopeField } from '../forms.ts'
 import { type Html, html } from '../html.ts'
 import { csrfInput, field, layout, type Notice, type PageContext } from './layout.ts'
 
@@ -12,6 +13,14 @@ export function time(iso: string | null, none = '—'): Html {
 
 const STATE_LABELS = { active: 'Active', revoked: 'Revoked', expired: 'Expired' }
 
+const SCOPE_LABELS: Record<Scope, string> = {
+  'pets:read': 'list and fetch animals, count them',
+  'pets:write': 'add and change animals',
+  'orders:read': 'list and fetch your orders',
+  'orders:write': 'place, complete and cancel orders',
+  'messages:write': 'send messages',
+}
+
 function keyRow(key: ApiKey): Html {
   const state = keyState(key)
   return html`<tr>
@@ -20,6 +29,7 @@ function keyRow(key: ApiKey): Html {
     <td>${time(key.createdAt)}</td>
     <td>${time(key.lastUsedAt, 'Never')}</td>
     <td>${time(key.expiresAt, 'Never')}</td>
+    <td>${key.scopes === null ? 'All' : key.scopes.split(' ').map((scope, i) => html`${i > 0 ? ', ' : ''}<code>${scope}</code>`)}</td>
     <td>${state === 'revoked' ? html`Revoked ${time(key.revokedAt)}` : STATE_LABELS[state]}</td>
     <td>${
       state === 'revoked'
@@ -32,11 +42,14 @@ function keyRow(key: ApiKey): Html {
 export function keysPage(
   context: PageContext,
   keys: ApiKey[],
-  form: { name?: string; expires?: string; error?: FieldError; notice?: Notice } = {},
+  form: { name?: string; expires?: string; scopes?: string[]; error?: FieldError; notice?: Notice } = {},
 ): Html {
   const nameError = form.error?.field === 'name' ? form.error.message : undefined
   const expiresError = form.error?.field === 'expires' ? form.error.message : undefined
-  const general = form.error && !nameError && !expiresError ? form.error.message : undefined
+  const scopesError = form.error?.field === 'scopes' ? form.error.message : undefined
+  const general = form.error && !nameError && !expiresError && !scopesError ? form.error.message : undefined
+  // A new form has every box checked: a key does everything unless its owner says otherwise.
+  const scopes = form.scopes ?? [...SCOPES]
   const notice: Notice | undefined = general ? { kind: 'error', text: general } : form.notice
   const selected = form.expires ?? '90d'
   return layout(
@@ -55,6 +68,15 @@ export function keysPage(
             ${EXPIRY_CHOICES.map(([value, label]) => html`<option value="${value}"${value === selected ? html` selected` : ''}>${label}</option>`)}
           </select>
         </div>
+        <fieldset class="field${scopesError ? ' invalid' : ''}"${scopesError ? html` aria-describedby="scopes-error"` : ''}>
+          <legend>What it may do</legend>
+          <p class="hint">Uncheck what this key must not do. Writing includes reading; with every box checked the key also gets what later versions add.</p>
+          ${scopesError && html`<p class="field-error" id="scopes-error">${scopesError}</p>`}
+          ${SCOPES.map(
+            (scope) =>
+              html`<label class="choice"><input type="checkbox" name="${scopeField(scope)}"${scopes.includes(scope) ? html` checked` : ''}> <code>${scope}</code> ${SCOPE_LABELS[scope]}</label>`,
+          )}
+        </fieldset>
         <button type="submit">Create key</button>
       </form>
     </section>
@@ -67,7 +89,7 @@ export function keysPage(
             html`<p class="hint">Newest first. Only the first characters of each key are kept; the secret is never shown again.</p>
       <div class="table-wrap" tabindex="0" role="region" aria-label="Table of your keys"><table>
         <caption class="visually-hidden">Your keys</caption>
-        <thead><tr><th scope="col">Name</th><th scope="col">Prefix</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col">Expires</th><th scope="col">State</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
+        <thead><tr><th scope="col">Name</th><th scope="col">Prefix</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col">Expires</th><th scope="col">Scopes</th><th scope="col">State</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
         <tbody>${keys.map(keyRow)}</tbody>
       </table></div>`
       }
