@@ -118,6 +118,8 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
     },
     async function createPet(request, reply) {
       const pet = await app.store.createPet(request.body, request.idempotency ?? undefined)
+      // This instance lists the new pet at once (elsewhere, within the freshness bound).
+      app.petCache.forget(pet.id)
       return reply.code(201).header('location', petLocation(pet, request)).send(pet)
     },
   )

@@ -4,8 +4,7 @@
  * changed, as far as this process can tell without a round-trip:
  * - where the store has a petsVersion (SQLite: it moves with any commit by any process), while it
  *   stays the same;
- * - where it has none (PostgreSQL: other instances write too), a pet for FRESH_MS at most, and no
- *   page at all.
+ * - where it has none (PostgreSQL: other instances write too), for FRESH_MS at most.
  * A write through this process forgets what it changed at once (`forget`). Routes never see it work.
  */
 import { BoundedMap } from '../lib/bounded-map.ts'
@@ -43,6 +42,8 @@ export interface PetRead extends Read<Pet | null> {
 /** A page of pets as read: `value` is what the route sends; `nextAfterId` where the next page starts. */
 export interface PageRead extends Read<Pet[]> {
   readonly nextAfterId: number | null
+  /** Date.now() past which the read is not served, where the store has no petsVersion. */
+  readonly until: number
 }
 
 export class PetCache {
@@ -87,19 +88,19 @@ export class PetCache {
     const version = this.#store.petsVersion()
     const hit = this.#pages.get(key)
     // Pets change now: any page, not only the last, is as old as the version it was read at.
-    if (hit && hit.version === version) return use(hit)
+    if (hit && (version === null ? Date.now() < hit.until : hit.version === version)) return use(hit)
+    const until = Date.now() + FRESH_MS
     const generation = this.#generation
     return this.#store.listPets(options).then(({ pets, nextAfterId }) => {
-      const read = { value: pets, nextAfterId, version }
-      // A store that cannot tell when pets change gets no cached pages.
-      if (version !== null && generation === this.#generation) this.#pages.set(key, read)
+      const read = { value: pets, nextAfterId, version, until }
+      if (generation === this.#generation) this.#pages.set(key, read)
       return use(read)
     })
   }
 
   /**
    * Forgets what a write to this pet may have changed: this process shows the change at once.
-   * Every write that changes a pet calls it once the write is done (updatePet, orders).
+   * Every write that changes a pet calls it once the write is done (createPet, updatePet, orders).
    */
   forget(id: number): void {
     this.#generation++
