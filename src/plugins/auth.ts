@@ -5,7 +5,8 @@
  * Verified keys are cached in memory for `apiKeyCacheMs`, by the key itself: a request with a cached
  * key costs a map lookup, neither a SHA-256 nor a database round-trip (decision 56). That bounds
  * how long another process's revocation takes to be seen; a revocation through this process
- * (`app.forgetApiKey`) and an expiry take effect at once.
+ * (`app.forgetApiKey`) and an expiry take effect at once. Keys found unknown are remembered as long,
+ * so that a client repeating one costs no database lookup either (decision 70).
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
@@ -15,7 +16,7 @@ import { grantedScopes } from '../domain/scopes.ts'
 import { ApiError, type ErrorCode } from '../errors.ts'
 import { BoundedMap } from '../lib/bounded-map.ts'
 import { type ApiKey, DatabaseUnavailableError } from '../store/types.ts'
-import { clientNetwork } from './rate-limit-counters.ts'
+import { clientNetwork, type Hit } from './rate-limit-counters.ts'
 
 export interface Caller {
   keyId: string
@@ -66,6 +67,15 @@ export default fp<{ config: Config }>(
   async (app, { config }) => {
     /** Keys found valid, by the key (only valid keys get an entry, so clients cannot fill it with junk). */
     const cache = new BoundedMap<string, CachedKey>(CACHE_ENTRIES)
+    /**
+     * Well-formed keys the store did not know, and when it said so. A key is random and shown only
+     * once made, so none can be used before it exists: an entry cannot hide a key made since.
+     */
+    const unknown = new BoundedMap<string, number>(CACHE_ENTRIES)
+    const wrongDeployment = refused(
+      'invalid_api_key',
+      `This is a ${config.deployment === 'production' ? 'staging' : 'production'} key; this is the ${config.deployment} deployment.`,
+    )
 
     async function lookup(secret: string, now: number): Promise<CachedKey | null> {
       const cached = cache.get(secret)
@@ -73,6 +83,8 @@ export default fp<{ config: Config }>(
       const key = await app.store.findApiKeyByHash(hashApiKey(secret))
       if (!key) {
         cache.delete(secret)
+        unknown.delete(secret) // re-inserted as the newest, so that the oldest entries go first
+        unknown.set(secret, now)
         return null
       }
       const entry = {
@@ -123,33 +135,45 @@ export default fp<{ config: Config }>(
       const secret = header && BEARER.exec(header)?.[1]
       if (!secret) {
         // RFC 6750 §3.1: a request with no bearer token at all gets a challenge without an error code.
-        if (!header || NO_BEARER_TOKEN.test(header)) return missing()
-        return refused('invalid_api_key', 'The Authorization header must be: Bearer <API_KEY>.', 'invalid_request')
+        if (!header || NO_BEARER_TOKEN.test(header)) return MISSING
+        return MALFORMED_HEADER
       }
       const entry = cache.get(secret)
       // A fresh cache entry is a key already found valid for this deployment: skip straight to its state.
       if (entry && now - entry.verifiedAtMs < config.apiKeyCacheMs) return admission(entry, now)
+      const unknownAt = unknown.get(secret)
+      if (unknownAt !== undefined && now - unknownAt < config.apiKeyCacheMs) return UNKNOWN
       const deployment = apiKeyDeployment(secret)
-      if (!deployment) return refused('invalid_api_key', 'The API key is malformed.')
-      if (deployment !== config.deployment) {
-        return refused('invalid_api_key', `This is a ${deployment} key; this is the ${config.deployment} deployment.`)
-      }
+      if (!deployment) return MALFORMED_KEY
+      if (deployment !== config.deployment) return wrongDeployment
       return secret
     }
 
-    /** 429 while the client is blocked for bad keys, else null. */
-    function stillBlocked(client: string, now: number): ApiError | null {
+    /** Milliseconds the client is still blocked for bad keys, or 0. */
+    function blockedFor(client: string, now: number): number {
       const until = blocked.get(client) ?? 0
-      return until > now ? tooManyFailures(until - now) : null
+      return until > now ? until - now : 0
     }
 
-    /** Counts a bad key against the client (its address, or its IPv6 /64); past the limit it is refused for the window. */
-    async function countFailure(client: string, now: number): Promise<ApiError | null> {
-      if (config.authFailureLimit === 0) return null
-      const { count, resetMs } = await app.rateCounter.hit(`auth-failure:${client}`, config.rateLimitWindowMs)
-      if (count <= config.authFailureLimit) return null
-      blocked.set(client, now + resetMs)
-      return tooManyFailures(resetMs)
+    /**
+     * Counts a bad key against the client (its address, or its IPv6 /64), and answers how long it
+     * is now blocked (0: not). At once with the memory counter: no promise on the refusal path.
+     */
+    function countFailure(client: string, now: number): number | Promise<number> {
+      if (config.authFailureLimit === 0) return 0
+      const block = ({ count, resetMs }: Hit) => {
+        if (count <= config.authFailureLimit) return 0
+        blocked.set(client, now + resetMs)
+        return resetMs
+      }
+      const hit = app.rateCounter.hit(`auth-failure:${client}`, config.rateLimitWindowMs)
+      return hit instanceof Promise ? hit.then(block) : block(hit)
+    }
+
+    /** 429 for a client blocked for another `ms`. */
+    function tooMany(reply: FastifyReply, ms: number, done: Done): void {
+      reply.header('retry-after', String(Math.ceil(ms / 1000)))
+      done(TOO_MANY_FAILURES)
     }
 
     /**
@@ -157,13 +181,22 @@ export default fp<{ config: Config }>(
      * address, and an address past the limit gets 429 for its bad keys; its valid keys are still
      * served, since one address may be many clients (a NAT, a proxy).
      */
-    function settle(request: FastifyRequest, verdict: CachedKey | ApiError, now: number, done: Done): void {
+    function settle(
+      request: FastifyRequest,
+      reply: FastifyReply,
+      verdict: CachedKey | ApiError,
+      now: number,
+      done: Done,
+    ): void {
       if (verdict instanceof ApiError) {
-        if (verdict.code === 'missing_api_key') return void done(verdict)
+        if (verdict === MISSING) return void done(verdict)
         const client = clientNetwork(request.ip)
-        const tooMany = stillBlocked(client, now)
-        if (tooMany) done(tooMany)
-        else countFailure(client, now).then((limited) => done(limited ?? verdict), done)
+        const blockMs = blockedFor(client, now)
+        if (blockMs > 0) return void tooMany(reply, blockMs, done)
+        const counted = countFailure(client, now)
+        const answer = (ms: number) => (ms > 0 ? tooMany(reply, ms, done) : done(verdict))
+        if (typeof counted === 'number') answer(counted)
+        else counted.then(answer, done)
         return
       }
       request.caller = verdict.caller
@@ -176,16 +209,16 @@ export default fp<{ config: Config }>(
 
     app.decorateRequest('caller', null as unknown as Caller)
     // Callback style, and synchronous for a cached key: almost every request costs no promise here.
-    app.decorate('authenticate', (request: FastifyRequest, _reply: FastifyReply, done: Done) => {
+    app.decorate('authenticate', (request: FastifyRequest, reply: FastifyReply, done: Done) => {
       const now = Date.now()
       const verdict = verifyCached(request.headers.authorization, now)
-      if (typeof verdict !== 'string') return settle(request, verdict, now, done)
+      if (typeof verdict !== 'string') return settle(request, reply, verdict, now, done)
       // Only the store can tell. An address blocked for bad keys gets no lookups (they are what the
       // block saves), except for a key this process has found valid before: its clients behind the
       // same NAT or proxy go on being served.
-      const tooMany = cache.has(verdict) ? null : stillBlocked(clientNetwork(request.ip), now)
-      if (tooMany) return done(tooMany)
-      lookup(verdict, now).then((entry) => settle(request, admission(entry, now), now, done), done)
+      const blockMs = cache.has(verdict) ? 0 : blockedFor(clientNetwork(request.ip), now)
+      if (blockMs > 0) return tooMany(reply, blockMs, done)
+      lookup(verdict, now).then((entry) => settle(request, reply, admission(entry, now), now, done), done)
     })
   },
   { name: 'auth', dependencies: ['store', 'rate-limit'] },
@@ -193,14 +226,10 @@ export default fp<{ config: Config }>(
 
 /** What a cached or looked-up key gets now: admitted (its entry), or why not. */
 function admission(entry: CachedKey | null, now: number): CachedKey | ApiError {
-  if (!entry) return refused('invalid_api_key', 'The API key is not known.')
-  if (entry.key.revokedAt) return refused('revoked_api_key')
-  if (now >= entry.expiresAtMs) return refused('expired_api_key')
+  if (!entry) return UNKNOWN
+  if (entry.key.revokedAt) return REVOKED
+  if (now >= entry.expiresAtMs) return EXPIRED
   return entry
-}
-
-function missing(): ApiError {
-  return new ApiError('missing_api_key', undefined, { 'www-authenticate': `Bearer realm="${REALM}"` })
 }
 
 /** A refusal with RFC 6750's challenge: `invalid_token` for a key that is not good, `invalid_request` for a malformed header. */
@@ -212,8 +241,17 @@ function refused(code: ErrorCode, message?: string, reason = 'invalid_token'): A
   return error
 }
 
-function tooManyFailures(retryMs: number): ApiError {
-  return new ApiError('rate_limited', 'Too many requests with invalid API keys from this address.', {
-    'retry-after': String(Math.ceil(retryMs / 1000)),
-  })
-}
+// Every refusal is one of these, made once and never changed: a flood of bad keys then costs no
+// Error (its stack trace was the largest single cost of a refusal) nor challenge text per request.
+const MISSING = new ApiError('missing_api_key', undefined, { 'www-authenticate': `Bearer realm="${REALM}"` })
+const MALFORMED_HEADER = refused(
+  'invalid_api_key',
+  'The Authorization header must be: Bearer <API_KEY>.',
+  'invalid_request',
+)
+const MALFORMED_KEY = refused('invalid_api_key', 'The API key is malformed.')
+const UNKNOWN = refused('invalid_api_key', 'The API key is not known.')
+const REVOKED = refused('revoked_api_key')
+const EXPIRED = refused('expired_api_key')
+/** Its Retry-After is set on the reply: it is all that differs between two such refusals. */
+const TOO_MANY_FAILURES = new ApiError('rate_limited', 'Too many requests with invalid API keys from this address.')

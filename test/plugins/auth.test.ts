@@ -88,6 +88,34 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
     assertRefused(response, 'invalid_api_key')
   })
 
+  it('asks the store about a key once per API_KEY_CACHE_SECONDS, whether it knows the key or not', async (t) => {
+    const test = await build(t, { API_KEY_CACHE_SECONDS: '300' })
+    const { secret } = await test.newKey()
+    const unknown = generateApiKey('staging').secret
+    const store = test.app.store
+    const find = store.findApiKeyByHash.bind(store)
+    const asked: string[] = []
+    store.findApiKeyByHash = (hash) => {
+      asked.push(hash)
+      return find(hash)
+    }
+    for (let i = 0; i < 3; i++) {
+      assertRefused(await test.app.inject({ url: '/v1/pets', headers: bearer(unknown) }), 'invalid_api_key')
+      assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
+    }
+    assert.equal(asked.length, 2)
+    // With no cache, every request asks.
+    const uncached = await build(t, { API_KEY_CACHE_SECONDS: '0' })
+    let lookups = 0
+    const findUncached = uncached.app.store.findApiKeyByHash.bind(uncached.app.store)
+    uncached.app.store.findApiKeyByHash = (hash) => {
+      lookups++
+      return findUncached(hash)
+    }
+    for (let i = 0; i < 3; i++) await uncached.app.inject({ url: '/v1/pets', headers: bearer(unknown) })
+    assert.equal(lookups, 3)
+  })
+
   it('refuses a key of the other deployment: production keys on staging and back', async (t) => {
     const staging = await build(t, { DEPLOYMENT: 'staging' })
     const production = await build(t, { DEPLOYMENT: 'production' })
