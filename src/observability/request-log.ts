@@ -42,9 +42,12 @@ export class RequestLog extends LogController {
     const req = `{"method":"${request.method}","url":${JSON.stringify(redactApiKeys(request.url))},"remoteAddress":${address}}`
     // Milliseconds to the microsecond: the clock's other digits are noise, and cost thrice as much to print.
     const ms = Math.round(reply.elapsedTime * 1000) / 1000
+    // A 401 or 429 says why here rather than in a line of its own (src/plugins/error-handler.ts).
+    const refusal = request.refusal
+    const why = refusal ? `"code":"${refusal.code}","detail":${JSON.stringify(redactApiKeys(refusal.message))},` : ''
     this.#stream.write(
       `{"level":${INFO},"time":${Date.now()},${this.#host},"requestId":"${request.id}","req":${req},` +
-        `"status":${reply.statusCode},"ms":${ms},"msg":"request completed"}\n`,
+        `"status":${reply.statusCode},${why}"ms":${ms},"msg":"request completed"}\n`,
     )
   }
 }

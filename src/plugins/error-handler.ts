@@ -31,6 +31,11 @@ export function logError(error: unknown, sent: ApiError, request: FastifyRequest
     // (A 501 is the client's doing, a method or coding we do not take, not a failure of ours; an
     // ApiError is an answer we chose, such as /readyz's 503 while shutting down.)
     request.log.error({ err: error }, `${what} failed`)
+  } else if (sent.statusCode === 401 || sent.statusCode === 429) {
+    // What a flood of bad keys or of one busy key repeats: its code goes in the request's own
+    // line (src/observability/request-log.ts), since a second line cost more than the rest of
+    // such a refusal (decision 70).
+    request.refusal = sent
   } else {
     // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.
     request.log.info({ code: sent.code, detail: redactApiKeys(sent.message) }, `${what} refused`)
@@ -57,6 +62,10 @@ export function sendError(error: unknown, request: FastifyRequest, reply: Fastif
 }
 
 declare module 'fastify' {
+  interface FastifyRequest {
+    /** A 401 or 429 sent: the request log gives its code and detail (logError). */
+    refusal: ApiError | null
+  }
   interface FastifyContextConfig {
     /** Sets headers every answer of the route carries: its handler calls it, and sendError for every error. */
     answerHeaders?: (request: FastifyRequest, reply: FastifyReply) => unknown
@@ -65,6 +74,7 @@ declare module 'fastify' {
 
 export default fp(
   async (app) => {
+    app.decorateRequest('refusal', null)
     app.setErrorHandler(sendError)
   },
   { name: 'error-handler' },

@@ -222,6 +222,26 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
     assert.match(String(line.detail), /gone\.db/)
   })
 
+  it('logs a refused key in one line per request: the request line carries its code and detail', async (t) => {
+    const test = await build(t, {}, { captureLogs: true })
+    const unknown = generateApiKey('staging').secret
+    const responses = [
+      await test.app.inject({ url: '/v1/pets', headers: bearer(unknown) }),
+      await test.app.inject({ url: '/v1/pets' }),
+      await test.app.inject({ url: '/v1/nowhere', headers: bearer(unknown) }),
+    ]
+    for (const response of responses) {
+      const lines = test.logs.filter((line) => line.requestId === response.headers['x-request-id'])
+      assert.equal(lines.length, 1, JSON.stringify(lines))
+      const [line] = lines as [Record<string, unknown>]
+      assert.deepEqual(
+        [line.msg, line.level, line.status, line.code, line.detail],
+        ['request completed', 30, 401, errorBody(response).code, errorBody(response).message],
+      )
+    }
+    assert.ok(!JSON.stringify(test.logs).includes(unknown.slice(8)), 'a key reached the logs')
+  })
+
   it('never logs the Authorization header or a key, even one put in the URL', async (t) => {
     const test = await build(t, {}, { captureLogs: true })
     const { secret } = await test.newKey()

@@ -52,6 +52,18 @@ describe('Rate limits per API key (RateLimit / RateLimit-Policy, IETF draft)', (
     assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(limited.secret) })).statusCode, 200)
   })
 
+  it('logs a 429 in one line per request: the request line carries its code and detail', async (t) => {
+    const test = await build(t, { RATE_LIMIT: '1' }, { captureLogs: true })
+    const { secret } = await test.newKey()
+    await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    const refused = await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })
+    const lines = test.logs.filter((line) => line.requestId === refused.headers['x-request-id'])
+    assert.deepEqual(
+      lines.map((line) => [line.msg, line.status, line.code, line.detail]),
+      [['request completed', 429, 'rate_limited', errorBody(refused).message]],
+    )
+  })
+
   it('RATE_LIMIT=0 turns the limit and its headers off', async (t) => {
     const test = await build(t, { RATE_LIMIT: '0' })
     const { secret } = await test.newKey()
