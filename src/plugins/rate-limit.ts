@@ -6,6 +6,8 @@
  *
  * Counters live in memory, or in Redis when REDIS_URL is set so that every instance shares them.
  * `app.rateCounter` is also what auth uses to slow down addresses that keep sending bad keys.
+ * Ours rather than @fastify/rate-limit, whose headers are another draft's and whose 429s cost more
+ * (decision 71).
  */
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import fp from 'fastify-plugin'
