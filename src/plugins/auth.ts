@@ -6,7 +6,7 @@
  * key costs a map lookup, neither a SHA-256 nor a database round-trip (decision 56). That bounds
  * how long another process's revocation takes to be seen; a revocation through this process
  * (`app.forgetApiKey`) and an expiry take effect at once. Keys found unknown are remembered as long,
- * so that a client repeating one costs no database lookup either (decision 70).
+ * so that a client repeating one costs no database lookup either (decision 84).
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'

@@ -34,7 +34,7 @@ export function logError(error: unknown, sent: ApiError, request: FastifyRequest
   } else if (sent.statusCode === 401 || sent.statusCode === 429) {
     // What a flood of bad keys or of one busy key repeats: its code goes in the request's own
     // line (src/observability/request-log.ts), since a second line cost more than the rest of
-    // such a refusal (decision 70).
+    // such a refusal (decision 84).
     request.refusal = sent
   } else {
     // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.

@@ -7,7 +7,7 @@
  * Counters live in memory, or in Redis when REDIS_URL is set so that every instance shares them.
  * `app.rateCounter` is also what auth uses to slow down addresses that keep sending bad keys.
  * Ours rather than @fastify/rate-limit, whose headers are another draft's and whose 429s cost more
- * (decision 71).
+ * (decision 85).
  */
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import fp from 'fastify-plugin'
@@ -42,7 +42,7 @@ export default fp<{ config: Config }>(
     const { rateLimit: limit, rateLimitWindowMs: windowMs } = config
     const policy = `"default";q=${limit};w=${windowMs / 1000}`
     // Made once: a 429 differs from the next only by its headers, set on the reply. A new Error
-    // per refusal (its stack trace) was a sixth of the cost of a 429 (decision 70).
+    // per refusal (its stack trace) was a sixth of the cost of a 429 (decision 84).
     const refusal = new ApiError(
       'rate_limited',
       `This API key made more than ${limit} requests in ${windowMs / 1000} s.`,
