@@ -7,6 +7,7 @@ import { ApiError } from '../errors.ts'
 import { requestOrigin } from '../http/host.ts'
 import type { Stability } from '../plugins/stability.ts'
 import {
+  DEFAULT_PAGE_SIZE,
   errorResponses,
   header,
   IdempotencyHeadersSchema,
@@ -94,7 +95,7 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
       config: { scope: 'orders:read', stability },
     },
     async function listOrders(request, reply) {
-      const { limit = 20, status, petId, cursor } = request.query
+      const { limit = DEFAULT_PAGE_SIZE, status, petId, cursor } = request.query
       const filter = new URLSearchParams({
         ...(status && { status }),
         ...(petId !== undefined && { petId: String(petId) }),

@@ -176,3 +176,24 @@ export const IdempotencyHeadersSchema = Type.Object({
     }),
   ),
 })
+
+/** How many items a page holds: 1 to 100, 20 when not given (the spec's listPets rule, kept by every list). */
+export const DEFAULT_PAGE_SIZE = 20
+export const PageLimit = (what: string) =>
+  Type.Optional(
+    Type.Integer({
+      minimum: 1,
+      maximum: 100,
+      default: DEFAULT_PAGE_SIZE,
+      description: `Maximum number of ${what} returned.`,
+    }),
+  )
+
+/** The opaque position of the next page, from the previous page's Link header. */
+export const Cursor = Type.Optional(
+  Type.String({
+    minLength: 1,
+    maxLength: 200,
+    description: 'Opaque position from the `Link: <…>; rel="next"` header of the previous page.',
+  }),
+)

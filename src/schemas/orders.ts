@@ -1,5 +1,5 @@
 import Type from 'typebox'
-import { Int64, Int64Param } from './common.ts'
+import { Cursor, Int64, Int64Param, PageLimit } from './common.ts'
 
 export const ORDER_STATUSES = ['placed', 'completed', 'canceled', 'expired'] as const
 export const OrderStatusSchema = Type.Enum(ORDER_STATUSES, {
@@ -52,18 +52,10 @@ export const OrderParamsSchema = Type.Object(
 
 export const ListOrdersQuerySchema = Type.Object(
   {
-    limit: Type.Optional(
-      Type.Integer({ minimum: 1, maximum: 100, default: 20, description: 'Maximum number of orders returned.' }),
-    ),
+    limit: PageLimit('orders'),
     status: Type.Optional(OrderStatusSchema),
     petId: Type.Optional(Int64Param({ description: 'Only the orders for this animal.' })),
-    cursor: Type.Optional(
-      Type.String({
-        minLength: 1,
-        maxLength: 200,
-        description: 'Opaque position from the `Link: <…>; rel="next"` header of the previous page.',
-      }),
-    ),
+    cursor: Cursor,
   },
   { additionalProperties: false },
 )

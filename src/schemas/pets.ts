@@ -1,5 +1,5 @@
 import Type from 'typebox'
-import { header, Int64, Int64Param, VISIBLE_TEXT } from './common.ts'
+import { Cursor, DEFAULT_PAGE_SIZE, header, Int64, Int64Param, PageLimit, VISIBLE_TEXT } from './common.ts'
 
 export const PET_STATUSES = ['available', 'pending', 'sold'] as const
 
@@ -71,27 +71,10 @@ export type Pet = Type.Static<typeof PetSchema>
 
 export const PetsSchema = Type.Array(PetSchema, { description: 'A page of animals, ordered by id.' })
 
-export const DEFAULT_PAGE_SIZE = 20
+export { DEFAULT_PAGE_SIZE }
 
 export const ListPetsQuerySchema = Type.Object(
-  {
-    limit: Type.Optional(
-      Type.Integer({
-        minimum: 1,
-        maximum: 100,
-        default: DEFAULT_PAGE_SIZE,
-        description: 'Maximum number of animals returned.',
-      }),
-    ),
-    status: Type.Optional(PetStatusSchema),
-    cursor: Type.Optional(
-      Type.String({
-        minLength: 1,
-        maxLength: 200,
-        description: 'Opaque position from the `Link: <…>; rel="next"` header of the previous page.',
-      }),
-    ),
-  },
+  { limit: PageLimit('animals'), status: Type.Optional(PetStatusSchema), cursor: Cursor },
   { additionalProperties: false },
 )
 export type ListPetsQuery = Type.Static<typeof ListPetsQuerySchema>
