@@ -23,7 +23,7 @@ const only = process.argv.slice(2) // `npm test -- test/routes/pets.test.ts` run
 
 const all = (only.length > 0 ? only : globSync('test/**/*.test.ts')).sort()
 /** Percentages measured on both halves (see the README's "Developing"), rounded down, less a point or two. */
-const COVERAGE_FLOOR = { lines: 97, branches: 91, functions: 93 }
+const COVERAGE_FLOOR = { lines: 96, branches: 91, functions: 92 }
 const coverage = only.length === 0 && process.env.TEST_COVERAGE !== '0'
 
 function coverageArgs(database: 'sqlite' | 'postgres'): string[] {
