@@ -12,6 +12,7 @@ import {
   header,
   IdempotencyHeadersSchema,
   jsonResponse,
+  MAX_EXACT_INTEGER,
   NoQuerySchema,
   RATE_LIMIT_HEADERS,
 } from '../schemas/common.ts'
@@ -102,6 +103,8 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
       })
       const filterText = filter.size > 0 ? filter.toString() : undefined
       const before = cursor === undefined ? undefined : cursors.decode(cursor, filterText)
+      // Pet ids run from 1 to MAX_EXACT_INTEGER: no order is for any other (valid int64) id.
+      if (petId !== undefined && (petId < 1 || petId > MAX_EXACT_INTEGER)) return []
       const page = await app.store.listOrders({ accountId: request.caller.accountId, limit, status, petId, before })
       if (page.next !== null) {
         const next = new URLSearchParams({ limit: String(limit), ...Object.fromEntries(filter) })
