@@ -2,12 +2,12 @@ import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { describe, it, type TestContext } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import { readMigrations } from '../../src/store/migrations.ts'
 import { PostgresStore } from '../../src/store/postgres.ts'
 import { DatabaseNotSetUpError, DatabaseUnavailableError } from '../../src/store/types.ts'
 import { POSTGRES_URL, postgres, testDatabaseUrl } from '../helper.ts'
+import { until } from '../wait.ts'
 import { storeContract } from './contract.ts'
 
 const open = async (t: TestContext, databaseUrl?: string) => {
@@ -165,14 +165,22 @@ describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () 
       () => null,
       (error: unknown) => error,
     )
-    await sleep(500)
-    const killed = await postgres(
-      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '${name}' AND query LIKE 'INSERT INTO pets%'`,
-    )
-    assert.equal(killed.length, 1)
+    // Killed once the insert is inside the trigger's pg_sleep: in the middle of the transaction.
+    const pid = await until('the insert sleeping in its trigger', async () => {
+      const [row] = (await postgres(
+        `SELECT pid FROM pg_stat_activity WHERE application_name = '${name}' AND state = 'active'
+         AND query LIKE 'INSERT INTO pets%' AND wait_event = 'PgSleep'`,
+      )) as { pid: number }[]
+      return row?.pid
+    })
+    assert.deepEqual(await postgres(`SELECT pg_terminate_backend(${pid}) AS killed`), [{ killed: true }])
     assert.ok((await outcome) instanceof DatabaseUnavailableError)
-    // Had the connection's 'error' event gone unheard, the process would have ended by now.
-    await sleep(200)
+    // Had the connection's 'error' event gone unheard, the process would end when its socket's end
+    // arrives: wait until the backend is gone (its socket closed), then the writes below turn the loop.
+    await until(
+      'the terminated backend gone',
+      async () => (await postgres(`SELECT 1 FROM pg_stat_activity WHERE pid = ${pid}`)).length === 0,
+    )
     assert.equal((await store.createPet({ name: 'after', categoryId: 1 })).name, 'after')
     assert.deepEqual(
       (await store.listPets({ limit: 10 })).pets.map((p) => p.name),
@@ -189,17 +197,32 @@ describe('PostgreSQL store: a password set while a sign-in starts its session (r
   /** A store with an account whose password hash is scrypt$old, and another connection, for a transaction the test holds open. */
   const setUp = async (t: TestContext) => {
     const url = await testDatabaseUrl(t)
-    const store = await open(t, url)
+    // The store's connections carry a name of their own, to find the one that waits on a lock.
+    const named = new URL(url)
+    const name = `animal-store-${randomUUID()}`
+    named.searchParams.set('application_name', name)
+    const store = await open(t, named.toString())
     const account = await store.createAccount('race@example.com', 'scrypt$old')
     assert.ok(account)
     const other = new pg.Client({ connectionString: url })
     await other.connect()
     t.after(() => other.end())
-    return { store, account, other }
+    /** Resolves once a statement of the store waits for a lock (held by `other`'s transaction). */
+    const storeWaitsOnLock = () =>
+      until(
+        'a statement of the store waiting on a lock',
+        async () =>
+          (
+            await postgres(
+              `SELECT pid FROM pg_stat_activity WHERE application_name = '${name}' AND wait_event_type = 'Lock'`,
+            )
+          ).length > 0,
+      )
+    return { store, account, other, storeWaitsOnLock }
   }
 
   it('a session insert that waits on a password being set re-checks the hash, and stores nothing', async (t) => {
-    const { store, account, other: setter } = await setUp(t)
+    const { store, account, other: setter, storeWaitsOnLock } = await setUp(t)
     await setter.query('BEGIN')
     await setter.query("UPDATE accounts SET password_hash = 'scrypt$new' WHERE id = $1", [account.id])
     const inserted = store.createSession({
@@ -208,7 +231,7 @@ describe('PostgreSQL store: a password set while a sign-in starts its session (r
       expiresAt: later,
       passwordHash: 'scrypt$old',
     })
-    await sleep(200) // the insert now waits for the row
+    await storeWaitsOnLock() // the insert now waits for the row
     await setter.query('DELETE FROM sessions WHERE account_id = $1', [account.id])
     await setter.query('COMMIT')
     assert.equal(await inserted, false)
@@ -216,7 +239,7 @@ describe('PostgreSQL store: a password set while a sign-in starts its session (r
   })
 
   it('a password set while a session insert holds the row ends that session too', async (t) => {
-    const { store, account, other: signIn } = await setUp(t)
+    const { store, account, other: signIn, storeWaitsOnLock } = await setUp(t)
     await signIn.query('BEGIN')
     await signIn.query(
       `INSERT INTO sessions (id, account_id, created_at, expires_at)
@@ -224,7 +247,7 @@ describe('PostgreSQL store: a password set while a sign-in starts its session (r
       [account.id, later],
     )
     const set = store.setAccountPassword(account.id, 'scrypt$new')
-    await sleep(200) // the update now waits for the row
+    await storeWaitsOnLock() // the update now waits for the row
     await signIn.query('COMMIT')
     assert.equal(await set, true)
     assert.equal(await store.findSession('s2'), null, 'a session made with the old password outlived it')
