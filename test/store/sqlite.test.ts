@@ -20,6 +20,7 @@ import { readMigrations } from '../../src/store/migrations.ts'
 import { SqliteStore } from '../../src/store/sqlite.ts'
 import { DatabaseNotSetUpError, DatabaseUnavailableError } from '../../src/store/types.ts'
 import { plain, tempDir } from '../helper.ts'
+import { until } from '../wait.ts'
 import { storeContract } from './contract.ts'
 
 /**
@@ -270,9 +271,10 @@ describe('SQLite store: durability and migrations (point 11)', () => {
         () => true,
         () => false,
       )
-    for (let waited = 0; waited < 5000 && (await ready()); waited += 10) await sleep(10)
+    await until('readiness failing', async () => !(await ready()), { timeoutMs: 5000, everyMs: 10 })
     await assert.rejects(store.ping(), DatabaseUnavailableError)
-    // Before, the write went to the dead thread as a message, and its promise never settled.
+    // Before, the write went to the dead thread as a message, and its promise never settled. The
+    // 2 s is a deadline, not a wait: the race ends as soon as the write settles.
     const write = store.createPet({ name: 'lost', categoryId: 1 })
     const settled = await Promise.race([
       write.then(
@@ -286,7 +288,7 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     // Reads still work: they run on this thread's own connection.
     assert.equal((await store.listPets({ limit: 10 })).pets.length, 1)
     // A second later a new writer is ready, and writes are durable again.
-    for (let waited = 0; waited < 5000 && !(await ready()); waited += 10) await sleep(10)
+    await until('a new writer thread ready', ready, { timeoutMs: 5000, everyMs: 10 })
     await store.ping()
     await store.createPet({ name: 'after', categoryId: 1 })
     const names = (await store.listPets({ limit: 10 })).pets.map((pet) => pet.name)
