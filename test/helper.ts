@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
-import { connect } from 'node:net'
+import { connect, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { TestContext } from 'node:test'
@@ -178,4 +178,20 @@ export function rawExchange(
       if (halfClose && !socket.destroyed) socket.end()
     })
   })
+}
+
+/**
+ * The server's side of its connections from now on: how many it has taken from the backlog (kept,
+ * or dropped past MAX_CONNECTIONS), how many of those it dropped, and how many it holds open.
+ */
+export function serverConnections(test: TestApp) {
+  let accepted = 0
+  let dropped = 0
+  let closed = 0
+  test.app.server.on('drop', () => dropped++)
+  test.app.server.on('connection', (socket: Socket) => {
+    accepted++
+    socket.once('close', () => closed++)
+  })
+  return { seen: () => accepted + dropped, dropped: () => dropped, open: () => accepted - closed }
 }

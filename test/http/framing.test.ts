@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { describe, it } from 'node:test'
-import { bearer, build, errorBody, rawExchange } from '../helper.ts'
+import { bearer, build, errorBody, rawExchange, serverConnections } from '../helper.ts'
+import { until } from '../wait.ts'
 
 describe('The wire: framing, Host, versions, targets, and what Node answers itself', () => {
   it('an absolute-form target names the host, whatever Host says (RFC 9112 §3.2.2); a fragment or user information is 400', async (t) => {
@@ -286,6 +287,7 @@ describe('The wire: framing, Host, versions, targets, and what Node answers itse
     )
     for (const answer of held) assert.match(answer, /^HTTP\/1.1 400 /)
     // Reset mid-request, with more bytes in flight: the server must shrug it off.
+    const server = serverConnections(test)
     for (let i = 0; i < 5; i++) {
       await new Promise<void>((resolve) => {
         const socket = connect(port, '127.0.0.1', () => {
@@ -296,7 +298,8 @@ describe('The wire: framing, Host, versions, targets, and what Node answers itse
         socket.on('error', () => resolve())
       })
     }
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    // Each reset connection taken from the backlog (or dropped past MAX_CONNECTIONS) and closed by the server.
+    await until('the server done with the 5 reset connections', () => server.seen() === 5 && server.open() === 0)
     const health = await fetch(`http://127.0.0.1:${port}/healthz`)
     assert.equal(health.status, 200)
   })
