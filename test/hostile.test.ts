@@ -13,7 +13,8 @@ import type { InjectOptions, LightMyRequestResponse } from 'fastify'
 import type { Message } from '../src/schemas/messages.ts'
 import type { Order } from '../src/schemas/orders.ts'
 import type { Pet } from '../src/schemas/pets.ts'
-import { bearer, build, DATABASE, errorBody, plain, rawExchange, type TestApp } from './helper.ts'
+import { bearer, build, DATABASE, errorBody, plain, rawExchange, serverConnections, type TestApp } from './helper.ts'
+import { until } from './wait.ts'
 
 const RUNS = Number(process.env.HOSTILE_RUNS ?? 250)
 
@@ -617,7 +618,7 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
       const socket = connect(port, '127.0.0.1')
       await new Promise((resolve) => socket.once('connect', resolve))
       socket.write(`${rawPostPet(secret, 'Gone')}CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n\r\n`)
-      await sleep(i)
+      await sleep(i) // pacing, not a wait: the reset lands at a different point of the exchange each time
       socket.resetAndDestroy()
     }
     // The CONNECT's wait for the answer ahead of it must not spin on an answer that will never finish.
@@ -632,6 +633,7 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
     const { secret } = await test.newKey()
     await test.app.listen({ port: 0, host: '127.0.0.1' })
     const { port } = test.app.server.address() as { port: number }
+    const server = serverConnections(test)
     const requests = [
       'GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n',
       'GET /nope HTTP/1.0\r\n\r\n',
@@ -645,7 +647,8 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
       socket.end(requests[i % requests.length])
       socket.destroy()
     }
-    await sleep(500)
+    // Each connection taken from the backlog and closed by the server: its request answered or dropped.
+    await until('the server done with the 200 connections', () => server.seen() === 200 && server.open() === 0)
     const health = await fetch(`http://127.0.0.1:${port}/healthz`)
     assert.equal(health.status, 200)
     const completed = test.logs.filter((line) => line.msg === 'request completed')
@@ -730,6 +733,7 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
     const { secret } = await test.newKey()
     await test.app.listen({ port: 0, host: '127.0.0.1' })
     const { port } = test.app.server.address() as { port: number }
+    const server = serverConnections(test)
     const sockets: Socket[] = []
     t.after(() => {
       for (const socket of sockets) socket.destroy()
@@ -748,12 +752,17 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
       })
     // In batches, so that the listen backlog never overflows (that would delay, not refuse).
     for (let i = 0; i < OPENED; i += 100) await Promise.all(Array.from({ length: 100 }, open))
-    await sleep(500)
+    // The server has taken every connection from the backlog, kept it or dropped it, and each client
+    // it dropped has seen its close.
+    await until('every connection kept or dropped by the server', () => server.seen() === OPENED)
+    await until('the dropped clients to see their close', () => closed >= server.dropped())
     const closedAtOnce = closed
     assert.ok(Math.abs(closedAtOnce - (OPENED - CAP)) <= 5, `${closedAtOnce} closed; expected about ${OPENED - CAP}`)
+    assert.ok(Math.abs(server.open() - CAP) <= 5, `the server holds ${server.open()}; expected about ${CAP}`)
     assert.ok(test.app.server.listening)
     for (const socket of sockets) socket.destroy()
-    await sleep(200)
+    // Places free under MAX_CONNECTIONS again: else the request below would be dropped.
+    await until('the server to close the connections its clients closed', () => server.open() === 0)
     const response = await fetch(`http://127.0.0.1:${port}/v1/pets`, { headers: bearer(secret) })
     assert.equal(response.status, 200)
     t.diagnostic(
