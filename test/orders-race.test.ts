@@ -4,9 +4,8 @@
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { DATABASE, testDatabaseUrl } from './helper.ts'
-import { cliKey, startServer } from './processes.ts'
+import { cliKey, type LogLine, startServer } from './processes.ts'
 import { orderRaces } from './race.ts'
 
 describe(`Order races over HTTP (${DATABASE})`, () => {
@@ -23,10 +22,9 @@ describe(`Order races over HTTP (${DATABASE})`, () => {
     const key = await cliKey(env)
     const server = await startServer(t, env)
     // /healthz answered once one worker listens: wait for the other, or one process would serve all.
-    for (let i = 0; listening(server.stdout()) < 2; i++) {
-      assert.ok(i < 200, `both workers did not start:\n${server.output()}`)
-      await sleep(50)
-    }
+    const listening = (line: LogLine) => String(line.msg).startsWith('Server listening')
+    const first = await server.waitForLog(listening, 10_000)
+    await server.waitForLog((line) => listening(line) && line.pid !== first.pid, 10_000)
     const counts = await orderRaces([server], key, env.DATABASE_URL)
     assert.equal(await server.stop('SIGTERM'), 0)
     const servedBy = new Set(
@@ -43,11 +41,3 @@ describe(`Order races over HTTP (${DATABASE})`, () => {
     t.diagnostic(`${DATABASE}, WORKERS=2: ${JSON.stringify(counts)}`)
   })
 })
-
-function listening(stdout: string): number {
-  const pids = stdout
-    .split('\n')
-    .filter((line) => line.includes('"Server listening'))
-    .map((line) => JSON.parse(line).pid)
-  return new Set(pids).size
-}
