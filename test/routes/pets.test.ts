@@ -790,9 +790,12 @@ describe('updatePet: PATCH /v1/pets/{petId} (JSON Merge Patch) and the pet ETag'
     let seen = await get()
     // SQLite: the store's petsVersion moved with the commit, so the next read is fresh; PostgreSQL:
     // the cached pet lives FRESH_MS at most. Polled every 5 ms, with a deadline of twice that.
-    while (DATABASE === 'postgres' && seen.json().status !== 'sold' && Date.now() - start < 2 * FRESH_MS) {
-      await new Promise((resolve) => setTimeout(resolve, 5))
-      seen = await get()
+    if (DATABASE === 'postgres') {
+      const sold = async () => {
+        seen = await get()
+        return seen.json().status === 'sold'
+      }
+      await until('the change seen', sold, { timeoutMs: 2 * FRESH_MS, everyMs: 5 }).catch(() => {})
     }
     assert.equal(seen.json().status, 'sold')
     assert.equal(seen.headers.etag, `"${pet.id}-${changed.updated.version}"`)
