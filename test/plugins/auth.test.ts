@@ -2,7 +2,6 @@ import assert from 'node:assert/strict'
 import { rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { generateApiKey } from '../../src/domain/api-keys.ts'
 import { bearer, build, errorBody, tempDir } from '../helper.ts'
 
@@ -155,7 +154,9 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
     assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
     await test.app.store.revokeApiKey(keyId) // not through this app: its cache still trusts the key
     assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
-    await sleep(1100)
+    // The cache entry goes stale by Date.now() in this process: the clock moves past it.
+    t.mock.timers.enable({ apis: ['Date'], now: Date.now() })
+    t.mock.timers.tick(1100)
     assertRefused(await test.app.inject({ url: '/v1/pets', headers: bearer(secret) }), 'revoked_api_key')
   })
 
@@ -165,7 +166,9 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
     assertRefused(await test.app.inject({ url: '/v1/pets', headers: bearer(expired.secret) }), 'expired_api_key')
     const soon = await test.newKey({ expiresAt: new Date(Date.now() + 300).toISOString() })
     assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(soon.secret) })).statusCode, 200)
-    await sleep(350)
+    // The cached key expires by Date.now() in this process: the clock moves past it.
+    t.mock.timers.enable({ apis: ['Date'], now: Date.now() })
+    t.mock.timers.tick(350)
     assertRefused(await test.app.inject({ url: '/v1/pets', headers: bearer(soon.secret) }), 'expired_api_key')
   })
 

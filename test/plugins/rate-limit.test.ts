@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict'
 import { createConnection } from 'node:net'
 import { describe, it } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { generateApiKey } from '../../src/domain/api-keys.ts'
 import { bearer, build, errorBody } from '../helper.ts'
 
@@ -48,7 +47,9 @@ describe('Rate limits per API key (RateLimit / RateLimit-Policy, IETF draft)', (
     assert.match(String(refused.headers['retry-after']), /^[01]$/)
     assert.match(String(refused.headers.ratelimit), /r=0;/)
     assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(other.secret) })).statusCode, 200)
-    await sleep(1100)
+    // The window ends by Date.now() in this process: the clock moves past it, instead of waiting.
+    t.mock.timers.enable({ apis: ['Date'], now: Date.now() })
+    t.mock.timers.tick(1100)
     assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(limited.secret) })).statusCode, 200)
   })
 
@@ -97,7 +98,9 @@ describe('Rate limits per API key (RateLimit / RateLimit-Policy, IETF draft)', (
     // A key it has seen is still served (one address may be many clients behind a NAT or a proxy),
     // also once its cache entry is stale and it is checked against the store again.
     assert.equal((await from('10.0.0.1', `Bearer ${secret}`)).statusCode, 200)
-    await sleep(1100)
+    // The cache entry goes stale by Date.now() in this process: the clock moves past it.
+    t.mock.timers.enable({ apis: ['Date'], now: Date.now() })
+    t.mock.timers.tick(1100)
     assert.equal((await from('10.0.0.1', `Bearer ${secret}`)).statusCode, 200)
     assert.equal((await from('10.0.0.1', 'Bearer wrong')).statusCode, 429)
     assert.equal((await from('10.0.0.2', `Bearer ${other.secret}`)).statusCode, 200)
