@@ -674,6 +674,7 @@ describe('CLI keys against the app (end to end, same SQLite file)', () => {
   it('a key created with --expires-in 1s is refused with 401 expired_api_key once it lapses, and listed as expired', async (t) => {
     const { url, email } = await withAccount(t)
     const secret = await createKey(url, email, ['--expires-in', '1s'])
+    // Real time, not a mocked clock: `keys list` below is another process, which reads its own.
     await sleep(1100)
     await assertRefused(await build(t, { DATABASE_URL: url }), secret, 'expired_api_key')
     assert.equal((await listedKey(url, email, secret)).STATE, 'expired')
