@@ -587,7 +587,10 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
       JSON.stringify(two),
     )
     const stored = (await test.app.store.listPets({ limit: 10 })).pets.map(({ name }) => name)
-    assert.deepEqual(stored, ['Half', 'First', 'Second'])
+    // Pipelined requests are served at once: on PostgreSQL's pool the two inserts may take their ids
+    // in either order. Both are stored, once each, after the first exchange's.
+    assert.equal(stored[0], 'Half')
+    assert.deepEqual(stored.slice(1).sort(), ['First', 'Second'])
   })
 
   it('a CONNECT pipelined after a request is refused after that request is answered, not instead of it', async (t) => {
