@@ -36,7 +36,7 @@ export class RequestLog extends LogController {
     if (!this.#enabled) return
     // `ip` is read when the connection opens (src/http/index.ts); `?? ''` only keeps a log line from ever
     // throwing. A socket's address, and a request id (ours, or a client's that matched REQUEST_ID
-    // in src/app.ts), hold nothing to escape or redact; X-Forwarded-For may hold anything.
+    // in src/http/options.ts), hold nothing to escape or redact; X-Forwarded-For may hold anything.
     const ip = request.ip ?? ''
     const address = this.#ipFromHeader ? JSON.stringify(redactApiKeys(ip)) : `"${ip}"`
     const req = `{"method":"${request.method}","url":${JSON.stringify(redactApiKeys(request.url))},"remoteAddress":${address}}`

@@ -21,6 +21,8 @@ import {
 import {
   DEFAULT_PAGE_SIZE,
   DEPRECATION_HEADERS,
+  GET_PET_DEPRECATED,
+  GET_PET_SUNSET_MS,
   ListPetsQuerySchema,
   NewPetSchema,
   PetParamsSchema,
@@ -30,12 +32,6 @@ import {
   PetsSchema,
 } from '../schemas/pets.ts'
 
-/** getPet was deprecated on 2026-01-01 (RFC 9745) and is removed on 5 December 2030 (RFC 8594; decision 19). */
-const DEPRECATED = {
-  deprecation: `@${Date.UTC(2026, 0, 1) / 1000}`,
-  sunset: new Date(Date.UTC(2030, 11, 5)).toUTCString(),
-}
-const SUNSET_MS = Date.UTC(2030, 11, 5)
 const DEPRECATION_DOCS = '/docs#/pets/getPet'
 const { default: GET_PET_OTHER_ERRORS, ...GET_PET_ERRORS } = errorResponses(400, 401, 429, 500, 503)
 const security = [{ bearerAuth: [] }]
@@ -163,7 +159,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       },
       // Removed on its Sunset date by the clock, after the key check, before anything else is judged.
       onRequest: (_request, _reply, done) => {
-        done(Date.now() >= SUNSET_MS ? new ApiError('operation_removed') : undefined)
+        done(Date.now() >= GET_PET_SUNSET_MS ? new ApiError('operation_removed') : undefined)
       },
       // Errors get the deprecation headers from sendError; answers from the handler.
       config: { scope: 'pets:read', answerHeaders: deprecated },
@@ -233,13 +229,9 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
           request.preconditions(petETag(petId, current.version))
           ifVersion = current.version
         }
-        const result = await app.store.updatePet(petId, changes, ifVersion).catch((error: unknown) => {
-          // A write whose outcome is unknown (503) may have been made.
-          app.petCache.forget(petId)
-          throw error
-        })
+        // Forgotten whatever the outcome: a write that failed for want of the database may have committed.
+        const result = await app.store.updatePet(petId, changes, ifVersion).finally(() => app.petCache.forget(petId))
         if ('updated' in result) {
-          app.petCache.forget(petId)
           const { pet, version } = result.updated
           return reply.header('etag', petETag(pet.id, version)).send(pet)
         }
@@ -261,7 +253,7 @@ function petNotFound(petId: number): ApiError {
 
 /** Every answer of getPet says it is deprecated; the links are not built from a Host it may be refusing. */
 function deprecated(request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  reply.headers(DEPRECATED)
+  reply.headers(GET_PET_DEPRECATED)
   if (!malformedOrigin(request)) {
     const base = requestOrigin(request)
     reply.header(

@@ -84,10 +84,17 @@ export const PetParamsSchema = Type.Object(
   { additionalProperties: false },
 )
 
-/** The headers every answer of the deprecated getPet carries (decision 19). */
+/** getPet was deprecated on 2026-01-01 (RFC 9745) and is removed on 5 December 2030 (RFC 8594; decision 19). */
+export const GET_PET_SUNSET_MS = Date.UTC(2030, 11, 5)
+export const GET_PET_DEPRECATED = {
+  deprecation: `@${Date.UTC(2026, 0, 1) / 1000}`,
+  sunset: new Date(GET_PET_SUNSET_MS).toUTCString(),
+}
+
+/** The headers every answer of the deprecated getPet carries, as the document describes them. */
 export const DEPRECATION_HEADERS = {
-  Deprecation: header('`@1767225600`: deprecated since 2026-01-01 (RFC 9745).'),
-  Sunset: header('`Thu, 05 Dec 2030 00:00:00 GMT`: removed then (RFC 8594).'),
+  Deprecation: header(`\`${GET_PET_DEPRECATED.deprecation}\`: deprecated since 2026-01-01 (RFC 9745).`),
+  Sunset: header(`\`${GET_PET_DEPRECATED.sunset}\`: removed then (RFC 8594).`),
   Link: header(
     '`<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; ' +
       '`<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3).',

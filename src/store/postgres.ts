@@ -257,7 +257,7 @@ export class PostgresStore implements Store {
     return (await this.#query<Pet>('getPet', [id]))[0] ?? null
   }
 
-  /** Other instances write too, and telling would need a round-trip: never cache pages. */
+  /** Other instances write too, and telling would need a round-trip: the pet cache keeps reads for a bounded time instead. */
   petsVersion(): null {
     return null
   }
