@@ -21,7 +21,8 @@ export const MessageSchema = Type.Object(
     id: Type.String({ description: 'Identifier of the message.', examples: ['msg_3kTMd9PqLw2xY8aZ'] }),
     message: Type.String({ description: 'The text that was sent.', examples: ['Hello from the quickstart'] }),
     status: Type.String({
-      description: 'Delivery status: `queued` once the message is stored for sending.',
+      description:
+        '`queued` while the message is only queued; `delivered` once a webhook endpoint answered 2xx; `failed` when no endpoint subscribes to `message.created` or every attempt ran out.',
       examples: ['queued'],
     }),
     createdAt: Type.String({
@@ -29,8 +30,15 @@ export const MessageSchema = Type.Object(
       description: 'ISO 8601 UTC timestamp, e.g. 2026-11-22T12:00:00.000Z.',
       examples: ['2026-11-22T12:00:00.000Z'],
     }),
+    attempts: Type.Integer({ minimum: 0, description: 'Delivery attempts made so far, over every endpoint.' }),
+    deliveredAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+      description: 'When an endpoint first answered 2xx, or null. ISO 8601 UTC.',
+    }),
   },
   // A response: open to fields added later (decision 20).
   { $id: 'Message' },
 )
 export type Message = Type.Static<typeof MessageSchema>
+
+export const MESSAGE_STATUSES = ['queued', 'delivered', 'failed'] as const
+export type MessageStatus = (typeof MESSAGE_STATUSES)[number]

@@ -11,10 +11,15 @@
  * - Pets change through updatePet and orders; each change moves the pet's `version` (its ETag).
  * - One placed order per pet, enforced by the database (a guarded update and a unique index), never
  *   by a lock in one process: orders on one pet from any number of instances have one winner.
+ * - Events (the webhook outbox): a write that makes an event (a message, an order's transition)
+ *   stores it, with one delivery per subscribed endpoint, in the same transaction as the change.
+ *   A delivery is worked on by one holder of its lease at a time; an outcome recorded under a lease
+ *   that was lost (it ran out and another instance took it) is ignored.
  */
-import type { Message } from '../schemas/messages.ts'
+import type { Message, MessageStatus } from '../schemas/messages.ts'
 import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import type { NewPet, Pet, PetStatus } from '../schemas/pets.ts'
+import type { Delivery, EventType, WebhookEndpoint } from '../schemas/webhooks.ts'
 
 export { DatabaseUnavailableError } from '../errors.ts'
 
@@ -94,6 +99,80 @@ export interface OrderPage {
   orders: Order[]
   /** When more orders match after this page: the position to pass as `before`. */
   next: number | null
+}
+
+export interface ListMessagesOptions {
+  accountId: number
+  /** 1 to 100. */
+  limit: number
+  status?: MessageStatus
+  /** Return only messages sent before this position (keyset pagination, newest first). */
+  before?: number
+}
+
+export interface MessagePage {
+  messages: Message[]
+  /** When more messages match after this page: the position to pass as `before`. */
+  next: number | null
+}
+
+export interface NewWebhookEndpoint {
+  accountId: number
+  url: string
+  events: EventType[]
+  description: string
+  /** `whsec_…`: kept, since every delivery is signed with it. */
+  secret: string
+}
+
+/** An endpoint as the account sees it, with its secret(s) for the portal and the owner's reads. */
+export interface StoredWebhookEndpoint extends WebhookEndpoint {
+  secret: string
+}
+
+export interface WebhookEndpointChanges {
+  url?: string
+  events?: EventType[]
+  description?: string
+  /** true: enabled again (and `disabledReason` cleared); false: disabled by the account. */
+  enabled?: boolean
+}
+
+/** A delivery due now, leased to one deliverer until `leaseUntil`. */
+export interface ClaimedDelivery {
+  id: string
+  /** Proves the lease when the outcome is recorded. */
+  lease: string
+  /** The event's id: the `webhook-id`, the same on every attempt. */
+  eventId: string
+  /** The exact bytes to send, the same on every attempt. */
+  body: string
+  url: string
+  /** The endpoint's current secret, then its previous one while that still signs. */
+  secrets: string[]
+  /** Attempts made, this one included. */
+  attempts: number
+}
+
+export interface DeliveryOutcome {
+  id: string
+  lease: string
+  /** When the attempt was made. */
+  at: string
+  delivered: boolean
+  status: number | null
+  error: string | null
+  /** When not delivered: when to try again, or null to give up (the delivery fails). */
+  retryAt: string | null
+  /** A `410 Gone`: the endpoint is disabled, and its pending deliveries fail. */
+  disableEndpoint: boolean
+}
+
+export interface OutboxStats {
+  /** Deliveries not yet delivered nor failed. */
+  depth: number
+  /** When the oldest of them was queued, or null. */
+  oldestAt: string | null
 }
 
 export interface Account {
@@ -261,10 +340,59 @@ export interface Store {
   touchApiKeys(usages: { id: string; at: string }[]): Promise<void>
 
   // ─── MESSAGES ────────────────────────────────────────────────────────────────────────────────
-  /** Stores a message of an account with status `queued` (idempotency as for createPet). */
+  /**
+   * Stores a message of an account with status `queued` (idempotency as for createPet), and its
+   * `message.created` event for the endpoints subscribed to it.
+   */
   createMessage(accountId: number, text: string, idempotency?: IdempotencyRef): Promise<Message>
-  /** The account's most recent messages, newest first. Never another account's. */
-  listMessages(accountId: number, limit: number): Promise<Message[]>
+  /** The account's message with this id, or null (another account's too). */
+  getMessage(accountId: number, id: string): Promise<Message | null>
+  /** One page of the account's messages, newest first. Never another account's. */
+  listMessages(options: ListMessagesOptions): Promise<MessagePage>
+
+  // ─── WEBHOOKS ────────────────────────────────────────────────────────────────────────────────
+  createWebhookEndpoint(endpoint: NewWebhookEndpoint): Promise<StoredWebhookEndpoint>
+  /** The account's endpoints (deleted ones are gone), newest first. */
+  listWebhookEndpoints(accountId: number): Promise<StoredWebhookEndpoint[]>
+  getWebhookEndpoint(accountId: number, id: string): Promise<StoredWebhookEndpoint | null>
+  /** Applies the changes; disabling fails the endpoint's pending deliveries. Null: no such endpoint. */
+  updateWebhookEndpoint(
+    accountId: number,
+    id: string,
+    changes: WebhookEndpointChanges,
+  ): Promise<StoredWebhookEndpoint | null>
+  /** Deletes the endpoint and fails its pending deliveries; false when no such endpoint. */
+  deleteWebhookEndpoint(accountId: number, id: string): Promise<boolean>
+  /**
+   * Makes `secret` the endpoint's signing secret; the one it replaces keeps signing beside it until
+   * `previousUntil`. Null: no such endpoint.
+   */
+  rotateWebhookSecret(
+    accountId: number,
+    id: string,
+    secret: string,
+    previousUntil: string,
+  ): Promise<StoredWebhookEndpoint | null>
+  /** The endpoint's most recent deliveries, newest first (null: no such endpoint of the account's). */
+  listDeliveries(accountId: number, endpointId: string, limit: number): Promise<Delivery[] | null>
+  /** Makes a delivery of the account's pending again, due now (a resend); null when there is none. */
+  redeliver(accountId: number, deliveryId: string): Promise<Delivery | null>
+  /**
+   * Leases up to `limit` deliveries that are due (never delivered, not failed, next attempt at or
+   * before now, no live lease) to the caller for `leaseMs`, counting the attempt. Across instances
+   * a delivery is leased to one at a time; an instance that died loses its leases when they run out.
+   */
+  claimDeliveries(limit: number, leaseMs: number): Promise<ClaimedDelivery[]>
+  /**
+   * Records an attempt's outcome, and the message's status when the event is a message's. False when
+   * the lease was lost (nothing is recorded).
+   */
+  recordDelivery(outcome: DeliveryOutcome): Promise<boolean>
+  /** Whether a delivery is due, without writing (a cheap check before claimDeliveries). */
+  deliveriesDue(): Promise<boolean>
+  /** Marks `failed` the queued messages that no endpoint was subscribed to; returns how many. */
+  failUnsubscribedMessages(): Promise<number>
+  outboxStats(): Promise<OutboxStats>
 
   // ─── SETTINGS ────────────────────────────────────────────────────────────────────────────────
   /**

@@ -1,0 +1,15 @@
+/**
+ * Webhook events: the body every delivery of an event sends, fixed when the event is stored so that
+ * each retry sends the same bytes. Standard Webhooks' payload shape: `type`, `timestamp`, `data`
+ * (the resource as the API returns it) (decision 86).
+ */
+import type { EventType } from '../schemas/webhooks.ts'
+
+export function eventBody(type: EventType, timestamp: string, data: unknown): string {
+  return JSON.stringify({ type, timestamp, data })
+}
+
+/** Whether an endpoint's stored subscription (event types separated by spaces) includes this type. */
+export function subscribes(events: string, type: EventType): boolean {
+  return ` ${events} `.includes(` ${type} `)
+}

@@ -1,0 +1,37 @@
+/** Rows of the webhook tables as domain values: the same mapping for every database. */
+import type { EventType } from '../schemas/webhooks.ts'
+import type { StoredWebhookEndpoint } from './types.ts'
+
+/** The columns both stores select for an endpoint (timestamps already ISO strings). */
+export interface EndpointRow {
+  id: string
+  url: string
+  events: string
+  description: string
+  secret: string
+  disabledAt: string | null
+  disabledReason: string | null
+  createdAt: string
+  secretRotatedAt: string | null
+}
+
+export const ENDPOINT_COLUMNS = `id, url, events, description, secret, disabled_at AS "disabledAt",
+  disabled_reason AS "disabledReason", created_at AS "createdAt", secret_rotated_at AS "secretRotatedAt"`
+
+export function endpointFromRow(row: EndpointRow): StoredWebhookEndpoint {
+  return {
+    id: row.id,
+    url: row.url,
+    events: row.events.split(' ') as EventType[],
+    description: row.description,
+    status: row.disabledAt === null ? 'enabled' : 'disabled',
+    disabledReason: row.disabledReason,
+    createdAt: row.createdAt,
+    secretRotatedAt: row.secretRotatedAt,
+    secret: row.secret,
+  }
+}
+
+export const DELIVERY_COLUMNS = `d.id, e.id AS "eventId", e.type AS "eventType", d.status, d.attempts,
+  CASE WHEN d.status = 'pending' THEN d.next_attempt_at END AS "nextAttemptAt", d.last_attempt_at AS "lastAttemptAt",
+  d.last_status AS "lastStatus", d.last_error AS "lastError", d.delivered_at AS "deliveredAt", d.created_at AS "createdAt"`
