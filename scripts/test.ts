@@ -50,6 +50,8 @@ const files = (database: 'sqlite' | 'postgres') => {
 }
 
 function run(database: 'sqlite' | 'postgres'): boolean {
+  // Named files all of the other database: nothing to run here (node --test given none runs all).
+  if (files(database).length === 0) return true
   console.log(`\n━━━ ${database === 'sqlite' ? 'SQLite' : `PostgreSQL (${postgresUrl})`} ━━━\n`)
   const env = { ...process.env, TEST_DATABASE: database, TEST_POSTGRES_URL: postgresUrl }
   const result = spawnSync(

@@ -91,7 +91,10 @@ describe(`Crash safety: SIGKILL under load, ${KILLS} times (${DATABASE})`, () =>
     }
     const account = await store.findAccountByEmail('crash@example.com')
     const storedMessages = new Map(
-      (await store.listMessages(account?.id as number, 1_000_000)).map((m) => [m.id, plain(m)]),
+      (await store.listMessages({ accountId: account?.id as number, limit: 1_000_000 })).messages.map((m) => [
+        m.id,
+        plain(m),
+      ]),
     )
 
     const lostPets = pets.filter((pet) => !isDeepStrictEqual(stored.get(pet.id), pet))

@@ -11,7 +11,11 @@ export const EVENT_TYPES = [
 export type EventType = (typeof EVENT_TYPES)[number]
 
 const timestamp = (description: string) =>
-  Type.String({ format: 'date-time', description: `${description} ISO 8601 UTC.`, examples: ['2026-11-22T12:00:00.000Z'] })
+  Type.String({
+    format: 'date-time',
+    description: `${description} ISO 8601 UTC.`,
+    examples: ['2026-11-22T12:00:00.000Z'],
+  })
 const nullableTimestamp = (description: string) =>
   Type.Union([Type.String({ format: 'date-time' }), Type.Null()], { description: `${description} ISO 8601 UTC.` })
 

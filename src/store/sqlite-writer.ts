@@ -11,22 +11,29 @@ import { flushCompileCache } from 'node:module'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { parentPort, workerData } from 'node:worker_threads'
 import { randomId } from '../domain/api-keys.ts'
+import { eventBody } from '../domain/events.ts'
 import type { Message } from '../schemas/messages.ts'
 import type { Order } from '../schemas/orders.ts'
 import type { Pet } from '../schemas/pets.ts'
+import { EVENT_TYPES, type EventType } from '../schemas/webhooks.ts'
 import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
 import { FILE_GONE, fileIdentity, filesIdentity } from './sqlite-file.ts'
 import type {
   Account,
   ApiKey,
+  ClaimedDelivery,
+  DeliveryOutcome,
   IdempotencyClaim,
   IdempotencyRef,
   IdempotencyState,
   PetChanges,
   PlaceOrderResult,
+  StoredWebhookEndpoint,
   TransitionResult,
   UpdatePetResult,
+  WebhookEndpointChanges,
 } from './types.ts'
+import { DELIVERY_COLUMNS, ENDPOINT_COLUMNS, type EndpointRow, endpointFromRow } from './webhook-rows.ts'
 
 /** A job from the main thread: [id, operation, arguments]. */
 export type WriteJob = [number, keyof WriteOps, unknown[]]
@@ -40,10 +47,13 @@ export interface WriterData {
 
 const KEY_COLUMNS = `id, account_id AS accountId, name, prefix, created_at AS createdAt, expires_at AS expiresAt,
   revoked_at AS revokedAt, last_used_at AS lastUsedAt, scopes`
-const MESSAGE_COLUMNS = 'id, body AS message, status, created_at AS createdAt'
+export const MESSAGE_COLUMNS =
+  'id, body AS message, status, created_at AS createdAt, attempts, delivered_at AS deliveredAt'
 const PET_COLUMNS = 'id, name, category_id AS categoryId, status'
 export const ORDER_COLUMNS = `id, pet_id AS petId, status, created_at AS createdAt, expires_at AS expiresAt,
   updated_at AS updatedAt`
+/** An order and whose it is (the events it makes go to that account's endpoints). */
+type OwnedOrder = Order & { accountId: number }
 
 function prepareWrites(db: DatabaseSync) {
   const s = (sql: string): StatementSync => db.prepare(sql)
@@ -69,9 +79,9 @@ function prepareWrites(db: DatabaseSync) {
     setOrderStatus: s(`UPDATE orders SET status = ?, updated_at = ? WHERE seq = ? AND status = 'placed'
       RETURNING ${ORDER_COLUMNS}`),
     expireOrders: s(`UPDATE orders SET status = 'expired', updated_at = ?
-      WHERE status = 'placed' AND expires_at <= ? RETURNING ${ORDER_COLUMNS}`),
+      WHERE status = 'placed' AND expires_at <= ? RETURNING ${ORDER_COLUMNS}, account_id AS accountId`),
     expirePetOrder: s(`UPDATE orders SET status = 'expired', updated_at = ?
-      WHERE pet_id = ? AND status = 'placed' AND expires_at <= ? RETURNING ${ORDER_COLUMNS}`),
+      WHERE pet_id = ? AND status = 'placed' AND expires_at <= ? RETURNING ${ORDER_COLUMNS}, account_id AS accountId`),
     insertAccount: s(`INSERT INTO accounts (email, password_hash, created_at) VALUES (?, ?, ?)
       ON CONFLICT (email) DO NOTHING RETURNING id, email, created_at AS createdAt`),
     setPassword: s('UPDATE accounts SET password_hash = ? WHERE id = ?'),
@@ -84,8 +94,49 @@ function prepareWrites(db: DatabaseSync) {
     revokeKey: s(`UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?)
       WHERE id = ? AND (? IS NULL OR account_id = ?) RETURNING ${KEY_COLUMNS}`),
     touchKey: s('UPDATE api_keys SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)'),
-    insertMessage: s(`INSERT INTO messages (id, account_id, body, status, created_at) VALUES (?, ?, ?, ?, ?)
-      RETURNING ${MESSAGE_COLUMNS}`),
+    insertMessage: s(`INSERT INTO messages (id, account_id, body, status, created_at, fanout)
+      VALUES (?, ?, ?, 'queued', ?, ?) RETURNING seq, ${MESSAGE_COLUMNS}`),
+    // ─── webhooks
+    subscribedEndpoints: s(`SELECT seq FROM webhook_endpoints WHERE account_id = ? AND deleted_at IS NULL
+      AND disabled_at IS NULL AND instr(' ' || events || ' ', ' ' || ? || ' ') > 0`),
+    insertEvent: s('INSERT INTO events (id, account_id, type, body, created_at) VALUES (?, ?, ?, ?, ?) RETURNING seq'),
+    insertDelivery:
+      s(`INSERT INTO deliveries (id, event_seq, endpoint_seq, message_seq, status, next_attempt_at, created_at)
+      VALUES (?, ?, ?, ?, 'pending', ?, ?)`),
+    insertEndpoint: s(`INSERT INTO webhook_endpoints (id, account_id, url, events, description, secret, created_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING ${ENDPOINT_COLUMNS}`),
+    getEndpoint: s(`SELECT seq, ${ENDPOINT_COLUMNS} FROM webhook_endpoints
+      WHERE id = ? AND account_id = ? AND deleted_at IS NULL`),
+    updateEndpoint: s(`UPDATE webhook_endpoints SET url = ?, events = ?, description = ?, disabled_at = ?,
+      disabled_reason = ? WHERE seq = ? RETURNING ${ENDPOINT_COLUMNS}`),
+    deleteEndpoint: s('UPDATE webhook_endpoints SET deleted_at = ? WHERE seq = ?'),
+    rotateSecret: s(`UPDATE webhook_endpoints SET previous_secret = secret, previous_secret_until = ?, secret = ?,
+      secret_rotated_at = ? WHERE seq = ? RETURNING ${ENDPOINT_COLUMNS}`),
+    disableEndpoint: s('UPDATE webhook_endpoints SET disabled_at = ?, disabled_reason = ? WHERE seq = ?'),
+    failEndpointDeliveries: s(`UPDATE deliveries SET status = 'failed', next_attempt_at = NULL, lease = NULL,
+      last_error = ? WHERE endpoint_seq = ? AND status = 'pending' RETURNING message_seq AS messageSeq`),
+    failMessage: s(`UPDATE messages SET status = 'failed' WHERE seq = ? AND status = 'queued'
+      AND NOT EXISTS (SELECT 1 FROM deliveries WHERE message_seq = messages.seq AND status = 'pending')`),
+    deliverMessage: s(`UPDATE messages SET status = 'delivered', delivered_at = coalesce(delivered_at, ?),
+      attempts = attempts + 1 WHERE seq = ?`),
+    countMessageAttempt: s('UPDATE messages SET attempts = attempts + 1 WHERE seq = ?'),
+    requeueMessage: s("UPDATE messages SET status = 'queued' WHERE seq = ? AND status = 'failed'"),
+    redeliver: s(`UPDATE deliveries SET status = 'pending', next_attempt_at = ?, lease = NULL
+      WHERE id = ? AND endpoint_seq IN (SELECT seq FROM webhook_endpoints WHERE account_id = ? AND deleted_at IS NULL)
+      RETURNING message_seq AS messageSeq`),
+    getDelivery: s(`SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = ?`),
+    claimDeliveries: s(`UPDATE deliveries SET lease = ?, next_attempt_at = ?, attempts = attempts + 1
+      WHERE seq IN (SELECT d.seq FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
+        WHERE d.status = 'pending' AND d.next_attempt_at <= ? AND w.disabled_at IS NULL AND w.deleted_at IS NULL
+        ORDER BY d.next_attempt_at LIMIT ?)
+      RETURNING id, event_seq AS eventSeq, endpoint_seq AS endpointSeq, attempts`),
+    claimedEvent: s('SELECT id, body FROM events WHERE seq = ?'),
+    claimedEndpoint: s(`SELECT url, secret, CASE WHEN previous_secret_until > ? THEN previous_secret END AS previous
+      FROM webhook_endpoints WHERE seq = ?`),
+    recordDelivery: s(`UPDATE deliveries SET lease = NULL, last_attempt_at = ?, last_status = ?, last_error = ?,
+      status = ?, next_attempt_at = ?, delivered_at = ? WHERE id = ? AND lease = ? AND status = 'pending'
+      RETURNING message_seq AS messageSeq, endpoint_seq AS endpointSeq`),
+    failUnsubscribed: s("UPDATE messages SET status = 'failed' WHERE status = 'queued' AND fanout = 0"),
     insertSecret: s('INSERT INTO secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING'),
     dropStaleIdempotency: s(`DELETE FROM idempotency_keys WHERE scope = ? AND key = ?
       AND (expires_at <= ? OR (state = 'in_progress' AND created_at <= ?))`),
@@ -110,12 +161,38 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
   const complete = (ref: IdempotencyRef | null, status: number, body: unknown) => {
     if (ref) sql.completeIdempotency.run(status, JSON.stringify(body), ref.scope, ref.key)
   }
+  /**
+   * Stores an event and one delivery per endpoint of the account subscribed to its type, in the
+   * caller's transaction; returns how many endpoints. None: no event is stored at all.
+   */
+  const emit = (accountId: number, type: EventType, at: string, data: unknown, messageSeq: number | null = null) => {
+    const endpoints = sql.subscribedEndpoints.all(accountId, type) as { seq: number }[]
+    if (endpoints.length === 0) return 0
+    const { seq } = sql.insertEvent.get(randomId('evt'), accountId, type, eventBody(type, at, data), at) as {
+      seq: number
+    }
+    for (const endpoint of endpoints) sql.insertDelivery.run(randomId('dlv'), seq, endpoint.seq, messageSeq, at, at)
+    return endpoints.length
+  }
+  /** An order's event, for the account that placed it. */
+  const emitOrder = ({ accountId, ...order }: OwnedOrder, type: EventType): Order => {
+    emit(accountId, type, order.updatedAt, order)
+    return order
+  }
   /** Expires the pet's placed order if its hold has ended, freeing the pet; returns it. */
   const expireHeld = (petId: number, at: string): Order | undefined => {
-    const expired = sql.expirePetOrder.get(at, petId, at) as Order | undefined
-    if (expired) sql.releasePet.run('available', petId)
-    return expired
+    const expired = sql.expirePetOrder.get(at, petId, at) as OwnedOrder | undefined
+    if (!expired) return undefined
+    sql.releasePet.run('available', petId)
+    return emitOrder(expired, 'order.expired')
   }
+  /** Fails an endpoint's pending deliveries, and the messages left with none pending. */
+  const failDeliveries = (endpointSeq: number, reason: string) => {
+    const failed = sql.failEndpointDeliveries.all(reason, endpointSeq) as { messageSeq: number | null }[]
+    for (const { messageSeq } of failed) if (messageSeq !== null) sql.failMessage.run(messageSeq)
+  }
+  const endpointOf = (accountId: number, id: string) =>
+    sql.getEndpoint.get(id, accountId) as (EndpointRow & { seq: number; disabledAt: string | null }) | undefined
   return {
     /** Returns the new pet's id: the row holds what was given (a STRICT table stores values as they are). */
     createPet(name: string, categoryId: number, status: Pet['status'], idempotency: IdempotencyRef | null): number {
@@ -146,6 +223,7 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
         return { refused: sql.petExists.get(petId) ? 'pet_not_available' : 'pet_not_found' } as PlaceOrderResult
       }
       const order = sql.insertOrder.get(randomId('ord'), accountId, petId, at, expiresAt, at) as unknown as Order
+      emit(accountId, 'order.placed', at, order)
       complete(idempotency, 201, order)
       return { placed: order } as PlaceOrderResult
     },
@@ -161,12 +239,15 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       if (current.status !== 'placed') return { refused: 'conflict', order: current }
       const updated = sql.setOrderStatus.get(to, at, seq) as unknown as Order
       sql.releasePet.run(to === 'completed' ? 'sold' : 'available', order.petId)
+      emit(accountId, to === 'completed' ? 'order.completed' : 'order.canceled', at, updated)
       return { order: updated, changed: true }
     },
     expireOrders(at: string): Order[] {
-      const expired = sql.expireOrders.all(at, at) as unknown as Order[]
-      for (const order of expired) sql.releasePet.run('available', order.petId)
-      return expired
+      const expired = sql.expireOrders.all(at, at) as unknown as OwnedOrder[]
+      return expired.map((order) => {
+        sql.releasePet.run('available', order.petId)
+        return emitOrder(order, 'order.expired')
+      })
     },
     createAccount(email: string, passwordHash: string | null): Account | null {
       return (sql.insertAccount.get(email, passwordHash, now()) as Account | undefined) ?? null
@@ -208,9 +289,122 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       for (const { id, at } of usages) sql.touchKey.run(at, id, at)
     },
     createMessage(accountId: number, text: string, idempotency: IdempotencyRef | null): Message {
-      const message = sql.insertMessage.get(randomId('msg'), accountId, text, 'queued', now()) as unknown as Message
+      const at = now()
+      const fanout = (sql.subscribedEndpoints.all(accountId, 'message.created') as unknown[]).length
+      const row = sql.insertMessage.get(randomId('msg'), accountId, text, at, fanout) as unknown as Message & {
+        seq: number
+      }
+      const { seq, ...message } = row
+      if (fanout > 0) emit(accountId, 'message.created', at, message, seq)
       complete(idempotency, 202, message)
       return message
+    },
+    createWebhookEndpoint(
+      accountId: number,
+      url: string,
+      events: EventType[],
+      description: string,
+      secret: string,
+    ): StoredWebhookEndpoint {
+      const row = sql.insertEndpoint.get(
+        randomId('we'),
+        accountId,
+        url,
+        eventList(events),
+        description,
+        secret,
+        now(),
+      ) as unknown as EndpointRow
+      return endpointFromRow(row)
+    },
+    updateWebhookEndpoint(accountId: number, id: string, changes: WebhookEndpointChanges) {
+      const current = endpointOf(accountId, id)
+      if (!current) return null
+      const at = now()
+      let { disabledAt, disabledReason } = current
+      if (changes.enabled === true) [disabledAt, disabledReason] = [null, null]
+      if (changes.enabled === false && disabledAt === null) {
+        ;[disabledAt, disabledReason] = [at, 'disabled by the account']
+        failDeliveries(current.seq, 'endpoint disabled')
+      }
+      const row = sql.updateEndpoint.get(
+        changes.url ?? current.url,
+        changes.events ? eventList(changes.events) : current.events,
+        changes.description ?? current.description,
+        disabledAt,
+        disabledReason,
+        current.seq,
+      ) as unknown as EndpointRow
+      return endpointFromRow(row)
+    },
+    deleteWebhookEndpoint(accountId: number, id: string): boolean {
+      const current = endpointOf(accountId, id)
+      if (!current) return false
+      sql.deleteEndpoint.run(now(), current.seq)
+      failDeliveries(current.seq, 'endpoint deleted')
+      return true
+    },
+    rotateWebhookSecret(accountId: number, id: string, secret: string, previousUntil: string) {
+      const current = endpointOf(accountId, id)
+      if (!current) return null
+      return endpointFromRow(sql.rotateSecret.get(previousUntil, secret, now(), current.seq) as unknown as EndpointRow)
+    },
+    redeliver(accountId: number, deliveryId: string) {
+      const row = sql.redeliver.get(now(), deliveryId, accountId) as { messageSeq: number | null } | undefined
+      if (!row) return null
+      if (row.messageSeq !== null) sql.requeueMessage.run(row.messageSeq)
+      return sql.getDelivery.get(deliveryId)
+    },
+    claimDeliveries(limit: number, leaseMs: number): ClaimedDelivery[] {
+      const at = now()
+      const lease = randomId('lease')
+      const until = new Date(Date.parse(at) + leaseMs).toISOString()
+      const rows = sql.claimDeliveries.all(lease, until, at, limit) as {
+        id: string
+        eventSeq: number
+        endpointSeq: number
+        attempts: number
+      }[]
+      return rows.map(({ id, eventSeq, endpointSeq, attempts }) => {
+        const event = sql.claimedEvent.get(eventSeq) as { id: string; body: string }
+        const endpoint = sql.claimedEndpoint.get(at, endpointSeq) as {
+          url: string
+          secret: string
+          previous: string | null
+        }
+        const secrets = endpoint.previous === null ? [endpoint.secret] : [endpoint.secret, endpoint.previous]
+        return { id, lease, eventId: event.id, body: event.body, url: endpoint.url, secrets, attempts }
+      })
+    },
+    recordDelivery(outcome: DeliveryOutcome): boolean {
+      const { at, delivered, retryAt } = outcome
+      const status = delivered ? 'delivered' : retryAt !== null ? 'pending' : 'failed'
+      const row = sql.recordDelivery.get(
+        at,
+        outcome.status,
+        outcome.error,
+        status,
+        delivered ? null : retryAt,
+        delivered ? at : null,
+        outcome.id,
+        outcome.lease,
+      ) as { messageSeq: number | null; endpointSeq: number } | undefined
+      if (!row) return false
+      if (row.messageSeq !== null) {
+        if (delivered) sql.deliverMessage.run(at, row.messageSeq)
+        else {
+          sql.countMessageAttempt.run(row.messageSeq)
+          if (status === 'failed') sql.failMessage.run(row.messageSeq)
+        }
+      }
+      if (outcome.disableEndpoint) {
+        sql.disableEndpoint.run(at, 'answered 410 Gone', row.endpointSeq)
+        failDeliveries(row.endpointSeq, 'endpoint disabled')
+      }
+      return true
+    },
+    failUnsubscribedMessages(): number {
+      return Number(sql.failUnsubscribed.run().changes)
     },
     insertSecret(name: string, value: string): void {
       sql.insertSecret.run(name, value)
@@ -234,6 +428,11 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
 }
 
 export type WriteOps = ReturnType<typeof writeOps>
+
+/** Event types as stored: known ones, each once, in the catalogue's order, separated by spaces. */
+function eventList(events: EventType[]): string {
+  return EVENT_TYPES.filter((type) => events.includes(type)).join(' ')
+}
 
 /** Details of a failed write that survive the trip to the main thread (an Error's own fields do not all). */
 function describe(error: unknown): Record<string, unknown> {

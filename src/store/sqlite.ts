@@ -13,32 +13,49 @@ import { Worker } from 'node:worker_threads'
 import type { Message } from '../schemas/messages.ts'
 import type { Inventory, Order } from '../schemas/orders.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
+import type { Delivery } from '../schemas/webhooks.ts'
 import { newerThanCode, readMigrations } from './migrations.ts'
 import { FILE_GONE, filesIdentity } from './sqlite-file.ts'
-import { ORDER_COLUMNS, type WriteJob, type WriteOps, type WriteResult, type WriterData } from './sqlite-writer.ts'
+import {
+  MESSAGE_COLUMNS,
+  ORDER_COLUMNS,
+  type WriteJob,
+  type WriteOps,
+  type WriteResult,
+  type WriterData,
+} from './sqlite-writer.ts'
 import {
   type Account,
   type ApiKey,
+  type ClaimedDelivery,
   DatabaseNotSetUpError,
   DatabaseUnavailableError,
+  type DeliveryOutcome,
   type IdempotencyClaim,
   type IdempotencyRef,
   type IdempotencyState,
+  type ListMessagesOptions,
   type ListOrdersOptions,
   type ListPetsOptions,
+  type MessagePage,
   type NewApiKey,
   type NewSession,
+  type NewWebhookEndpoint,
   type OrderPage,
+  type OutboxStats,
   type PetChanges,
   type PetPage,
   type PlaceOrder,
   type PlaceOrderResult,
   type Session,
   type Store,
+  type StoredWebhookEndpoint,
   type TransitionResult,
   type UpdatePetResult,
   type VersionedPet,
+  type WebhookEndpointChanges,
 } from './types.ts'
+import { DELIVERY_COLUMNS, ENDPOINT_COLUMNS, type EndpointRow, endpointFromRow } from './webhook-rows.ts'
 
 /**
  * How long the writer waits for another process's write lock before failing with SQLITE_BUSY.
@@ -63,7 +80,6 @@ const MMAP_BYTES = 1024 * 1024 * 1024
 const PET_COLUMNS = 'id, name, category_id AS categoryId, status'
 const KEY_COLUMNS = `id, account_id AS accountId, name, prefix, created_at AS createdAt, expires_at AS expiresAt,
   revoked_at AS revokedAt, last_used_at AS lastUsedAt, scopes`
-const MESSAGE_COLUMNS = 'id, body AS message, status, created_at AS createdAt'
 
 // SQLITE_BUSY, _LOCKED, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB: the database cannot serve
 // (now, or until an operator restores it), rather than "this request is wrong".
@@ -413,8 +429,97 @@ export class SqliteStore implements Store {
     return this.#write('createMessage', accountId, text, idempotency ?? null)
   }
 
-  listMessages(accountId: number, limit: number): Promise<Message[]> {
-    return read(() => this.#sql.listMessages.all(accountId, limit) as unknown as Message[])
+  getMessage(accountId: number, id: string): Promise<Message | null> {
+    return read(() => (this.#sql.getMessage.get(id, accountId) as Message | undefined) ?? null)
+  }
+
+  listMessages({ accountId, limit, status, before }: ListMessagesOptions): Promise<MessagePage> {
+    return read(() => {
+      // One row more than asked says whether another page exists.
+      const rows = this.#sql.listMessages.all(
+        accountId,
+        before ?? Number.MAX_SAFE_INTEGER,
+        status ?? null,
+        status ?? null,
+        limit + 1,
+      ) as unknown as (Message & { seq: number })[]
+      const more = rows.length > limit
+      if (more) rows.pop()
+      return { messages: rows.map(({ seq, ...message }) => message), next: more ? (rows.at(-1)?.seq ?? null) : null }
+    })
+  }
+
+  // ─── WEBHOOKS ──────────────────────────────────────────────────────────────────────────────
+
+  createWebhookEndpoint(endpoint: NewWebhookEndpoint): Promise<StoredWebhookEndpoint> {
+    const { accountId, url, events, description, secret } = endpoint
+    return this.#write('createWebhookEndpoint', accountId, url, events, description, secret)
+  }
+
+  listWebhookEndpoints(accountId: number): Promise<StoredWebhookEndpoint[]> {
+    return read(() => (this.#sql.listEndpoints.all(accountId) as unknown as EndpointRow[]).map(endpointFromRow))
+  }
+
+  getWebhookEndpoint(accountId: number, id: string): Promise<StoredWebhookEndpoint | null> {
+    return read(() => {
+      const row = this.#sql.getEndpoint.get(id, accountId) as EndpointRow | undefined
+      return row ? endpointFromRow(row) : null
+    })
+  }
+
+  updateWebhookEndpoint(
+    accountId: number,
+    id: string,
+    changes: WebhookEndpointChanges,
+  ): Promise<StoredWebhookEndpoint | null> {
+    return this.#write('updateWebhookEndpoint', accountId, id, changes)
+  }
+
+  deleteWebhookEndpoint(accountId: number, id: string): Promise<boolean> {
+    return this.#write('deleteWebhookEndpoint', accountId, id)
+  }
+
+  rotateWebhookSecret(
+    accountId: number,
+    id: string,
+    secret: string,
+    previousUntil: string,
+  ): Promise<StoredWebhookEndpoint | null> {
+    return this.#write('rotateWebhookSecret', accountId, id, secret, previousUntil)
+  }
+
+  listDeliveries(accountId: number, endpointId: string, limit: number): Promise<Delivery[] | null> {
+    return read(() => {
+      const endpoint = this.#sql.getEndpointSeq.get(endpointId, accountId) as { seq: number } | undefined
+      if (!endpoint) return null
+      return this.#sql.listDeliveries.all(endpoint.seq, limit) as unknown as Delivery[]
+    })
+  }
+
+  redeliver(accountId: number, deliveryId: string): Promise<Delivery | null> {
+    return this.#write('redeliver', accountId, deliveryId) as Promise<Delivery | null>
+  }
+
+  claimDeliveries(limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {
+    return this.#write('claimDeliveries', limit, leaseMs)
+  }
+
+  recordDelivery(outcome: DeliveryOutcome): Promise<boolean> {
+    return this.#write('recordDelivery', outcome)
+  }
+
+  deliveriesDue(): Promise<boolean> {
+    return read(() => this.#sql.deliveryDue.get(new Date().toISOString()) !== undefined)
+  }
+
+  failUnsubscribedMessages(): Promise<number> {
+    // Most of the time there is none: looked for first, so that the sweep writes nothing.
+    if (this.#sql.unsubscribedMessage.get() === undefined) return Promise.resolve(0)
+    return this.#write('failUnsubscribedMessages')
+  }
+
+  outboxStats(): Promise<OutboxStats> {
+    return read(() => this.#sql.outboxStats.get() as unknown as OutboxStats)
   }
 
   // ─── SETTINGS ──────────────────────────────────────────────────────────────────────────────
@@ -624,7 +729,19 @@ function prepareReads(db: DatabaseSync) {
       FROM sessions s JOIN accounts a ON a.id = s.account_id WHERE s.id = ? AND s.expires_at > ?`),
     listKeys: s(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE account_id = ? ORDER BY created_at DESC, id`),
     getKeyByHash: s(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE key_hash = ?`),
-    listMessages: s(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE account_id = ? ORDER BY seq DESC LIMIT ?`),
+    getMessage: s(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE id = ? AND account_id = ?`),
+    listMessages: s(`SELECT seq, ${MESSAGE_COLUMNS} FROM messages WHERE account_id = ? AND seq < ?
+      AND (? IS NULL OR status = ?) ORDER BY seq DESC LIMIT ?`),
+    listEndpoints: s(`SELECT ${ENDPOINT_COLUMNS} FROM webhook_endpoints WHERE account_id = ? AND deleted_at IS NULL
+      ORDER BY seq DESC`),
+    getEndpoint: s(`SELECT ${ENDPOINT_COLUMNS} FROM webhook_endpoints
+      WHERE id = ? AND account_id = ? AND deleted_at IS NULL`),
+    getEndpointSeq: s('SELECT seq FROM webhook_endpoints WHERE id = ? AND account_id = ? AND deleted_at IS NULL'),
+    listDeliveries: s(`SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq
+      WHERE d.endpoint_seq = ? ORDER BY d.seq DESC LIMIT ?`),
+    deliveryDue: s("SELECT 1 FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ? LIMIT 1"),
+    unsubscribedMessage: s("SELECT 1 FROM messages WHERE status = 'queued' AND fanout = 0 LIMIT 1"),
+    outboxStats: s(`SELECT count(*) AS depth, min(created_at) AS oldestAt FROM deliveries WHERE status = 'pending'`),
     getSecret: s('SELECT value FROM secrets WHERE name = ?'),
   }
 }

@@ -49,7 +49,7 @@ describe('Request bodies: JSON in UTF-8, taken as sent (point 2)', () => {
       }
     }
     assert.deepEqual((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).json(), [])
-    assert.equal((await test.app.store.listMessages(accountId, 10)).length, 0)
+    assert.equal((await test.app.store.listMessages({ accountId: accountId, limit: 10 })).messages.length, 0)
   })
 
   it('escapes of lone surrogates are 400 invalid_json; a surrogate pair (an emoji) is kept exactly', async (t) => {

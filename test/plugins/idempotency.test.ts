@@ -122,7 +122,7 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
     assert.equal(retry.statusCode, 202)
     assert.equal(retry.headers['idempotent-replayed'], 'true')
     assert.equal(retry.body, first.body)
-    assert.equal((await test.app.store.listMessages(accountId, 10)).length, 1)
+    assert.equal((await test.app.store.listMessages({ accountId: accountId, limit: 10 })).messages.length, 1)
   })
 
   it('a refused request claims nothing: the key works for the corrected request', async (t) => {

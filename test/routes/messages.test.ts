@@ -53,7 +53,9 @@ describe('Messages: POST /v1/messages (point 7)', () => {
     const restarted = Fastify(serverOptions(test.config))
     await restarted.register(fp(animalStore), { config: test.config })
     t.after(() => restarted.close())
-    assert.deepEqual(plain(await restarted.store.listMessages(accountId, 10)), [sent.json()])
+    assert.deepEqual(plain(await restarted.store.listMessages({ accountId: accountId, limit: 10 })).messages, [
+      sent.json(),
+    ])
   })
 
   it("keeps each account's messages to itself", async (t) => {
@@ -72,7 +74,8 @@ describe('Messages: POST /v1/messages (point 7)', () => {
       headers: bearer(bob.secret),
       payload: { message: 'from bob' },
     })
-    const texts = async (accountId: number) => (await test.app.store.listMessages(accountId, 10)).map((m) => m.message)
+    const texts = async (accountId: number) =>
+      (await test.app.store.listMessages({ accountId: accountId, limit: 10 })).messages.map((m) => m.message)
     assert.deepEqual(await texts(alice.accountId), ['from alice'])
     assert.deepEqual(await texts(bob.accountId), ['from bob'])
   })
@@ -101,7 +104,7 @@ describe('Messages: POST /v1/messages (point 7)', () => {
       const body = errorBody(response)
       assert.equal(body.code, code)
       assert.match(body.message, message)
-      assert.deepEqual(await test.app.store.listMessages(accountId, 10), [])
+      assert.deepEqual((await test.app.store.listMessages({ accountId: accountId, limit: 10 })).messages, [])
     })
   }
 })

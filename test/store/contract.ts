@@ -8,6 +8,7 @@ import { describe, it } from 'node:test'
 import { generateApiKey } from '../../src/domain/api-keys.ts'
 import type { Store } from '../../src/store/types.ts'
 import { plain } from '../helper.ts'
+import { webhooksContract } from './contract-webhooks.ts'
 
 export type OpenStore = (t: TestContext) => Promise<Store>
 
@@ -122,15 +123,22 @@ export function storeContract(name: string, open: OpenStore): void {
       const two = await store.createMessage(alice.id, 'two')
       await store.createMessage(bob.id, 'bob')
       assert.match(one.id, /^msg_[0-9A-Za-z]{16}$/)
-      assert.deepEqual(plain(one), { id: one.id, message: 'one', status: 'queued', createdAt: one.createdAt })
+      assert.deepEqual(plain(one), {
+        id: one.id,
+        message: 'one',
+        status: 'queued',
+        createdAt: one.createdAt,
+        attempts: 0,
+        deliveredAt: null,
+      })
       assert.match(one.createdAt, ISO)
       assert.deepEqual(
-        (await store.listMessages(alice.id, 10)).map((m) => m.message),
+        (await store.listMessages({ accountId: alice.id, limit: 10 })).messages.map((m) => m.message),
         ['two', 'one'],
       )
-      assert.deepEqual(plain(await store.listMessages(alice.id, 1)), [plain(two)])
+      assert.deepEqual(plain(await store.listMessages({ accountId: alice.id, limit: 1 })).messages, [plain(two)])
       assert.deepEqual(
-        (await store.listMessages(bob.id, 10)).map((m) => m.message),
+        (await store.listMessages({ accountId: bob.id, limit: 10 })).messages.map((m) => m.message),
         ['bob'],
       )
     })
@@ -444,5 +452,7 @@ export function storeContract(name: string, open: OpenStore): void {
       assert.equal((await pending).name, 'last')
       await assert.rejects(store.ping())
     })
+
+    webhooksContract(open)
   })
 }

@@ -8,7 +8,7 @@ const RECENT_MESSAGES = 50
 const messages: FastifyPluginAsyncTypebox<{ portal: Portal }> = async (app, { portal }) => {
   app.get('/messages', { schema: { hide: true }, preHandler: portal.signedIn }, async (request, reply) => {
     const { accountId } = request.portalSession as { accountId: number }
-    const list = await app.store.listMessages(accountId, RECENT_MESSAGES)
+    const { messages: list } = await app.store.listMessages({ accountId, limit: RECENT_MESSAGES })
     return portal.send(request, reply, 200, (c) => messagesPage(c, list, RECENT_MESSAGES))
   })
 }

@@ -1,0 +1,339 @@
+/** The webhook part of the storage contract (run inside storeContract, on every backend). */
+import assert from 'node:assert/strict'
+import { it } from 'node:test'
+import type { Store } from '../../src/store/types.ts'
+import { plain } from '../helper.ts'
+import type { OpenStore } from './contract.ts'
+
+const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'
+const LEASE_MS = 60_000
+
+async function account(store: Store, email: string): Promise<number> {
+  const created = await store.createAccount(email)
+  assert.ok(created)
+  return created.id
+}
+
+export function webhooksContract(open: OpenStore): void {
+  it('webhooks: endpoints are the account’s own, newest first; update, rotate, delete', async (t) => {
+    const store = await open(t)
+    const alice = await account(store, 'alice@example.com')
+    const bob = await account(store, 'bob@example.com')
+    const first = await store.createWebhookEndpoint({
+      accountId: alice,
+      url: 'https://a.example/hook',
+      events: ['order.placed', 'message.created', 'order.placed'],
+      description: 'first',
+      secret: SECRET,
+    })
+    assert.match(first.id, /^we_/)
+    assert.deepEqual(first.events, ['message.created', 'order.placed'])
+    assert.equal(first.status, 'enabled')
+    assert.equal(first.secret, SECRET)
+    assert.equal(first.secretRotatedAt, null)
+    const second = await store.createWebhookEndpoint({
+      accountId: alice,
+      url: 'https://b.example/hook',
+      events: ['order.expired'],
+      description: '',
+      secret: SECRET,
+    })
+    assert.deepEqual(
+      (await store.listWebhookEndpoints(alice)).map((e) => e.id),
+      [second.id, first.id],
+    )
+    assert.deepEqual(await store.listWebhookEndpoints(bob), [])
+    assert.equal(await store.getWebhookEndpoint(bob, first.id), null)
+    assert.deepEqual(plain(await store.getWebhookEndpoint(alice, first.id)), plain(first))
+
+    const disabled = await store.updateWebhookEndpoint(alice, first.id, { enabled: false, description: 'off' })
+    assert.equal(disabled?.status, 'disabled')
+    assert.equal(disabled?.description, 'off')
+    assert.equal(disabled?.url, first.url)
+    const enabled = await store.updateWebhookEndpoint(alice, first.id, { enabled: true, events: ['order.canceled'] })
+    assert.equal(enabled?.status, 'enabled')
+    assert.equal(enabled?.disabledReason, null)
+    assert.deepEqual(enabled?.events, ['order.canceled'])
+    assert.equal(await store.updateWebhookEndpoint(bob, first.id, { enabled: false }), null)
+
+    const rotated = await store.rotateWebhookSecret(
+      alice,
+      first.id,
+      'whsec_new',
+      new Date(Date.now() + 1000).toISOString(),
+    )
+    assert.equal(rotated?.secret, 'whsec_new')
+    assert.ok(rotated?.secretRotatedAt)
+    assert.equal(await store.rotateWebhookSecret(bob, first.id, 'x', new Date().toISOString()), null)
+
+    assert.equal(await store.deleteWebhookEndpoint(bob, first.id), false)
+    assert.equal(await store.deleteWebhookEndpoint(alice, first.id), true)
+    assert.equal(await store.deleteWebhookEndpoint(alice, first.id), false)
+    assert.equal(await store.getWebhookEndpoint(alice, first.id), null)
+    assert.deepEqual(
+      (await store.listWebhookEndpoints(alice)).map((e) => e.id),
+      [second.id],
+    )
+  })
+
+  it('webhooks: a message makes one event and one delivery per subscribed endpoint, in its transaction', async (t) => {
+    const store = await open(t)
+    const alice = await account(store, 'alice@example.com')
+    const bob = await account(store, 'bob@example.com')
+    // Without an endpoint nothing is queued, and the sweep fails the message.
+    const lonely = await store.createMessage(bob, 'nobody listens')
+    assert.equal(lonely.status, 'queued')
+    assert.deepEqual(await store.claimDeliveries(10, LEASE_MS), [])
+    assert.equal(await store.failUnsubscribedMessages(), 1)
+    assert.equal((await store.getMessage(bob, lonely.id))?.status, 'failed')
+    assert.equal(await store.failUnsubscribedMessages(), 0)
+
+    const a = await store.createWebhookEndpoint({
+      accountId: alice,
+      url: 'https://a.example/hook',
+      events: ['message.created'],
+      description: '',
+      secret: SECRET,
+    })
+    const b = await store.createWebhookEndpoint({
+      accountId: alice,
+      url: 'https://b.example/hook',
+      events: ['message.created', 'order.placed'],
+      description: '',
+      secret: SECRET,
+    })
+    // Subscribed to something else: gets nothing.
+    await store.createWebhookEndpoint({
+      accountId: alice,
+      url: 'https://c.example/hook',
+      events: ['order.placed'],
+      description: '',
+      secret: SECRET,
+    })
+    const message = await store.createMessage(alice, 'hello')
+    assert.equal(await store.failUnsubscribedMessages(), 0)
+    assert.equal(await store.deliveriesDue(), true)
+    assert.deepEqual(plain(await store.outboxStats()), { depth: 2, oldestAt: message.createdAt })
+
+    const claimed = await store.claimDeliveries(10, LEASE_MS)
+    assert.equal(claimed.length, 2)
+    assert.deepEqual(claimed.map((c) => c.url).sort(), [a.url, b.url])
+    assert.equal(claimed[0]?.eventId, claimed[1]?.eventId)
+    assert.match(claimed[0]?.eventId ?? '', /^evt_/)
+    assert.deepEqual(claimed[0]?.secrets, [SECRET])
+    assert.equal(claimed[0]?.attempts, 1)
+    const body = JSON.parse(claimed[0]?.body ?? '{}')
+    assert.deepEqual(body, { type: 'message.created', timestamp: message.createdAt, data: plain(message) })
+    // Leased: not due, not claimable again.
+    assert.equal(await store.deliveriesDue(), false)
+    assert.deepEqual(await store.claimDeliveries(10, LEASE_MS), [])
+    assert.equal(await store.listDeliveries(bob, a.id, 10), null)
+    const listed = await store.listDeliveries(alice, a.id, 10)
+    assert.equal(listed?.length, 1)
+    assert.equal(listed?.[0]?.eventType, 'message.created')
+    assert.equal(listed?.[0]?.status, 'pending')
+  })
+
+  it('webhooks: outcomes under the lease only; delivered, retried, failed; the message follows', async (t) => {
+    const store = await open(t)
+    const alice = await account(store, 'alice@example.com')
+    for (const url of ['https://a.example/hook', 'https://b.example/hook']) {
+      await store.createWebhookEndpoint({
+        accountId: alice,
+        url,
+        events: ['message.created'],
+        description: '',
+        secret: SECRET,
+      })
+    }
+    const message = await store.createMessage(alice, 'hello')
+    const [one, two] = await store.claimDeliveries(10, LEASE_MS)
+    assert.ok(one && two)
+    const at = new Date().toISOString()
+    const outcome = { at, status: 500, error: null, disableEndpoint: false }
+    // A stale lease records nothing.
+    assert.equal(
+      await store.recordDelivery({ ...outcome, id: one.id, lease: 'lease_stale', delivered: false, retryAt: at }),
+      false,
+    )
+    // Retried: due again at once (retryAt is now).
+    assert.equal(
+      await store.recordDelivery({ ...outcome, id: one.id, lease: one.lease, delivered: false, retryAt: at }),
+      true,
+    )
+    assert.equal(
+      await store.recordDelivery({ ...outcome, id: one.id, lease: one.lease, delivered: false, retryAt: at }),
+      false,
+    )
+    assert.equal((await store.getMessage(alice, message.id))?.attempts, 1)
+    const [again] = await store.claimDeliveries(10, LEASE_MS)
+    assert.equal(again?.id, one.id)
+    assert.equal(again?.attempts, 2)
+    assert.equal(again?.body, one.body)
+    // Given up on one endpoint: the message is still queued while the other is pending.
+    assert.equal(
+      await store.recordDelivery({
+        ...outcome,
+        id: one.id,
+        lease: again?.lease ?? '',
+        delivered: false,
+        retryAt: null,
+      }),
+      true,
+    )
+    assert.equal((await store.getMessage(alice, message.id))?.status, 'queued')
+    assert.equal(
+      await store.recordDelivery({
+        ...outcome,
+        id: two.id,
+        lease: two.lease,
+        status: 204,
+        delivered: true,
+        retryAt: null,
+      }),
+      true,
+    )
+    const delivered = await store.getMessage(alice, message.id)
+    assert.equal(delivered?.status, 'delivered')
+    assert.equal(delivered?.attempts, 3)
+    assert.equal(delivered?.deliveredAt, at)
+    assert.deepEqual(plain(await store.outboxStats()), { depth: 0, oldestAt: null })
+
+    // A resend makes a failed delivery pending again.
+    const resent = await store.redeliver(alice, one.id)
+    assert.equal(resent?.status, 'pending')
+    assert.equal(await store.redeliver(alice + 1000, one.id), null)
+    const [third] = await store.claimDeliveries(10, LEASE_MS)
+    assert.equal(third?.id, one.id)
+  })
+
+  it('webhooks: every attempt failing fails the message; 410 disables the endpoint and fails what it had', async (t) => {
+    const store = await open(t)
+    const alice = await account(store, 'alice@example.com')
+    const endpoint = await store.createWebhookEndpoint({
+      accountId: alice,
+      url: 'https://a.example/hook',
+      events: ['message.created'],
+      description: '',
+      secret: SECRET,
+    })
+    const first = await store.createMessage(alice, 'one')
+    const second = await store.createMessage(alice, 'two')
+    const [claimed] = await store.claimDeliveries(1, LEASE_MS)
+    assert.ok(claimed)
+    const recorded = await store.recordDelivery({
+      id: claimed.id,
+      lease: claimed.lease,
+      at: new Date().toISOString(),
+      delivered: false,
+      status: 410,
+      error: null,
+      retryAt: null,
+      disableEndpoint: true,
+    })
+    assert.equal(recorded, true)
+    assert.equal((await store.getWebhookEndpoint(alice, endpoint.id))?.status, 'disabled')
+    assert.equal((await store.getMessage(alice, first.id))?.status, 'failed')
+    assert.equal((await store.getMessage(alice, second.id))?.status, 'failed')
+    assert.deepEqual(await store.claimDeliveries(10, LEASE_MS), [])
+    // A disabled endpoint gets no new event.
+    await store.createMessage(alice, 'three')
+    assert.equal(await store.deliveriesDue(), false)
+  })
+
+  it('webhooks: a lease that ran out is taken over; concurrent claims never share a delivery', async (t) => {
+    const store = await open(t)
+    const alice = await account(store, 'alice@example.com')
+    await store.createWebhookEndpoint({
+      accountId: alice,
+      url: 'https://a.example/hook',
+      events: ['message.created'],
+      description: '',
+      secret: SECRET,
+    })
+    for (let i = 0; i < 20; i++) await store.createMessage(alice, `m${i}`)
+    const batches = await Promise.all(Array.from({ length: 4 }, () => store.claimDeliveries(8, LEASE_MS)))
+    const ids = batches.flat().map((c) => c.id)
+    assert.equal(ids.length, 20)
+    assert.equal(new Set(ids).size, 20)
+
+    await store.createMessage(alice, 'short')
+    const [short] = await store.claimDeliveries(1, 1)
+    assert.ok(short)
+    // Its lease of 1 ms ends: the next claim takes it, and the first holder's outcome is ignored.
+    let taken = await store.claimDeliveries(1, LEASE_MS)
+    for (let i = 0; taken.length === 0 && i < 100; i++) taken = await store.claimDeliveries(1, LEASE_MS)
+    assert.equal(taken[0]?.id, short.id)
+    assert.equal(taken[0]?.attempts, 2)
+    const stale = { id: short.id, lease: short.lease, at: new Date().toISOString(), status: 200, error: null }
+    assert.equal(
+      await store.recordDelivery({ ...stale, delivered: true, retryAt: null, disableEndpoint: false }),
+      false,
+    )
+  })
+
+  it('webhooks: order transitions are events of the order’s account', async (t) => {
+    const store = await open(t)
+    const alice = await account(store, 'alice@example.com')
+    await store.createWebhookEndpoint({
+      accountId: alice,
+      url: 'https://a.example/hook',
+      events: ['order.placed', 'order.completed', 'order.canceled', 'order.expired'],
+      description: '',
+      secret: SECRET,
+    })
+    const pet = await store.createPet({ name: 'rex', categoryId: 1 })
+    const other = await store.createPet({ name: 'fido', categoryId: 1 })
+    const hold = new Date(Date.now() + 60_000).toISOString()
+    const placed = await store.placeOrder({ accountId: alice, petId: pet.id, expiresAt: hold })
+    assert.ok('placed' in placed)
+    await store.transitionOrder(alice, placed.placed.id, 'completed')
+    const second = await store.placeOrder({ accountId: alice, petId: other.id, expiresAt: hold })
+    assert.ok('placed' in second)
+    await store.transitionOrder(alice, second.placed.id, 'canceled')
+    const third = await store.placeOrder({ accountId: alice, petId: other.id, expiresAt: new Date().toISOString() })
+    assert.ok('placed' in third)
+    await store.expireOrders(new Date(Date.now() + 1000).toISOString())
+    const claimed = await store.claimDeliveries(100, LEASE_MS)
+    const events = claimed.map((c) => JSON.parse(c.body)).sort((x, y) => (x.timestamp < y.timestamp ? -1 : 1))
+    assert.deepEqual(
+      events.map((e) => [e.type, e.data.id]),
+      [
+        ['order.placed', placed.placed.id],
+        ['order.completed', placed.placed.id],
+        ['order.placed', second.placed.id],
+        ['order.canceled', second.placed.id],
+        ['order.placed', third.placed.id],
+        ['order.expired', third.placed.id],
+      ],
+    )
+    const expired = events.at(-1)
+    assert.equal(expired.data.status, 'expired')
+    assert.equal(expired.data.accountId, undefined)
+  })
+
+  it('messages: read back by id and listed in pages, by status', async (t) => {
+    const store = await open(t)
+    const alice = await account(store, 'alice@example.com')
+    const bob = await account(store, 'bob@example.com')
+    const sent = []
+    for (let i = 0; i < 5; i++) sent.push(await store.createMessage(alice, `m${i}`))
+    assert.deepEqual(plain(await store.getMessage(alice, sent[0]?.id ?? '')), plain(sent[0]))
+    assert.equal(await store.getMessage(bob, sent[0]?.id ?? ''), null)
+    const first = await store.listMessages({ accountId: alice, limit: 2 })
+    assert.deepEqual(
+      first.messages.map((m) => m.message),
+      ['m4', 'm3'],
+    )
+    assert.ok(first.next !== null)
+    const second = await store.listMessages({ accountId: alice, limit: 10, before: first.next ?? 0 })
+    assert.deepEqual(
+      second.messages.map((m) => m.message),
+      ['m2', 'm1', 'm0'],
+    )
+    assert.equal(second.next, null)
+    await store.failUnsubscribedMessages()
+    assert.equal((await store.listMessages({ accountId: alice, limit: 10, status: 'queued' })).messages.length, 0)
+    assert.equal((await store.listMessages({ accountId: alice, limit: 10, status: 'failed' })).messages.length, 5)
+  })
+}
