@@ -139,6 +139,17 @@ export const EnvSchema = Type.Object({
     default: '',
     description: 'empty, or a comma-separated list of experimental feature names (e.g. webhooks)',
   }),
+  // Webhook endpoints on private or loopback addresses, and over plain http: for development only
+  // (a receiver on this machine); in production they would let customers probe our network.
+  WEBHOOK_ALLOW_PRIVATE_URLS: Type.Boolean({ default: false, description: 'true or false' }),
+  WEBHOOK_ALLOW_HTTP: Type.Boolean({ default: false, description: 'true or false' }),
+  WEBHOOK_TIMEOUT_SECONDS: Seconds(15, 300, 1),
+  // After the first, immediate attempt: Standard Webhooks' 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
+  WEBHOOK_RETRY_SCHEDULE: Type.String({
+    pattern: '^[0-9]+([.][0-9]+)?( *, *[0-9]+([.][0-9]+)?){0,19}$',
+    default: '5,300,1800,7200,18000,36000,36000',
+    description: 'a comma-separated list of 1 to 20 delays in seconds, each from 0 to 86400 (e.g. 5,300,1800)',
+  }),
 })
 type Env = Type.Static<typeof EnvSchema>
 
@@ -184,6 +195,14 @@ export interface Config {
   orderHoldMs: number
   /** Experimental features the operator has turned on (clients must still opt in). */
   experimentalFeatures: string[]
+  /** Webhook endpoints may be on private, loopback and other non-public addresses (development only). */
+  webhookAllowPrivate: boolean
+  /** Webhook endpoints may be plain http:// (development only). */
+  webhookAllowHttp: boolean
+  /** Bounds one delivery attempt: connecting, sending, the response. */
+  webhookTimeoutMs: number
+  /** The waits after the 1st, 2nd, … failed attempt; once they are used up, the delivery is given up. */
+  webhookRetryScheduleMs: number[]
 }
 
 export class ConfigError extends Error {
@@ -217,7 +236,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   }
   const trustProxy = parseTrustProxy(String(e.TRUST_PROXY))
   if (trustProxy === null) throw new ConfigError(invalid('TRUST_PROXY', raw.TRUST_PROXY))
-  return toConfig(e as Env, trustProxy)
+  const retrySchedule = parseRetrySchedule(String(e.WEBHOOK_RETRY_SCHEDULE))
+  if (retrySchedule === null) throw new ConfigError(invalid('WEBHOOK_RETRY_SCHEDULE', raw.WEBHOOK_RETRY_SCHEDULE))
+  return toConfig(e as Env, trustProxy, retrySchedule)
 }
 
 function invalid(name: keyof Env, value: string | undefined): string {
@@ -250,10 +271,16 @@ function parseTrustProxy(text: string): Config['trustProxy'] | null {
   return valid ? entries : null
 }
 
+/** WEBHOOK_RETRY_SCHEDULE in milliseconds, or null when a delay is past a day. */
+function parseRetrySchedule(text: string): number[] | null {
+  const seconds = text.split(',').map(Number)
+  return seconds.every((s) => s <= 86_400) ? seconds.map((s) => Math.round(s * 1000)) : null
+}
+
 // Environment values are text: Ajv turns "8080" into 8080 and "true" into true, and refuses "80.5" for an integer.
 const validateEnv = new Ajv({ coerceTypes: true, useDefaults: true, allErrors: false }).compile(EnvSchema)
 
-function toConfig(e: Env, trustProxy: Config['trustProxy']): Config {
+function toConfig(e: Env, trustProxy: Config['trustProxy'], webhookRetryScheduleMs: number[]): Config {
   return {
     port: e.PORT,
     host: e.HOST,
@@ -281,5 +308,9 @@ function toConfig(e: Env, trustProxy: Config['trustProxy']): Config {
     redisUrl: e.REDIS_URL || null,
     orderHoldMs: e.ORDER_HOLD_SECONDS * 1000,
     experimentalFeatures: e.EXPERIMENTAL_FEATURES ? e.EXPERIMENTAL_FEATURES.split(',') : [],
+    webhookAllowPrivate: e.WEBHOOK_ALLOW_PRIVATE_URLS,
+    webhookAllowHttp: e.WEBHOOK_ALLOW_HTTP,
+    webhookTimeoutMs: e.WEBHOOK_TIMEOUT_SECONDS * 1000,
+    webhookRetryScheduleMs,
   }
 }

@@ -63,6 +63,33 @@ describe('Configuration: read and validated once (point 9)', () => {
     assert.equal(loadConfig({}).trustProxy, false)
   })
 
+  it('webhooks: private and http endpoints off, 15 s per attempt, the Standard Webhooks schedule', () => {
+    const config = loadConfig({})
+    assert.deepEqual(
+      [config.webhookAllowPrivate, config.webhookAllowHttp, config.webhookTimeoutMs, config.webhookRetryScheduleMs],
+      [false, false, 15_000, [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]],
+    )
+  })
+
+  it('reads the webhook variables: booleans as true or false, the schedule in (decimal) seconds', () => {
+    const config = loadConfig({
+      WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+      WEBHOOK_ALLOW_HTTP: 'true',
+      WEBHOOK_TIMEOUT_SECONDS: '2',
+      WEBHOOK_RETRY_SCHEDULE: '0.2, 0.5,0,86400',
+    })
+    assert.deepEqual(
+      [config.webhookAllowPrivate, config.webhookAllowHttp, config.webhookTimeoutMs, config.webhookRetryScheduleMs],
+      [true, true, 2000, [200, 500, 0, 86_400_000]],
+    )
+    assert.equal(loadConfig({ WEBHOOK_ALLOW_PRIVATE_URLS: 'false' }).webhookAllowPrivate, false)
+    assert.deepEqual(loadConfig({ WEBHOOK_RETRY_SCHEDULE: '30' }).webhookRetryScheduleMs, [30_000])
+    assert.equal(
+      loadConfig({ WEBHOOK_RETRY_SCHEDULE: Array(20).fill('1').join(',') }).webhookRetryScheduleMs.length,
+      20,
+    )
+  })
+
   it('treats an empty variable as unset', () => {
     assert.equal(loadConfig({ PORT: '', DEPLOYMENT: ' ' }).port, 8080)
   })
@@ -108,6 +135,19 @@ describe('Configuration: read and validated once (point 9)', () => {
     // SQLite URIs: `?mode=memory` would keep every acknowledged write in memory only.
     ['DATABASE_URL', 'sqlite:file:/tmp/x.db?mode=memory&cache=shared'],
     ['DATABASE_URL', 'sqlite://file::memory:?cache=shared'],
+    ['WEBHOOK_ALLOW_PRIVATE_URLS', 'yes'],
+    ['WEBHOOK_ALLOW_PRIVATE_URLS', '1'],
+    ['WEBHOOK_ALLOW_HTTP', 'TRUE'],
+    ['WEBHOOK_TIMEOUT_SECONDS', '0'],
+    ['WEBHOOK_TIMEOUT_SECONDS', '301'],
+    ['WEBHOOK_TIMEOUT_SECONDS', '1.5'],
+    ['WEBHOOK_RETRY_SCHEDULE', '5,,300'],
+    ['WEBHOOK_RETRY_SCHEDULE', '5s,300'],
+    ['WEBHOOK_RETRY_SCHEDULE', '-5'],
+    ['WEBHOOK_RETRY_SCHEDULE', '1e3'],
+    ['WEBHOOK_RETRY_SCHEDULE', '.5'],
+    ['WEBHOOK_RETRY_SCHEDULE', '5,86400.5'],
+    ['WEBHOOK_RETRY_SCHEDULE', Array(21).fill('1').join(',')],
   ]
   it("masks a URL's passwords, in the user information (up to its last @) and in pg's query parameters", () => {
     for (const [url, masked] of [
