@@ -190,7 +190,7 @@ describe(`Scale-out: ${INSTANCES} instances on one PostgreSQL database`, () => {
       ['bob@example.com', 'bob'],
     ] as const) {
       const account = await store.findAccountByEmail(email)
-      const messages = await store.listMessages(account?.id as number, 100)
+      const { messages } = await store.listMessages({ accountId: account?.id as number, limit: 100 })
       assert.equal(messages.length, 15)
       assert.ok(messages.every((m) => m.message.startsWith(`${name} `)))
     }
