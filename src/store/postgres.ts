@@ -11,34 +11,45 @@
  */
 import type { Pool, PoolClient, QueryConfig } from 'pg'
 import { randomId } from '../domain/api-keys.ts'
+import { eventBody, subscribes } from '../domain/events.ts'
 import type { Message } from '../schemas/messages.ts'
 import type { Inventory, Order } from '../schemas/orders.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
+import { type Delivery, EVENT_TYPES, type EventType } from '../schemas/webhooks.ts'
 import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
 import { newerThanCode, readMigrations } from './migrations.ts'
 import {
   type Account,
   type ApiKey,
+  type ClaimedDelivery,
   DatabaseNotSetUpError,
   DatabaseUnavailableError,
+  type DeliveryOutcome,
   type IdempotencyClaim,
   type IdempotencyRef,
   type IdempotencyState,
+  type ListMessagesOptions,
   type ListOrdersOptions,
   type ListPetsOptions,
+  type MessagePage,
   type NewApiKey,
   type NewSession,
+  type NewWebhookEndpoint,
   type OrderPage,
+  type OutboxStats,
   type PetChanges,
   type PetPage,
   type PlaceOrder,
   type PlaceOrderResult,
   type Session,
   type Store,
+  type StoredWebhookEndpoint,
   type TransitionResult,
   type UpdatePetResult,
   type VersionedPet,
+  type WebhookEndpointChanges,
 } from './types.ts'
+import { DELIVERY_COLUMNS, ENDPOINT_COLUMNS, type EndpointRow, endpointFromRow } from './webhook-rows.ts'
 
 export interface PostgresOptions {
   databaseUrl: string
@@ -53,7 +64,8 @@ export interface PostgresOptions {
 const PET_COLUMNS = 'id, name, category_id AS "categoryId", status'
 const KEY_COLUMNS = `id, account_id AS "accountId", name, prefix, created_at AS "createdAt", expires_at AS "expiresAt",
   revoked_at AS "revokedAt", last_used_at AS "lastUsedAt", scopes`
-const MESSAGE_COLUMNS = 'id, body AS message, status, created_at AS "createdAt"'
+const MESSAGE_COLUMNS =
+  'id, body AS message, status, created_at AS "createdAt", attempts, delivered_at AS "deliveredAt"'
 const ORDER_COLUMNS = `id, pet_id AS "petId", status, created_at AS "createdAt", expires_at AS "expiresAt",
   updated_at AS "updatedAt"`
 
@@ -118,18 +130,19 @@ const SQL = {
     AND ($3::text IS NULL OR status = $3) AND ($4::bigint IS NULL OR pet_id = $4) ORDER BY seq DESC LIMIT $5`,
   setOrderStatus: `UPDATE orders SET status = $1, updated_at = now() WHERE seq = $2 AND status = 'placed'
     RETURNING ${ORDER_COLUMNS}`,
+  // With the account, whose `order.expired` event this is (not always the caller's, in placeOrder).
   expirePetOrder: `UPDATE orders SET status = 'expired', updated_at = now()
-    WHERE pet_id = $1 AND status = 'placed' AND expires_at <= now() RETURNING ${ORDER_COLUMNS}`,
+    WHERE pet_id = $1 AND status = 'placed' AND expires_at <= now() RETURNING ${ORDER_COLUMNS}, account_id AS "accountId"`,
   // Any instance may sweep: SKIP LOCKED lets two sweeps share the work, each order expired once.
   expireOrders: `WITH due AS (
       SELECT seq FROM orders WHERE status = 'placed' AND expires_at <= $1 ORDER BY expires_at LIMIT 1000
       FOR UPDATE SKIP LOCKED),
     expired AS (UPDATE orders o SET status = 'expired', updated_at = now() FROM due WHERE o.seq = due.seq
-      RETURNING o.id, o.pet_id, o.status, o.created_at, o.expires_at, o.updated_at),
+      RETURNING o.id, o.account_id, o.pet_id, o.status, o.created_at, o.expires_at, o.updated_at),
     freed AS (UPDATE pets p SET status = 'available', version = version + 1 FROM expired e
       WHERE p.id = e.pet_id AND p.status = 'pending')
     SELECT id, pet_id AS "petId", status, created_at AS "createdAt", expires_at AS "expiresAt",
-      updated_at AS "updatedAt" FROM expired`,
+      updated_at AS "updatedAt", account_id AS "accountId" FROM expired`,
   insertAccount: `INSERT INTO accounts (email, password_hash, created_at) VALUES ($1, $2, now())
     ON CONFLICT (email) DO NOTHING RETURNING id, email, created_at AS "createdAt"`,
   getAccountByEmail: 'SELECT id, email, created_at AS "createdAt" FROM accounts WHERE email = $1',
@@ -153,9 +166,88 @@ const SQL = {
     WHERE id = $1 AND ($2::bigint IS NULL OR account_id = $2) RETURNING ${KEY_COLUMNS}`,
   touchKeys: `UPDATE api_keys k SET last_used_at = u.at FROM unnest($1::text[], $2::timestamptz[]) AS u(id, at)
     WHERE k.id = u.id AND (k.last_used_at IS NULL OR k.last_used_at < u.at)`,
-  insertMessage: `INSERT INTO messages (id, account_id, body, status, created_at) VALUES ($1, $2, $3, $4, now())
-    RETURNING ${MESSAGE_COLUMNS}`,
-  listMessages: `SELECT ${MESSAGE_COLUMNS} FROM messages WHERE account_id = $1 ORDER BY seq DESC LIMIT $2`,
+  // fanout starts at 0: #emit sets it, in the same transaction, to the deliveries it made.
+  insertMessage: `INSERT INTO messages (id, account_id, body, status, created_at) VALUES ($1, $2, $3, 'queued', now())
+    RETURNING seq, ${MESSAGE_COLUMNS}`,
+  getMessage: `SELECT ${MESSAGE_COLUMNS} FROM messages WHERE id = $1 AND account_id = $2`,
+  listMessages: `SELECT seq, ${MESSAGE_COLUMNS} FROM messages WHERE account_id = $1 AND seq < $2
+    AND ($3::text IS NULL OR status = $3) ORDER BY seq DESC LIMIT $4`,
+  // Messages whose deliveries all ended: FOR UPDATE first, so that two transactions failing the last
+  // two pending deliveries of one message take turns, and the second (a new snapshot under READ
+  // COMMITTED) sees the first's delivery failed. recordDelivery's attempts update takes the same lock.
+  lockMessages: 'SELECT seq FROM messages WHERE seq = ANY($1::bigint[]) ORDER BY seq FOR UPDATE',
+  failFinishedMessages: `UPDATE messages m SET status = 'failed' WHERE m.seq = ANY($1::bigint[]) AND m.status = 'queued'
+    AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_seq = m.seq AND d.status = 'pending')`,
+  countAttempt: `UPDATE messages SET attempts = attempts + 1,
+    status = CASE WHEN $2 THEN 'delivered' ELSE status END,
+    delivered_at = CASE WHEN $2 THEN coalesce(delivered_at, $3) ELSE delivered_at END WHERE seq = $1`,
+  requeueMessage: "UPDATE messages SET status = 'queued' WHERE seq = $1 AND status = 'failed'",
+  // The subscriber lookup of #emit. FOR SHARE: an endpoint being deleted or disabled waits for this
+  // transaction, and then fails the deliveries it made; one deleted or disabled first is not seen.
+  activeEndpoints: `SELECT seq, events FROM webhook_endpoints
+    WHERE account_id = $1 AND deleted_at IS NULL AND disabled_at IS NULL ORDER BY seq FOR SHARE`,
+  // The event, a delivery (ids $6) to each endpoint ($5), and the message's fanout, in one statement.
+  insertEvent: `WITH event AS (INSERT INTO events (id, account_id, type, body, created_at)
+      VALUES ($1, $2, $3, $4, now()) RETURNING seq),
+    fanout AS (UPDATE messages SET fanout = cardinality($5::bigint[]) WHERE seq = $7)
+    INSERT INTO deliveries (id, event_seq, endpoint_seq, message_seq, status, next_attempt_at, created_at)
+    SELECT t.id, event.seq, t.endpoint, $7, 'pending', now(), now()
+    FROM event, unnest($5::bigint[], $6::text[]) AS t(endpoint, id)`,
+  insertEndpoint: `INSERT INTO webhook_endpoints (id, account_id, url, events, description, secret, created_at)
+    VALUES ($1, $2, $3, $4, $5, $6, now()) RETURNING ${ENDPOINT_COLUMNS}`,
+  listEndpoints: `SELECT ${ENDPOINT_COLUMNS} FROM webhook_endpoints WHERE account_id = $1 AND deleted_at IS NULL
+    ORDER BY seq DESC`,
+  getEndpoint: `SELECT seq, ${ENDPOINT_COLUMNS} FROM webhook_endpoints
+    WHERE id = $1 AND account_id = $2 AND deleted_at IS NULL`,
+  // $6: null leaves the endpoint as it is, true enables it, false disables it.
+  updateEndpoint: `UPDATE webhook_endpoints SET url = coalesce($3, url), events = coalesce($4, events),
+      description = coalesce($5, description),
+      disabled_at = CASE WHEN $6::boolean IS NULL THEN disabled_at WHEN $6 THEN NULL ELSE now() END,
+      disabled_reason = CASE WHEN $6::boolean IS NULL THEN disabled_reason WHEN $6 THEN NULL
+        ELSE 'disabled by the account' END
+    WHERE id = $1 AND account_id = $2 AND deleted_at IS NULL RETURNING seq, ${ENDPOINT_COLUMNS}`,
+  deleteEndpoint: `UPDATE webhook_endpoints SET deleted_at = now()
+    WHERE id = $1 AND account_id = $2 AND deleted_at IS NULL RETURNING seq`,
+  rotateSecret: `UPDATE webhook_endpoints SET previous_secret = secret, previous_secret_until = $4, secret = $3,
+      secret_rotated_at = now()
+    WHERE id = $1 AND account_id = $2 AND deleted_at IS NULL RETURNING ${ENDPOINT_COLUMNS}`,
+  disableEndpoint:
+    "UPDATE webhook_endpoints SET disabled_at = $2, disabled_reason = 'answered 410 Gone' WHERE seq = $1",
+  failEndpointDeliveries: `UPDATE deliveries SET status = 'failed', next_attempt_at = NULL, lease = NULL, last_error = $2
+    WHERE endpoint_seq = $1 AND status = 'pending' RETURNING message_seq AS "messageSeq"`,
+  listDeliveries: `SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq
+    WHERE d.endpoint_seq = $1 ORDER BY d.seq DESC LIMIT $2`,
+  getDelivery: `SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.seq = $1`,
+  // FOR SHARE OF w: as for activeEndpoints, a delete waits, then fails the delivery made pending here.
+  lockRedelivery: `SELECT d.seq, d.message_seq AS "messageSeq" FROM deliveries d
+    JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
+    WHERE d.id = $1 AND w.account_id = $2 AND w.deleted_at IS NULL FOR SHARE OF w`,
+  redeliver: `UPDATE deliveries SET status = 'pending', next_attempt_at = now(), lease = NULL WHERE seq = $1`,
+  // Any instance may claim: SKIP LOCKED lets them share the due deliveries, each leased to one. A
+  // lease moves next_attempt_at to its end, so a delivery whose holder died is due again then.
+  claimDeliveries: `WITH due AS (
+      SELECT d.seq FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
+      WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND w.disabled_at IS NULL AND w.deleted_at IS NULL
+      ORDER BY d.next_attempt_at LIMIT $1 FOR UPDATE OF d SKIP LOCKED)
+    UPDATE deliveries d SET lease = $2, next_attempt_at = now() + $3::float8 * interval '1 millisecond',
+      attempts = d.attempts + 1
+    FROM due, events e, webhook_endpoints w
+    WHERE d.seq = due.seq AND e.seq = d.event_seq AND w.seq = d.endpoint_seq
+    RETURNING d.id, d.lease, e.id AS "eventId", e.body, w.url, w.secret,
+      CASE WHEN w.previous_secret_until > now() THEN w.previous_secret END AS "previousSecret", d.attempts`,
+  // A 410 disables the endpoint: its lock first, in the order deleteWebhookEndpoint takes them.
+  lockDeliveryEndpoint: `SELECT w.seq FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
+    WHERE d.id = $1 AND d.lease = $2 FOR UPDATE OF w`,
+  // $5: delivered; $6: when to retry (null: never).
+  recordDelivery: `UPDATE deliveries SET lease = NULL, last_attempt_at = $3, last_status = $4, last_error = $7,
+      status = CASE WHEN $5 THEN 'delivered' WHEN $6::timestamptz IS NULL THEN 'failed' ELSE 'pending' END,
+      next_attempt_at = CASE WHEN $5 THEN NULL ELSE $6::timestamptz END,
+      delivered_at = CASE WHEN $5 THEN $3 ELSE delivered_at END
+    WHERE id = $1 AND lease = $2 AND status = 'pending'
+    RETURNING endpoint_seq AS "endpointSeq", message_seq AS "messageSeq"`,
+  deliveriesDue: `SELECT EXISTS (SELECT 1 FROM deliveries WHERE status = 'pending' AND next_attempt_at <= now()) AS due`,
+  failUnsubscribedMessages: "UPDATE messages SET status = 'failed' WHERE status = 'queued' AND fanout = 0",
+  outboxStats: `SELECT count(*)::int AS depth, min(created_at) AS "oldestAt" FROM deliveries WHERE status = 'pending'`,
   insertSecret: 'INSERT INTO secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING',
   getSecret: 'SELECT value FROM secrets WHERE name = $1',
   dropStaleIdempotency: `DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2
@@ -173,6 +265,14 @@ const SQL = {
 
 type Statement = keyof typeof SQL
 type Run = <T>(name: Statement, values: unknown[]) => Promise<T[]>
+/** An endpoint an event may go to: the subscriber lookup of #emit. */
+type Subscriber = { seq: number; events: string }
+/** An order row with the account it belongs to, which the API never shows. */
+type AccountOrder = Order & { accountId: number }
+
+/** The event types as stored: space-separated, each once, in EVENT_TYPES order. */
+const storedEvents = (events: EventType[]) => EVENT_TYPES.filter((type) => events.includes(type)).join(' ')
+const withoutAccount = ({ accountId, ...order }: AccountOrder): Order => order
 
 export class PostgresStore implements Store {
   #pool: Pool
@@ -312,18 +412,22 @@ export class PostgresStore implements Store {
   placeOrder(order: PlaceOrder, idempotency?: IdempotencyRef): Promise<PlaceOrderResult> {
     return this.#transaction(async (run) => {
       // A hold that has ended frees the pet now, whatever the sweep has done yet.
-      if ((await run('expirePetOrder', [order.petId])).length > 0) {
+      const [expired] = await run<AccountOrder>('expirePetOrder', [order.petId])
+      if (expired) {
         await run('releasePet', ['available', order.petId])
+        await this.#emitOrder(run, 'order.expired', expired)
       }
       if ((await run('holdPet', [order.petId])).length === 0) {
         const exists = (await run('petExists', [order.petId])).length > 0
         return { refused: exists ? 'pet_not_available' : 'pet_not_found' }
       }
-      const [placed] = await run<Order>('insertOrder', [randomId('ord'), order.accountId, order.petId, order.expiresAt])
+      const values = [randomId('ord'), order.accountId, order.petId, order.expiresAt]
+      const placed = (await run<Order>('insertOrder', values))[0] as Order
+      await this.#emit(run, order.accountId, 'order.placed', placed)
       if (idempotency) {
         await run('completeIdempotency', [201, JSON.stringify(placed), idempotency.scope, idempotency.key])
       }
-      return { placed: placed as Order }
+      return { placed }
     })
   }
 
@@ -347,20 +451,29 @@ export class PostgresStore implements Store {
       let current = order
       // A hold that has ended expires now, whatever the sweep has done yet.
       if (order.status === 'placed' && due) {
-        const [expired] = await run<Order>('expirePetOrder', [order.petId])
+        const [expired] = await run<AccountOrder>('expirePetOrder', [order.petId])
         await run('releasePet', ['available', order.petId])
-        current = expired ?? order
+        if (expired) {
+          await this.#emitOrder(run, 'order.expired', expired)
+          current = withoutAccount(expired)
+        }
       }
       if (current.status === to) return { order: current, changed: false }
       if (current.status !== 'placed') return { refused: 'conflict', order: current }
-      const [updated] = await run<Order>('setOrderStatus', [to, seq])
+      const updated = (await run<Order>('setOrderStatus', [to, seq]))[0] as Order
       await run('releasePet', [to === 'completed' ? 'sold' : 'available', order.petId])
-      return { order: updated as Order, changed: true }
+      await this.#emit(run, accountId, to === 'completed' ? 'order.completed' : 'order.canceled', updated)
+      return { order: updated, changed: true }
     })
   }
 
-  async expireOrders(now: string): Promise<Order[]> {
-    return this.#query<Order>('expireOrders', [now], 'write')
+  expireOrders(now: string): Promise<Order[]> {
+    return this.#transaction(async (run) => {
+      const expired = await run<AccountOrder>('expireOrders', [now])
+      const subscribers = new Map<number, Promise<Subscriber[]>>()
+      for (const order of expired) await this.#emitOrder(run, 'order.expired', order, subscribers)
+      return expired.map(withoutAccount)
+    })
   }
 
   // ─── ACCOUNTS ──────────────────────────────────────────────────────────────────────────────
@@ -434,11 +547,136 @@ export class PostgresStore implements Store {
   // ─── MESSAGES ──────────────────────────────────────────────────────────────────────────────
 
   createMessage(accountId: number, text: string, idempotency?: IdempotencyRef): Promise<Message> {
-    return this.#writeCompleting('insertMessage', [randomId('msg'), accountId, text, 'queued'], 202, idempotency)
+    return this.#transaction(async (run) => {
+      const [row] = await run<Message & { seq: number }>('insertMessage', [randomId('msg'), accountId, text])
+      const { seq, ...message } = row as Message & { seq: number }
+      await this.#emit(run, accountId, 'message.created', message, seq)
+      if (idempotency) {
+        await run('completeIdempotency', [202, JSON.stringify(message), idempotency.scope, idempotency.key])
+      }
+      return message
+    })
   }
 
-  async listMessages(accountId: number, limit: number): Promise<Message[]> {
-    return this.#query<Message>('listMessages', [accountId, limit])
+  async getMessage(accountId: number, id: string): Promise<Message | null> {
+    return (await this.#query<Message>('getMessage', [id, accountId]))[0] ?? null
+  }
+
+  async listMessages({ accountId, limit, status, before }: ListMessagesOptions): Promise<MessagePage> {
+    const values = [accountId, before ?? Number.MAX_SAFE_INTEGER, status ?? null, limit + 1]
+    const rows = await this.#query<Message & { seq: number }>('listMessages', values)
+    const more = rows.length > limit
+    if (more) rows.pop()
+    return { messages: rows.map(({ seq, ...message }) => message), next: more ? (rows.at(-1)?.seq ?? null) : null }
+  }
+
+  // ─── WEBHOOKS ──────────────────────────────────────────────────────────────────────────────
+
+  async createWebhookEndpoint(endpoint: NewWebhookEndpoint): Promise<StoredWebhookEndpoint> {
+    const { accountId, url, events, description, secret } = endpoint
+    const values = [randomId('we'), accountId, url, storedEvents(events), description, secret]
+    return endpointFromRow((await this.#query<EndpointRow>('insertEndpoint', values, 'write'))[0] as EndpointRow)
+  }
+
+  async listWebhookEndpoints(accountId: number): Promise<StoredWebhookEndpoint[]> {
+    return (await this.#query<EndpointRow>('listEndpoints', [accountId])).map(endpointFromRow)
+  }
+
+  async getWebhookEndpoint(accountId: number, id: string): Promise<StoredWebhookEndpoint | null> {
+    const [row] = await this.#query<EndpointRow & { seq: number }>('getEndpoint', [id, accountId])
+    return row ? endpointFromRow(row) : null
+  }
+
+  updateWebhookEndpoint(
+    accountId: number,
+    id: string,
+    changes: WebhookEndpointChanges,
+  ): Promise<StoredWebhookEndpoint | null> {
+    const events = changes.events === undefined ? null : storedEvents(changes.events)
+    const values = [id, accountId, changes.url ?? null, events, changes.description ?? null, changes.enabled ?? null]
+    return this.#transaction(async (run) => {
+      const [row] = await run<EndpointRow & { seq: number }>('updateEndpoint', values)
+      if (!row) return null
+      if (changes.enabled === false) await this.#failPendingDeliveries(run, row.seq, 'endpoint disabled')
+      return endpointFromRow(row)
+    })
+  }
+
+  deleteWebhookEndpoint(accountId: number, id: string): Promise<boolean> {
+    return this.#transaction(async (run) => {
+      const [row] = await run<{ seq: number }>('deleteEndpoint', [id, accountId])
+      if (!row) return false
+      await this.#failPendingDeliveries(run, row.seq, 'endpoint deleted')
+      return true
+    })
+  }
+
+  async rotateWebhookSecret(
+    accountId: number,
+    id: string,
+    secret: string,
+    previousUntil: string,
+  ): Promise<StoredWebhookEndpoint | null> {
+    const [row] = await this.#query<EndpointRow>('rotateSecret', [id, accountId, secret, previousUntil], 'write')
+    return row ? endpointFromRow(row) : null
+  }
+
+  async listDeliveries(accountId: number, endpointId: string, limit: number): Promise<Delivery[] | null> {
+    const [endpoint] = await this.#query<{ seq: number }>('getEndpoint', [endpointId, accountId])
+    if (!endpoint) return null
+    return this.#query<Delivery>('listDeliveries', [endpoint.seq, limit])
+  }
+
+  redeliver(accountId: number, deliveryId: string): Promise<Delivery | null> {
+    return this.#transaction(async (run) => {
+      const [found] = await run<{ seq: number; messageSeq: number | null }>('lockRedelivery', [deliveryId, accountId])
+      if (!found) return null
+      await run('redeliver', [found.seq])
+      if (found.messageSeq !== null) await run('requeueMessage', [found.messageSeq])
+      return (await run<Delivery>('getDelivery', [found.seq]))[0] ?? null
+    })
+  }
+
+  async claimDeliveries(limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {
+    type Row = Omit<ClaimedDelivery, 'secrets'> & { secret: string; previousSecret: string | null }
+    const rows = await this.#query<Row>('claimDeliveries', [limit, randomId('lease'), leaseMs], 'write')
+    return rows.map(({ secret, previousSecret, ...claimed }) => ({
+      ...claimed,
+      secrets: previousSecret === null ? [secret] : [secret, previousSecret],
+    }))
+  }
+
+  recordDelivery(outcome: DeliveryOutcome): Promise<boolean> {
+    const { id, lease, at, delivered, status, error, retryAt, disableEndpoint } = outcome
+    return this.#transaction(async (run) => {
+      // The endpoint's lock before the delivery's, the order in which a delete takes them.
+      if (disableEndpoint && (await run('lockDeliveryEndpoint', [id, lease])).length === 0) return false
+      const values = [id, lease, at, status, delivered, delivered ? null : retryAt, error]
+      const [row] = await run<{ endpointSeq: number; messageSeq: number | null }>('recordDelivery', values)
+      if (!row) return false
+      if (row.messageSeq !== null) {
+        // Also locks the message, so that the last two deliveries of one message to fail take turns.
+        await run('countAttempt', [row.messageSeq, delivered, at])
+        if (!delivered && retryAt === null) await run('failFinishedMessages', [[row.messageSeq]])
+      }
+      if (disableEndpoint) {
+        await run('disableEndpoint', [row.endpointSeq, at])
+        await this.#failPendingDeliveries(run, row.endpointSeq, 'endpoint disabled')
+      }
+      return true
+    })
+  }
+
+  async deliveriesDue(): Promise<boolean> {
+    return ((await this.#query<{ due: boolean }>('deliveriesDue', []))[0] as { due: boolean }).due
+  }
+
+  async failUnsubscribedMessages(): Promise<number> {
+    return (await this.#result('failUnsubscribedMessages', [])).rowCount ?? 0
+  }
+
+  async outboxStats(): Promise<OutboxStats> {
+    return (await this.#query<OutboxStats>('outboxStats', []))[0] as OutboxStats
   }
 
   // ─── SETTINGS ──────────────────────────────────────────────────────────────────────────────
@@ -554,6 +792,52 @@ export class PostgresStore implements Store {
         throw isUnavailable(error) ? new DatabaseUnavailableError(String(error)) : error
       }
     })
+  }
+
+  /**
+   * In the caller's transaction: when any of the account's endpoints subscribes to `type`, stores
+   * the event and one delivery of it to each such endpoint; otherwise nothing. `data` is the
+   * resource as returned; its `updatedAt` (an order's) or else `createdAt` is the event's timestamp.
+   * For a message's event (`messageSeq`) also sets the message's fanout. Returns how many
+   * deliveries. `subscribers` shares the endpoint lookups of one transaction among its events.
+   */
+  async #emit(
+    run: Run,
+    accountId: number,
+    type: EventType,
+    data: Message | Order,
+    messageSeq: number | null = null,
+    subscribers = new Map<number, Promise<Subscriber[]>>(),
+  ): Promise<number> {
+    let lookup = subscribers.get(accountId)
+    if (!lookup) {
+      lookup = run<Subscriber>('activeEndpoints', [accountId])
+      subscribers.set(accountId, lookup)
+    }
+    const endpoints = (await lookup).filter((endpoint) => subscribes(endpoint.events, type)).map((e) => e.seq)
+    if (endpoints.length === 0) return 0
+    const timestamp = 'updatedAt' in data ? data.updatedAt : data.createdAt
+    const ids = endpoints.map(() => randomId('dlv'))
+    const body = eventBody(type, timestamp, data)
+    await run('insertEvent', [randomId('evt'), accountId, type, body, endpoints, ids, messageSeq])
+    return endpoints.length
+  }
+
+  /** An order's event, for the account the order belongs to (its data without that account). */
+  #emitOrder(run: Run, type: EventType, order: AccountOrder, subscribers?: Map<number, Promise<Subscriber[]>>) {
+    return this.#emit(run, order.accountId, type, withoutAccount(order), null, subscribers)
+  }
+
+  /**
+   * Fails the endpoint's pending deliveries (it was deleted or disabled), then each of their messages
+   * left with no pending delivery. The caller holds the endpoint's row lock.
+   */
+  async #failPendingDeliveries(run: Run, endpointSeq: number, reason: string): Promise<void> {
+    const failed = await run<{ messageSeq: number | null }>('failEndpointDeliveries', [endpointSeq, reason])
+    const messages = [...new Set(failed.flatMap(({ messageSeq }) => (messageSeq === null ? [] : [messageSeq])))]
+    if (messages.length === 0) return
+    await run('lockMessages', [messages])
+    await run('failFinishedMessages', [messages])
   }
 
   /** Inserts one row and, for an idempotent request, completes its claim with the row in the same transaction. */
