@@ -168,10 +168,15 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
   const emit = (accountId: number, type: EventType, at: string, data: unknown, messageSeq: number | null = null) => {
     const endpoints = sql.subscribedEndpoints.all(accountId, type) as { seq: number }[]
     if (endpoints.length === 0) return 0
-    const { seq } = sql.insertEvent.get(randomId('evt'), accountId, type, eventBody(type, at, data), at) as {
+    // Due at once: `at` says when the change happened, which a sweep may give ahead of the clock.
+    const clock = now()
+    const queued = at < clock ? at : clock
+    const { seq } = sql.insertEvent.get(randomId('evt'), accountId, type, eventBody(type, at, data), queued) as {
       seq: number
     }
-    for (const endpoint of endpoints) sql.insertDelivery.run(randomId('dlv'), seq, endpoint.seq, messageSeq, at, at)
+    for (const endpoint of endpoints) {
+      sql.insertDelivery.run(randomId('dlv'), seq, endpoint.seq, messageSeq, queued, queued)
+    }
     return endpoints.length
   }
   /** An order's event, for the account that placed it. */
