@@ -19,6 +19,7 @@ import scopes from './plugins/scopes.ts'
 import stability from './plugins/stability.ts'
 import store from './plugins/store.ts'
 import unrouted from './plugins/unrouted.ts'
+import webhookDelivery from './plugins/webhook-delivery.ts'
 import portal from './portal/index.ts'
 import health from './routes/health.ts'
 import messages from './routes/messages.ts'
@@ -58,6 +59,8 @@ async function animalStore(fastify: FastifyInstance, { config }: AppOptions): Pr
   await app.register(stability, { config })
   // Holds of placed orders end on time, on every instance.
   await app.register(orderExpiry)
+  // Webhook events leave the outbox, signed, at least once, from every instance.
+  await app.register(webhookDelivery, { config })
   // The OpenAPI document, built from the routes' schemas.
   await app.register(openapi, { config })
 

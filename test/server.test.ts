@@ -494,7 +494,7 @@ describe('server: probes', () => {
     assert.deepEqual(await health.json(), { status: 'ok' })
     const ready = await fetch(`${server.url}/readyz`)
     assert.equal(ready.status, 200)
-    assert.deepEqual(await ready.json(), { status: 'ready' })
+    assert.deepEqual(await ready.json(), { status: 'ready', outbox: { depth: 0, oldestAgeSeconds: null } })
   })
 })
 

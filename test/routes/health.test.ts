@@ -14,7 +14,7 @@ describe('Health probes: /healthz and /readyz (point 10)', () => {
     const { app } = await build(t)
     const response = await app.inject({ url: '/readyz' })
     assert.equal(response.statusCode, 200)
-    assert.deepEqual(response.json(), { status: 'ready' })
+    assert.deepEqual(response.json(), { status: 'ready', outbox: { depth: 0, oldestAgeSeconds: null } })
   })
 
   it('GET /readyz answers 503 with Retry-After when the database does not, logged in one warn line', async (t) => {

@@ -1,0 +1,141 @@
+/**
+ * Delivers the outbox, on every instance (decision 87). A delivery is claimed under a lease, so
+ * that one instance at a time sends it; it is signed (Standard Webhooks), sent, and its outcome
+ * recorded under that lease. An instance that dies loses its leases when they run out, and another
+ * takes them over: every event reaches its endpoints at least once.
+ */
+import fp from 'fastify-plugin'
+import type { Config } from '../config.ts'
+import type { ClaimedDelivery } from '../store/types.ts'
+import { retryDelayMs } from '../webhooks/schedule.ts'
+import { closeWebhookAgents, sendWebhook } from '../webhooks/send.ts'
+import { signatureHeaders } from '../webhooks/signing.ts'
+
+/** How often each instance looks for due deliveries (and unsubscribed messages to fail). */
+const POLL_MS = 500
+/** Deliveries in flight per instance. */
+const CONCURRENCY = 32
+/** A lease outlives the attempt's own bound by this much: the outcome is recorded within it. */
+const LEASE_MARGIN_MS = 10_000
+/** A write that may have made an event starts a pass this soon (many writes, one pass). */
+const NUDGE_MS = 20
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    webhookDeliveries: {
+      /** Look for due deliveries soon (an event may have just been written). */
+      nudge(): void
+      /** Deliveries this instance is sending now. */
+      inFlight(): number
+    }
+  }
+}
+
+export default fp<{ config: Config }>(
+  async (app, { config }) => {
+    const { store } = app
+    const leaseMs = config.webhookTimeoutMs + LEASE_MARGIN_MS
+    const sending = new Set<Promise<void>>()
+    let claiming = false
+    let again = false
+    let closing = false
+    let nudged: NodeJS.Timeout | null = null
+
+    const deliver = async (delivery: ClaimedDelivery): Promise<void> => {
+      const started = new Date()
+      const headers = { ...signatureHeaders(delivery.eventId, started, delivery.body, delivery.secrets) }
+      const result = await sendWebhook(delivery.url, headers, delivery.body, {
+        timeoutMs: config.webhookTimeoutMs,
+        allowPrivate: config.webhookAllowPrivate,
+      })
+      const gone = result.status === 410
+      const delay = result.delivered || gone ? null : retryDelayMs(delivery.attempts, config.webhookRetryScheduleMs)
+      const recorded = await store.recordDelivery({
+        id: delivery.id,
+        lease: delivery.lease,
+        at: started.toISOString(),
+        delivered: result.delivered,
+        status: result.status,
+        error: result.error,
+        retryAt: delay === null ? null : new Date(Date.now() + delay).toISOString(),
+        disableEndpoint: gone,
+      })
+      app.log.info(
+        {
+          delivery: delivery.id,
+          event: delivery.eventId,
+          attempt: delivery.attempts,
+          status: result.status,
+          error: result.error ?? undefined,
+          ms: result.ms,
+          leaseLost: recorded ? undefined : true,
+        },
+        result.delivered ? 'webhook delivered' : 'webhook not delivered',
+      )
+    }
+
+    /** Claims due deliveries while slots are free, and starts them. One pass at a time. */
+    const fill = async (): Promise<void> => {
+      if (claiming) {
+        again = true
+        return
+      }
+      claiming = true
+      try {
+        do {
+          again = false
+          while (!closing && sending.size < CONCURRENCY && (await store.deliveriesDue())) {
+            const claimed = await store.claimDeliveries(CONCURRENCY - sending.size, leaseMs)
+            if (claimed.length === 0) break
+            for (const delivery of claimed) {
+              const running: Promise<void> = deliver(delivery)
+                .catch((err) => app.log.warn({ err, delivery: delivery.id }, 'webhook outcome not recorded'))
+                .finally(() => {
+                  sending.delete(running)
+                  void fill()
+                })
+              sending.add(running)
+            }
+          }
+        } while (again && !closing)
+      } catch (err) {
+        // The database is away: the next poll tries again, and the leases taken run out meanwhile.
+        app.log.warn({ err }, 'webhook delivery pass failed')
+      } finally {
+        claiming = false
+      }
+    }
+
+    const poll = async () => {
+      try {
+        await store.failUnsubscribedMessages()
+      } catch (err) {
+        app.log.warn({ err }, 'failing unsubscribed messages failed')
+      }
+      await fill()
+    }
+
+    const timer = setInterval(poll, POLL_MS).unref()
+    const nudge = () => {
+      if (nudged !== null || closing) return
+      nudged = setTimeout(() => {
+        nudged = null
+        void fill()
+      }, NUDGE_MS).unref()
+    }
+    app.decorate('webhookDeliveries', { nudge, inFlight: () => sending.size })
+    // A write that succeeded may have stored an event: look for it now rather than at the next poll.
+    app.addHook('onResponse', async (request, reply) => {
+      if (request.method !== 'GET' && request.method !== 'HEAD' && reply.statusCode < 300) nudge()
+    })
+    app.addHook('onClose', async () => {
+      closing = true
+      clearInterval(timer)
+      if (nudged !== null) clearTimeout(nudged)
+      // Attempts under way finish and are recorded (each is bounded by WEBHOOK_TIMEOUT_SECONDS).
+      await Promise.allSettled(sending)
+      closeWebhookAgents()
+    })
+  },
+  { name: 'webhook-delivery', dependencies: ['store'] },
+)

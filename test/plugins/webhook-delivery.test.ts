@@ -1,0 +1,187 @@
+import assert from 'node:assert/strict'
+import { describe, it, type TestContext } from 'node:test'
+import type { EventType } from '../../src/schemas/webhooks.ts'
+import { newWebhookSecret } from '../../src/webhooks/signing.ts'
+import { bearer, build, type TestApp } from '../helper.ts'
+import { until } from '../wait.ts'
+import { receiver } from '../webhooks/receiver.ts'
+
+/** Loopback receivers, and retries in tenths of a second. */
+const ENV = {
+  WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+  WEBHOOK_ALLOW_HTTP: 'true',
+  WEBHOOK_RETRY_SCHEDULE: '0.1,0.1,0.1,0.1',
+  WEBHOOK_TIMEOUT_SECONDS: '2',
+}
+
+async function subscribed(t: TestContext, env: Record<string, string> = {}, events: EventType[] = ['message.created']) {
+  const test = await build(t, { ...ENV, ...env })
+  const key = await test.newKey()
+  const hook = await receiver(t)
+  const secret = newWebhookSecret()
+  const endpoint = await test.app.store.createWebhookEndpoint({
+    accountId: key.accountId,
+    url: hook.url,
+    events,
+    description: '',
+    secret,
+  })
+  return { test, key, hook, secret, endpoint }
+}
+
+async function send(test: TestApp, secret: string, message: string) {
+  const response = await test.app.inject({
+    method: 'POST',
+    url: '/v1/messages',
+    headers: { ...bearer(secret), 'content-type': 'application/json' },
+    payload: { message },
+  })
+  assert.equal(response.statusCode, 202, response.body)
+  return response.json() as { id: string; status: string }
+}
+
+const messageOf = (test: TestApp, accountId: number, id: string) => test.app.store.getMessage(accountId, id)
+
+describe('Webhook delivery: signed, at least once', () => {
+  it('a message reaches the endpoint signed (Standard Webhooks), and becomes delivered', async (t) => {
+    const { test, key, hook, secret } = await subscribed(t)
+    const sent = await send(test, key.secret, 'hello hook')
+    assert.equal(sent.status, 'queued')
+    await until('received', () => hook.received.length === 1)
+    const [got] = hook.received
+    assert.ok(got)
+    assert.equal(hook.verifiesWith(secret), true)
+    assert.equal(hook.verifiesWith(newWebhookSecret()), false)
+    assert.match(got.id, /^evt_/)
+    assert.equal(got.headers['content-type'], 'application/json')
+    assert.equal(got.event.type, 'message.created')
+    assert.equal(got.event.data.id, sent.id)
+    assert.equal(got.event.data.message, 'hello hook')
+    const delivered = await until('delivered', async () => {
+      const message = await messageOf(test, key.accountId, sent.id)
+      return message?.status === 'delivered' ? message : null
+    })
+    assert.equal(delivered.attempts, 1)
+    assert.ok(delivered.deliveredAt)
+  })
+
+  it('a receiver that fails twice gets the event on the third attempt, with the same webhook-id', async (t) => {
+    const { test, key, hook, endpoint } = await subscribed(t)
+    hook.answer = (n) => (n <= 2 ? 500 : 200)
+    const sent = await send(test, key.secret, 'third time lucky')
+    const message = await until('delivered', async () => {
+      const m = await messageOf(test, key.accountId, sent.id)
+      return m?.status === 'delivered' ? m : null
+    })
+    assert.equal(hook.received.length, 3)
+    assert.equal(hook.ids().size, 1)
+    assert.equal(message.attempts, 3)
+    const [delivery] = (await test.app.store.listDeliveries(key.accountId, endpoint.id, 10)) ?? []
+    assert.equal(delivery?.status, 'delivered')
+    assert.equal(delivery?.attempts, 3)
+    assert.equal(delivery?.lastStatus, 200)
+  })
+
+  it('a receiver down for a while gets every event once it is back', async (t) => {
+    const { test, key, hook } = await subscribed(t, {
+      WEBHOOK_RETRY_SCHEDULE: '0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2',
+    })
+    await hook.stop()
+    const sent: { id: string }[] = []
+    for (let i = 0; i < 5; i++) sent.push(await send(test, key.secret, `while down ${i}`))
+    // The backlog shows on /readyz.
+    const ready = (await test.app.inject({ url: '/readyz' })).json()
+    assert.equal(ready.outbox.depth, 5)
+    assert.ok(ready.outbox.oldestAgeSeconds >= 0)
+    // Every message has had a failed attempt (connection refused) before the receiver comes back.
+    await until('tried', async () => {
+      const all = await Promise.all(sent.map((m) => messageOf(test, key.accountId, m.id)))
+      return all.every((m) => (m?.attempts ?? 0) >= 1)
+    })
+    await hook.start()
+    await until('all delivered', async () => {
+      const all = await Promise.all(sent.map((m) => messageOf(test, key.accountId, m.id)))
+      return all.every((m) => m?.status === 'delivered')
+    })
+    assert.deepEqual(new Set(hook.received.map((r) => r.event.data.id)), new Set(sent.map((m) => m.id)))
+  })
+
+  it('every attempt failing fails the message; a 410 disables the endpoint', async (t) => {
+    const { test, key, hook, endpoint } = await subscribed(t)
+    hook.answer = () => 503
+    const failing = await send(test, key.secret, 'never')
+    const failed = await until('failed', async () => {
+      const m = await messageOf(test, key.accountId, failing.id)
+      return m?.status === 'failed' ? m : null
+    })
+    // The first attempt and four retries.
+    assert.equal(failed.attempts, 5)
+    hook.answer = () => 410
+    const gone = await send(test, key.secret, 'gone')
+    await until('failed', async () => (await messageOf(test, key.accountId, gone.id))?.status === 'failed')
+    const disabled = await test.app.store.getWebhookEndpoint(key.accountId, endpoint.id)
+    assert.equal(disabled?.status, 'disabled')
+    assert.equal(disabled?.disabledReason, 'answered 410 Gone')
+    const received = hook.received.length
+    const after = await send(test, key.secret, 'after')
+    await until('failed', async () => (await messageOf(test, key.accountId, after.id))?.status === 'failed')
+    assert.equal(hook.received.length, received)
+  })
+
+  it('a private address is refused without the operator’s switch, and nothing reaches it', async (t) => {
+    const { test, key, hook, endpoint } = await subscribed(t, { WEBHOOK_ALLOW_PRIVATE_URLS: 'false' })
+    const sent = await send(test, key.secret, 'to loopback')
+    const delivery = await until('attempted', async () => {
+      const [d] = (await test.app.store.listDeliveries(key.accountId, endpoint.id, 1)) ?? []
+      return d && d.attempts > 0 && d.lastError ? d : null
+    })
+    assert.match(delivery.lastError ?? '', /^address not allowed: 127\.0\.0\.1/)
+    assert.equal(delivery.lastStatus, null)
+    assert.equal(hook.received.length, 0)
+    assert.notEqual((await messageOf(test, key.accountId, sent.id))?.status, 'delivered')
+  })
+
+  it('during a rotation both secrets sign, and each verifies', async (t) => {
+    const { test, key, hook, secret, endpoint } = await subscribed(t)
+    const rotated = newWebhookSecret()
+    const until24h = new Date(Date.now() + 86_400_000).toISOString()
+    await test.app.store.rotateWebhookSecret(key.accountId, endpoint.id, rotated, until24h)
+    await send(test, key.secret, 'two signatures')
+    await until('received', () => hook.received.length === 1)
+    assert.equal(String(hook.received[0]?.headers['webhook-signature']).split(' ').length, 2)
+    assert.equal(hook.verifiesWith(secret), true)
+    assert.equal(hook.verifiesWith(rotated), true)
+  })
+
+  it('a message no endpoint subscribes to fails; order transitions are delivered as events', async (t) => {
+    const { test, key, hook } = await subscribed(t, {}, ['order.placed', 'order.canceled'])
+    const lonely = await send(test, key.secret, 'nobody')
+    const failed = await until('failed', async () => {
+      const m = await messageOf(test, key.accountId, lonely.id)
+      return m?.status === 'failed' ? m : null
+    })
+    assert.equal(failed.attempts, 0)
+    const pet = await test.app.store.createPet({ name: 'Rex', categoryId: 1 })
+    const headers = { ...bearer(key.secret), 'animal-store-beta': 'orders' }
+    const placed = await test.app.inject({
+      method: 'POST',
+      url: '/v1/store/orders',
+      headers,
+      payload: { petId: pet.id },
+    })
+    assert.equal(placed.statusCode, 201, placed.body)
+    const order = placed.json()
+    const canceled = await test.app.inject({ method: 'POST', url: `/v1/store/orders/${order.id}/cancel`, headers })
+    assert.equal(canceled.statusCode, 200)
+    await until('both events', () => hook.received.length === 2)
+    const events = hook.received.map((r) => r.event).sort((a, b) => (a.timestamp < b.timestamp ? -1 : 1))
+    assert.deepEqual(
+      events.map((e) => [e.type, e.data.id, e.data.status]),
+      [
+        ['order.placed', order.id, 'placed'],
+        ['order.canceled', order.id, 'canceled'],
+      ],
+    )
+    assert.deepEqual(events[0]?.data, order)
+  })
+})
