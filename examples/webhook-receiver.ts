@@ -1,0 +1,37 @@
+// A webhook receiver for the webhooks quickstart: run with `npx node examples/webhook-receiver.ts`
+// after `export WEBHOOK_SECRET=whsec_…` (the secret shown when the endpoint was created). It checks
+// each delivery's signature with the standardwebhooks package, prints the event, and answers 204.
+import http from 'node:http'
+import { Webhook } from 'standardwebhooks'
+
+// biome-ignore lint/style/noProcessEnv: an example takes its secret and port from the environment
+const secret = process.env.WEBHOOK_SECRET
+// biome-ignore lint/style/noProcessEnv: as above
+const port = Number(process.env.RECEIVER_PORT ?? 4000)
+if (!secret) {
+  console.error('Set WEBHOOK_SECRET to the endpoint’s secret first: export WEBHOOK_SECRET=whsec_…')
+  process.exit(1)
+}
+const webhook = new Webhook(secret)
+
+http
+  .createServer((request, response) => {
+    const chunks: Buffer[] = []
+    request.on('data', (chunk: Buffer) => chunks.push(chunk))
+    request.on('end', () => {
+      const body = Buffer.concat(chunks).toString()
+      try {
+        // Throws unless the signature is the secret's and the timestamp is recent (replays fail).
+        const event = webhook.verify(body, request.headers as Record<string, string>) as {
+          type: string
+          data: { id: string; message?: string }
+        }
+        console.log(`verified ${event.type} ${request.headers['webhook-id']}: ${event.data.message ?? event.data.id}`)
+        response.writeHead(204).end()
+      } catch (error) {
+        console.log(`refused a delivery: ${(error as Error).message}`)
+        response.writeHead(400).end()
+      }
+    })
+  })
+  .listen(port, '127.0.0.1', () => console.log(`listening on http://127.0.0.1:${port}/hook`))
