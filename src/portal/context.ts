@@ -32,6 +32,7 @@ export async function createPortal(app: FastifyInstance): Promise<Portal> {
   // Shared by every instance through the database, so a form rendered by one is accepted by another.
   const secret = await app.store.secret('portal-csrf', randomToken)
   app.decorateRequest('portalSession', null)
+  const webhooks = app.offers({ level: 'experimental', feature: 'webhooks' })
 
   function context(request: FastifyRequest, reply: FastifyReply): PageContext {
     // Any page may hold a form, so a browser without a CSRF cookie gets one with its first page.
@@ -40,7 +41,7 @@ export async function createPortal(app: FastifyInstance): Promise<Portal> {
       request.cookies[CSRF_COOKIE] = value
       reply.setCookie(CSRF_COOKIE, value, cookieOptions(request))
     }
-    return { email: request.portalSession?.email ?? null, csrf: csrfToken(secret, request) ?? '' }
+    return { email: request.portalSession?.email ?? null, csrf: csrfToken(secret, request) ?? '', webhooks }
   }
 
   const portal: Portal = {

@@ -7,7 +7,9 @@ import type { FastifySchemaValidationError } from 'fastify'
 import Type, { type TSchema } from 'typebox'
 import { KeyNameSchema, PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, PasswordSchema } from '../domain/accounts.ts'
 import { SCOPES } from '../domain/scopes.ts'
-import { EmailSchema } from '../schemas/accounts.ts'
+import { CONTROL_CHARACTERS, EmailSchema } from '../schemas/accounts.ts'
+import { EVENT_TYPES } from '../schemas/webhooks.ts'
+import { MAX_WEBHOOK_URL_LENGTH } from '../webhooks/url-policy.ts'
 import { CSRF_FIELD } from './csrf.ts'
 
 const form = <P extends Record<string, TSchema>>(fields: P) =>
@@ -49,12 +51,36 @@ export const KeyParams = Type.Object({ keyId: Type.String({ pattern: '^key_[0-9A
 
 export const OrderParams = Type.Object({ orderId: Type.String({ pattern: '^ord_[0-9A-Za-z]{1,64}$' }) })
 
+/** An endpoint's event types as form fields: one checkbox each, named `event-order-placed` for `order.placed`. */
+export const eventField = (type: string) => `event-${type.replace('.', '-')}`
+
+export const WEBHOOK_DESCRIPTION_MAX_LENGTH = 500
+
+export const NewWebhookForm = form({
+  // Room past the policy's limit, so that webhookUrlProblem says what is wrong with a long one.
+  url: Type.String({ maxLength: MAX_WEBHOOK_URL_LENGTH * 4 }),
+  description: Type.String({
+    maxLength: WEBHOOK_DESCRIPTION_MAX_LENGTH,
+    pattern: `^[^${CONTROL_CHARACTERS}\\ufffd]*$`,
+  }),
+  ...Object.fromEntries(EVENT_TYPES.map((type) => [eventField(type), Type.Optional(Type.Literal('on'))])),
+})
+
+export const WebhookParams = Type.Object({ endpointId: Type.String({ pattern: '^we_[0-9A-Za-z]{1,64}$' }) })
+
+export const DeliveryParams = Type.Object({
+  ...WebhookParams.properties,
+  deliveryId: Type.String({ pattern: '^dlv_[0-9A-Za-z]{1,64}$' }),
+})
+
 export const FIELD_MESSAGES: Record<string, string> = {
   email: 'Enter an email address such as alice@example.com.',
   password: `Choose a password of ${PASSWORD_MIN_LENGTH} to ${PASSWORD_MAX_LENGTH} characters (a few unrelated words work well).`,
   confirm: 'Type the same password again.',
   name: 'Give the key a name of 1 to 100 characters, without control characters, e.g. laptop or ci.',
   expires: 'Choose one of the offered expiry times.',
+  url: 'Enter the address to send events to, such as https://example.com/webhooks.',
+  description: `Keep the description to ${WEBHOOK_DESCRIPTION_MAX_LENGTH} characters, without control characters.`,
 }
 
 export interface FieldError {

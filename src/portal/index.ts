@@ -1,6 +1,6 @@
 /**
  * The client developer's side, served by the same process as the API: the self-serve portal at
- * /portal (accounts, keys, messages, orders) and the interactive API reference at /docs; `GET /` leads to
+ * /portal (accounts, keys, messages, orders, and webhooks where offered) and the interactive API reference at /docs; `GET /` leads to
  * the portal.
  *
  * Everything here is encapsulated: cookies, form bodies and security headers exist only under
@@ -25,6 +25,7 @@ import account from './routes/account.ts'
 import keys from './routes/keys.ts'
 import messages from './routes/messages.ts'
 import orders from './routes/orders.ts'
+import webhooks from './routes/webhooks.ts'
 
 /**
  * A form body (application/x-www-form-urlencoded). Bytes that are not UTF-8 would turn into U+FFFD
@@ -72,6 +73,8 @@ async function pages(app: FastifyInstance, { config }: { config: Config }): Prom
   await app.register(keys, { portal, config })
   await app.register(messages, { portal })
   await app.register(orders, { portal })
+  // Experimental: its pages exist only where the operator turned the feature on.
+  await app.register(webhooks, { portal, config })
 }
 
 export default async function portal(app: FastifyInstance, { config }: { config: Config }): Promise<void> {

@@ -222,6 +222,54 @@ describe('Browser: the portal walkthrough of the README', () => {
   })
 })
 
+describe('Browser: the webhooks pages (experimental)', () => {
+  for (const viewport of viewports)
+    it(`add an endpoint, see its secret once, and its deliveries (${viewport})`, {
+      timeout: 120_000,
+      skip: skipUnlessChromium,
+    }, async (t) => {
+      const server = await startServer(t, { DATABASE_URL: await testDatabaseUrl(t), EXPERIMENTAL_FEATURES: 'webhooks' })
+      const browser = await launch(t, { viewport })
+      const { page } = browser
+      await page.goto(`${server.url}/portal/sign-up`)
+      await page.getByLabel('Email').fill(`webhooks-${viewport}@example.com`)
+      await page.getByLabel('Password', { exact: true }).fill(PASSWORD)
+      await page.getByLabel('Password again').fill(PASSWORD)
+      await page.getByRole('button', { name: 'Create account' }).click()
+      await page.getByLabel('Name').fill('webhooks')
+      await page.getByRole('button', { name: 'Create key' }).click()
+      const key = await page.getByLabel('API key').inputValue()
+
+      await page.getByRole('link', { name: 'Webhooks' }).click()
+      await page.getByRole('heading', { name: 'Webhooks' }).waitFor()
+      await checkPage(browser, '30-webhooks-empty')
+      // A long URL without spaces, as the pages must wrap it on a phone.
+      const url = `https://hooks.example.com/${'a-rather-long-path-segment/'.repeat(4)}animal-store`
+      await page.getByLabel('URL').fill(url)
+      await page.getByLabel('Description (optional)').fill('Order sync')
+      await page.getByRole('button', { name: 'Add endpoint' }).click()
+      await page.getByRole('heading', { name: 'Your new webhook endpoint' }).waitFor()
+      const secret = await page.getByLabel('Signing secret').inputValue()
+      assert.match(secret, /^whsec_/)
+      await checkPage(browser, '31-new-webhook')
+
+      const sent = await fetch(`${server.url}/v1/messages`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ message: 'Hello, webhooks' }),
+      })
+      assert.equal(sent.status, 202)
+      await page.getByRole('link', { name: 'Back to your endpoints' }).click()
+      await page.getByRole('heading', { name: 'Webhooks' }).waitFor()
+      assert.ok(!(await page.content()).includes(secret), 'the secret is shown again')
+      await checkPage(browser, '32-webhooks')
+      await page.getByRole('link', { name: url }).click()
+      await page.getByRole('heading', { name: 'Webhook endpoint' }).waitFor()
+      assert.match((await page.locator('tbody').textContent()) ?? '', /message\.created/)
+      await checkPage(browser, '33-webhook')
+    })
+})
+
 describe('Browser: the API reference at /docs', () => {
   for (const viewport of viewports)
     it(`renders every operation, passes axe, and "Try it out" is prefilled and calls this server with a key (${viewport})`, {

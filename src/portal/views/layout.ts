@@ -11,6 +11,8 @@ export interface PageContext {
   email: string | null
   /** The CSRF token for this page's forms. */
   csrf: string
+  /** The webhooks pages exist (an experimental feature this deployment offers): linked in the navigation. */
+  webhooks?: boolean
 }
 
 export interface Notice {
@@ -26,6 +28,7 @@ export function layout(context: PageContext, title: string, body: Html, notice?:
     ? html`<li><a href="/portal/keys">API keys</a></li>
         <li><a href="/portal/messages">Messages</a></li>
         <li><a href="/portal/orders">Orders</a></li>
+        ${context.webhooks && html`<li><a href="/portal/webhooks">Webhooks</a></li>`}
         <li><a href="/docs">API reference</a></li>
         <li class="account">
           <form method="post" action="/portal/sign-out">

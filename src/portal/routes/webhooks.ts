@@ -1,0 +1,246 @@
+/**
+ * The signed-in account's webhook endpoints (an experimental feature: these pages exist only where
+ * the operator lists `webhooks` in EXPERIMENTAL_FEATURES): list, add (the signing secret shown
+ * once), disable and enable, rotate the secret, delete, and each endpoint's recent deliveries with
+ * Send again. Through the store, as every portal page is, with the API's URL policy and limit.
+ */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import Type from 'typebox'
+import type { Config } from '../../config.ts'
+import { EVENT_TYPES, type EventType } from '../../schemas/webhooks.ts'
+import type { Session, StoredWebhookEndpoint } from '../../store/types.ts'
+import { newWebhookSecret } from '../../webhooks/signing.ts'
+import { webhookUrlProblem } from '../../webhooks/url-policy.ts'
+import type { Portal } from '../context.ts'
+import { CsrfOnlyForm, DeliveryParams, eventField, fieldError, NewWebhookForm, WebhookParams } from '../forms.ts'
+import { html } from '../html.ts'
+import { errorPage } from '../views/error.ts'
+import type { Notice, PageContext } from '../views/layout.ts'
+import {
+  deleteWebhookPage,
+  newWebhookPage,
+  rotatedSecretPage,
+  type WebhookFormState,
+  webhookPage,
+  webhooksPage,
+} from '../views/webhooks.ts'
+
+/** Endpoints per account: the API's limit too. */
+export const MAX_WEBHOOK_ENDPOINTS = 16
+/** Deliveries shown per endpoint. */
+export const RECENT_DELIVERIES = 20
+/** How long the secret a rotation replaces keeps signing beside the new one. */
+export const PREVIOUS_SECRET_MS = 24 * 60 * 60_000
+
+const EndpointQuery = Type.Object({
+  changed: Type.Optional(Type.Enum(['enabled', 'disabled'] as const)),
+  resent: Type.Optional(DeliveryParams.properties.deliveryId),
+})
+const WebhooksQuery = Type.Object({ deleted: Type.Optional(WebhookParams.properties.endpointId) })
+
+/** The event types whose boxes the form checked, in the fixed order. */
+function checked(body: unknown): EventType[] {
+  const fields = (body ?? {}) as Record<string, unknown>
+  return EVENT_TYPES.filter((type) => fields[eventField(type)] === 'on')
+}
+
+const endpointNotFound = (c: PageContext) =>
+  errorPage(c, 'Endpoint not found', 'You have no webhook endpoint with this id. It may belong to another account.')
+const deliveryNotFound = (c: PageContext) =>
+  errorPage(c, 'Delivery not found', 'This endpoint has no recent delivery with this id.')
+
+/** The decoration of the deliverer, where it runs (another plugin): woken when a delivery is due now. */
+const deliverer = (app: FastifyInstance) =>
+  (app as unknown as { webhookDeliveries?: { nudge(): void } }).webhookDeliveries
+
+const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = async (app, { portal, config }) => {
+  // Elsewhere no route at all: a 404 page, as any unknown portal page (and no link in the navigation).
+  if (!app.offers({ level: 'experimental', feature: 'webhooks' })) return
+  app.addHook('preHandler', portal.signedIn)
+  // Set by the signedIn hook above, for every route of this module.
+  const accountId = (request: FastifyRequest) => (request.portalSession as Session).accountId
+  const policy = { allowHttp: config.webhookAllowHttp, allowPrivate: config.webhookAllowPrivate }
+
+  /** The list page with the form as sent, refused for `error`. */
+  async function refused(
+    request: FastifyRequest,
+    reply: Parameters<Portal['send']>[1],
+    code: number,
+    form: WebhookFormState,
+  ) {
+    const list = await app.store.listWebhookEndpoints(accountId(request))
+    return portal.send(request, reply, code, (c) => webhooksPage(c, list, MAX_WEBHOOK_ENDPOINTS, form))
+  }
+
+  /** The endpoint's page, with its recent deliveries. */
+  async function endpointPage(
+    request: FastifyRequest,
+    reply: Parameters<Portal['send']>[1],
+    code: number,
+    endpoint: StoredWebhookEndpoint,
+    notice?: Notice,
+  ) {
+    const deliveries = (await app.store.listDeliveries(accountId(request), endpoint.id, RECENT_DELIVERIES)) ?? []
+    return portal.send(request, reply, code, (c) => webhookPage(c, endpoint, deliveries, RECENT_DELIVERIES, notice))
+  }
+
+  app.get(
+    '/webhooks',
+    { schema: { hide: true, querystring: WebhooksQuery }, attachValidation: true },
+    async (request, reply) => {
+      const list = await app.store.listWebhookEndpoints(accountId(request))
+      // A hand-edited query is ignored, as keys?revoked= ignores a bad id.
+      const deleted = request.validationError ? undefined : request.query.deleted
+      const notice: Notice | undefined = deleted
+        ? {
+            kind: 'success' as const,
+            text: html`Endpoint <code>${deleted}</code> is deleted: nothing more is sent to it.`,
+          }
+        : undefined
+      return portal.send(request, reply, 200, (c) => webhooksPage(c, list, MAX_WEBHOOK_ENDPOINTS, { notice }))
+    },
+  )
+
+  app.post(
+    '/webhooks',
+    { schema: { hide: true, body: NewWebhookForm }, attachValidation: true, preValidation: portal.checkCsrf },
+    async (request, reply) => {
+      if (request.validationError) {
+        const body = request.body as Record<string, unknown>
+        const url = typeof body?.url === 'string' ? body.url : undefined
+        const description = typeof body?.description === 'string' ? body.description : undefined
+        const error = fieldError(request.validationError.validation)
+        return refused(request, reply, 400, { url, description, events: checked(body), error })
+      }
+      const { description } = request.body
+      // A pasted address often brings a space or a line break with it.
+      const url = request.body.url.trim()
+      const events = checked(request.body)
+      const form = { url, description, events }
+      const problem = webhookUrlProblem(url, policy)
+      if (problem) return refused(request, reply, 400, { ...form, error: { field: 'url', message: problem } })
+      if (events.length === 0) {
+        const error = { field: 'events', message: 'Choose at least one event to send.' }
+        return refused(request, reply, 400, { ...form, error })
+      }
+      const existing = await app.store.listWebhookEndpoints(accountId(request))
+      if (existing.length >= MAX_WEBHOOK_ENDPOINTS) {
+        const message = `You have ${existing.length} endpoints, the most an account may have. Delete one to add another.`
+        return refused(request, reply, 409, { ...form, error: { field: '', message } })
+      }
+      const secret = newWebhookSecret()
+      const endpoint = await app.store.createWebhookEndpoint({
+        accountId: accountId(request),
+        url,
+        events,
+        description,
+        secret,
+      })
+      return portal.send(request, reply, 201, (c) => newWebhookPage(c, endpoint, secret))
+    },
+  )
+
+  app.get(
+    '/webhooks/:endpointId',
+    { schema: { hide: true, params: WebhookParams, querystring: EndpointQuery }, attachValidation: true },
+    async (request, reply) => {
+      // Only a bad query may be ignored: a bad id is a 400, as anywhere in the portal.
+      if (request.validationError && request.validationError.validationContext !== 'querystring') {
+        throw request.validationError
+      }
+      const endpoint = await app.store.getWebhookEndpoint(accountId(request), request.params.endpointId)
+      if (!endpoint) return portal.send(request, reply, 404, endpointNotFound)
+      const query = request.validationError ? {} : request.query
+      let notice: Notice | undefined
+      if (query.changed === 'enabled' && endpoint.status === 'enabled')
+        notice = { kind: 'success', text: 'The endpoint is enabled: events are sent to it again.' }
+      else if (query.changed === 'disabled' && endpoint.status === 'disabled')
+        notice = { kind: 'success', text: 'The endpoint is disabled: nothing is sent to it until you enable it.' }
+      else if (query.resent)
+        notice = { kind: 'success', text: html`Delivery <code>${query.resent}</code> is queued to be sent again now.` }
+      return endpointPage(request, reply, 200, endpoint, notice)
+    },
+  )
+
+  for (const [action, enabled] of [
+    ['enable', true],
+    ['disable', false],
+  ] as const) {
+    app.post(
+      `/webhooks/:endpointId/${action}`,
+      { schema: { hide: true, params: WebhookParams, body: CsrfOnlyForm }, preValidation: portal.checkCsrf },
+      async (request, reply) => {
+        // Scoped to the signed-in account: another account's endpoint is "not found", and stays as it is.
+        const endpoint = await app.store.updateWebhookEndpoint(accountId(request), request.params.endpointId, {
+          enabled,
+        })
+        if (!endpoint) return portal.send(request, reply, 404, endpointNotFound)
+        return reply.redirect(`/portal/webhooks/${endpoint.id}?changed=${enabled ? 'enabled' : 'disabled'}`, 303)
+      },
+    )
+  }
+
+  app.post(
+    '/webhooks/:endpointId/rotate',
+    { schema: { hide: true, params: WebhookParams, body: CsrfOnlyForm }, preValidation: portal.checkCsrf },
+    async (request, reply) => {
+      const secret = newWebhookSecret()
+      const previousUntil = new Date(Date.now() + PREVIOUS_SECRET_MS).toISOString()
+      const endpoint = await app.store.rotateWebhookSecret(
+        accountId(request),
+        request.params.endpointId,
+        secret,
+        previousUntil,
+      )
+      if (!endpoint) return portal.send(request, reply, 404, endpointNotFound)
+      return portal.send(request, reply, 200, (c) => rotatedSecretPage(c, endpoint, secret, previousUntil))
+    },
+  )
+
+  app.get('/webhooks/:endpointId/delete', { schema: { hide: true, params: WebhookParams } }, async (request, reply) => {
+    const endpoint = await app.store.getWebhookEndpoint(accountId(request), request.params.endpointId)
+    if (!endpoint) return portal.send(request, reply, 404, endpointNotFound)
+    return portal.send(request, reply, 200, (c) => deleteWebhookPage(c, endpoint))
+  })
+
+  app.post(
+    '/webhooks/:endpointId/delete',
+    { schema: { hide: true, params: WebhookParams, body: CsrfOnlyForm }, preValidation: portal.checkCsrf },
+    async (request, reply) => {
+      const { endpointId } = request.params
+      const deleted = await app.store.deleteWebhookEndpoint(accountId(request), endpointId)
+      if (!deleted) return portal.send(request, reply, 404, endpointNotFound)
+      return reply.redirect(`/portal/webhooks?deleted=${endpointId}`, 303)
+    },
+  )
+
+  app.post(
+    '/webhooks/:endpointId/deliveries/:deliveryId/redeliver',
+    { schema: { hide: true, params: DeliveryParams, body: CsrfOnlyForm }, preValidation: portal.checkCsrf },
+    async (request, reply) => {
+      const { endpointId, deliveryId } = request.params
+      const endpoint = await app.store.getWebhookEndpoint(accountId(request), endpointId)
+      if (!endpoint) return portal.send(request, reply, 404, endpointNotFound)
+      // The buttons are on the endpoint's page: a delivery of another endpoint (or one long gone
+      // from the page) is not this endpoint's to resend.
+      const recent = (await app.store.listDeliveries(accountId(request), endpointId, RECENT_DELIVERIES * 5)) ?? []
+      if (!recent.some((delivery) => delivery.id === deliveryId)) {
+        return portal.send(request, reply, 404, deliveryNotFound)
+      }
+      if (endpoint.status === 'disabled') {
+        const notice = {
+          kind: 'error' as const,
+          text: 'This endpoint is disabled: nothing is sent to it. Enable it, then send the delivery again.',
+        }
+        return endpointPage(request, reply, 409, endpoint, notice)
+      }
+      const delivery = await app.store.redeliver(accountId(request), deliveryId)
+      if (!delivery) return portal.send(request, reply, 404, deliveryNotFound)
+      deliverer(app)?.nudge()
+      return reply.redirect(`/portal/webhooks/${endpointId}?resent=${delivery.id}`, 303)
+    },
+  )
+}
+
+export default webhooks

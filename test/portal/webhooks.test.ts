@@ -1,0 +1,400 @@
+/**
+ * Portal webhooks (experimental): the pages exist only with EXPERIMENTAL_FEATURES=webhooks. With
+ * it, the account adds endpoints (the API's URL policy and limit, the secret shown once), disables
+ * and enables them, rotates the secret (the old one signs 24 hours more), deletes them, and sees
+ * each one's recent deliveries with Send again; only with the page's CSRF token, never another
+ * account's endpoint, every value escaped.
+ */
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import type { FastifyInstance } from 'fastify'
+import { bearer, build } from '../helper.ts'
+import { csrfOf, FormBrowser, heading, newEmail } from './browser.ts'
+
+const FEATURE = { EXPERIMENTAL_FEATURES: 'webhooks' }
+const URL_1 = 'https://hooks.example.com/animal-store'
+
+async function signedIn(t: Parameters<typeof build>[0], env: Record<string, string> = FEATURE) {
+  let nudges = 0
+  const test = await build(t, env, {
+    // The deliverer's decoration, as the plugin that sends deliveries will have it.
+    setup: (app) => app.decorate('webhookDeliveries', { nudge: () => void nudges++ }),
+  })
+  const browser = new FormBrowser(test.app)
+  const email = newEmail()
+  await browser.signUp(email)
+  const account = await test.app.store.findAccountByEmail(email)
+  assert.ok(account)
+  return { ...test, browser, accountId: account.id, nudges: () => nudges }
+}
+
+/** Submits the add form of the webhooks page: every event box checked unless `events` says otherwise. */
+function add(browser: FormBrowser, url: string, options: { events?: string[]; description?: string } = {}) {
+  const events = options.events ?? [
+    'message.created',
+    'order.placed',
+    'order.completed',
+    'order.canceled',
+    'order.expired',
+  ]
+  const boxes = Object.fromEntries(events.map((type) => [`event-${type.replace('.', '-')}`, 'on']))
+  return browser.submit('/portal/webhooks', '/portal/webhooks', {
+    url,
+    description: options.description ?? '',
+    ...boxes,
+  })
+}
+
+/** Adds an endpoint; returns its id and the secret the page showed. */
+async function added(browser: FormBrowser, url = URL_1, options: { events?: string[]; description?: string } = {}) {
+  const response = await add(browser, url, options)
+  assert.equal(response.statusCode, 201, response.body)
+  const secret = /id="secret"[^>]*value="(whsec_[A-Za-z0-9+/=]+)"/.exec(response.body)?.[1]
+  const id = /href="\/portal\/webhooks\/(we_[0-9A-Za-z]+)"/.exec(response.body)?.[1]
+  assert.ok(secret && id, 'the new endpoint page shows no secret or no link')
+  return { id, secret, page: response.body }
+}
+
+/** Posts a form of `page` (an endpoint's page, by default) with that page's CSRF token. */
+async function press(browser: FormBrowser, action: string, page: string) {
+  const opened = await browser.get(page)
+  return browser.post(action, { _csrf: csrfOf(opened.body, action) })
+}
+
+/** The cells of a table's rows, as text without markup. */
+function rows(page: string): string[][] {
+  const body = /<tbody>([\s\S]*?)<\/tbody>/.exec(page)?.[1] ?? ''
+  return [...body.matchAll(/<tr>([\s\S]*?)<\/tr>/g)].map(([, row]) =>
+    [...(row as string).matchAll(/<t[hd][^>]*>([\s\S]*?)<\/t[hd]>/g)].map(([, cell]) =>
+      (cell as string)
+        .replace(/<span class="visually-hidden">[\s\S]*?<\/span>/g, '')
+        .replace(/<[^>]+>/g, ' ')
+        .replace(/\s+/g, ' ')
+        .trim(),
+    ),
+  )
+}
+
+async function sendMessage(app: FastifyInstance, secret: string, message: string) {
+  const response = await app.inject({
+    method: 'POST',
+    url: '/v1/messages',
+    headers: bearer(secret),
+    payload: { message },
+  })
+  assert.equal(response.statusCode, 202)
+}
+
+describe('Portal: webhooks without the experimental feature', () => {
+  it('has no link and no pages: 404 as any unknown portal page', async (t) => {
+    const { browser } = await signedIn(t, {})
+    const keys = await browser.get('/portal/keys')
+    assert.ok(!keys.body.includes('/portal/webhooks'), 'the navigation links webhooks')
+    const _csrf = csrfOf(keys.body, '/portal/sign-out')
+    for (const response of [
+      await browser.get('/portal/webhooks'),
+      await browser.post('/portal/webhooks', { _csrf, url: URL_1, description: '' }),
+      await browser.get('/portal/webhooks/we_abc'),
+    ]) {
+      assert.equal(response.statusCode, 404)
+      assert.equal(heading(response.body), 'Page not found')
+    }
+  })
+})
+
+describe('Portal: webhook endpoints', () => {
+  it('is linked from the navigation; adds an endpoint and shows its secret once, with how to verify', async (t) => {
+    const { app, browser, accountId } = await signedIn(t)
+    const keys = await browser.get('/portal/keys')
+    assert.match(keys.body, /<a href="\/portal\/webhooks">Webhooks<\/a>/)
+    const empty = await browser.get('/portal/webhooks')
+    assert.equal(empty.statusCode, 200)
+    assert.equal(heading(empty.body), 'Webhooks')
+    assert.equal(empty.headers['cache-control'], 'no-store')
+    assert.match(empty.body, /You have no endpoints yet/)
+    // Every event type is offered, checked.
+    for (const type of ['message-created', 'order-placed', 'order-completed', 'order-canceled', 'order-expired'])
+      assert.match(empty.body, new RegExp(`name="event-${type}" checked`))
+
+    const { id, secret, page } = await added(browser, URL_1, {
+      events: ['order.placed', 'order.canceled'],
+      description: 'Order sync',
+    })
+    assert.match(page, /standardwebhooks/)
+    assert.match(page, /shown only this once/)
+    const [stored] = await app.store.listWebhookEndpoints(accountId)
+    assert.equal(stored?.id, id)
+    assert.equal(stored?.secret, secret)
+    assert.deepEqual(stored?.events, ['order.placed', 'order.canceled'])
+    assert.equal(stored?.description, 'Order sync')
+
+    const list = await browser.get('/portal/webhooks')
+    assert.ok(!list.body.includes(secret), 'the list shows the secret')
+    const [row] = rows(list.body)
+    assert.deepEqual(row?.slice(0, 3), [`${URL_1} Order sync`, 'order.placed , order.canceled', 'Enabled'])
+    assert.match(list.body, new RegExp(`<time datetime="${stored?.createdAt}">`))
+    const detail = await browser.get(`/portal/webhooks/${id}`)
+    assert.equal(detail.statusCode, 200)
+    assert.ok(!detail.body.includes(secret), "the endpoint's page shows the secret")
+    assert.match(detail.body, /No deliveries yet/)
+  })
+
+  it('refuses a URL against the policy with its reason, keeping what was typed; and no event, or a bad description', async (t) => {
+    const { app, browser, accountId } = await signedIn(t)
+    const cases: [string, RegExp][] = [
+      ['http://hooks.example.com/x', /The URL must start with https:\/\/\./],
+      [
+        'https://127.0.0.1/hook',
+        /The URL&#39;s host 127\.0\.0\.1 is a loopback address; webhooks are sent to public addresses only\./,
+      ],
+      ['not a url', /The URL is not an absolute URL/],
+      ['https://user:pw@hooks.example.com/', /must not contain a username or password/],
+    ]
+    for (const [url, reason] of cases) {
+      const response = await add(browser, url)
+      assert.equal(response.statusCode, 400, url)
+      assert.match(response.body, reason)
+      assert.match(response.body, /id="url-error"/)
+      assert.ok(response.body.includes(`value="${url.replaceAll('&', '&amp;')}"`), 'the URL typed is kept')
+    }
+    const none = await add(browser, URL_1, { events: [] })
+    assert.equal(none.statusCode, 400)
+    assert.match(none.body, /Choose at least one event to send\./)
+    const control = await add(browser, URL_1, { description: 'a\u0007b' })
+    assert.equal(control.statusCode, 400)
+    assert.match(control.body, /Keep the description to 500 characters/)
+    // Markup typed into the form comes back as text.
+    const markup = await add(browser, 'http://x.example.com/"><script>alert(1)</script>')
+    assert.equal(markup.statusCode, 400)
+    assert.ok(!markup.body.includes('<script>alert(1)'), 'markup reached the page')
+    assert.deepEqual(await app.store.listWebhookEndpoints(accountId), [])
+  })
+
+  it('follows the deployment: plain http and private addresses where the operator allows them', async (t) => {
+    const { browser } = await signedIn(t, {
+      ...FEATURE,
+      WEBHOOK_ALLOW_HTTP: 'true',
+      WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+    })
+    await added(browser, 'http://127.0.0.1:8080/hook')
+  })
+
+  it('escapes the URL and description in the list and on the endpoint page', async (t) => {
+    const { browser } = await signedIn(t)
+    const { id } = await added(browser, 'https://hooks.example.com/?q=<b>', {
+      description: '<img src=x onerror=alert(1)>',
+    })
+    for (const page of [await browser.get('/portal/webhooks'), await browser.get(`/portal/webhooks/${id}`)]) {
+      assert.ok(!page.body.includes('<img src=x'), 'markup in a description reached the page')
+      assert.ok(!page.body.includes('q=<b>'))
+      assert.match(page.body, /&lt;img src=x onerror=alert\(1\)&gt;/)
+    }
+  })
+
+  it('allows 16 endpoints per account, as the API does', async (t) => {
+    const { app, browser, accountId } = await signedIn(t)
+    for (let i = 0; i < 16; i++)
+      await app.store.createWebhookEndpoint({
+        accountId,
+        url: `https://hooks.example.com/${i}`,
+        events: ['order.placed'],
+        description: '',
+        secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+      })
+    const list = await browser.get('/portal/webhooks')
+    assert.match(list.body, /You have 16 endpoints, the most an account may have/)
+    const _csrf = csrfOf(list.body, '/portal/sign-out')
+    const response = await browser.post('/portal/webhooks', {
+      _csrf,
+      url: URL_1,
+      description: '',
+      'event-order-placed': 'on',
+    })
+    assert.equal(response.statusCode, 409)
+    assert.match(response.body, /the most an account may have/)
+    assert.equal((await app.store.listWebhookEndpoints(accountId)).length, 16)
+  })
+
+  it('needs the CSRF token of the page for every form', async (t) => {
+    const { app, browser, accountId } = await signedIn(t)
+    const { id } = await added(browser)
+    for (const action of [
+      '/portal/webhooks',
+      `/portal/webhooks/${id}/disable`,
+      `/portal/webhooks/${id}/rotate`,
+      `/portal/webhooks/${id}/delete`,
+    ]) {
+      const response = await browser.post(action, { _csrf: 'forged', url: URL_1, description: '' })
+      assert.equal(response.statusCode, 403, action)
+    }
+    const [endpoint] = await app.store.listWebhookEndpoints(accountId)
+    assert.equal(endpoint?.status, 'enabled')
+    assert.equal(endpoint?.secretRotatedAt, null)
+    assert.equal((await app.store.listWebhookEndpoints(accountId)).length, 1)
+  })
+})
+
+describe('Portal: manage an endpoint', () => {
+  it('disables it (with the reason shown) and enables it again', async (t) => {
+    const { app, browser, accountId } = await signedIn(t)
+    const { id } = await added(browser)
+    const page = `/portal/webhooks/${id}`
+    const disabled = await press(browser, `${page}/disable`, page)
+    assert.equal(disabled.statusCode, 303)
+    assert.equal(disabled.headers.location, `${page}?changed=disabled`)
+    assert.equal((await app.store.getWebhookEndpoint(accountId, id))?.status, 'disabled')
+    const after = await browser.get(disabled.headers.location as string)
+    assert.match(after.body, /The endpoint is disabled/)
+    assert.match(after.body, /Disabled: disabled by the account/)
+    assert.ok(csrfOf(after.body, `${page}/enable`))
+    assert.match(
+      rows((await browser.get('/portal/webhooks')).body)[0]?.[2] ?? '',
+      /^Disabled: disabled by the account$/,
+    )
+
+    const enabled = await press(browser, `${page}/enable`, page)
+    assert.equal(enabled.statusCode, 303)
+    assert.equal((await app.store.getWebhookEndpoint(accountId, id))?.status, 'enabled')
+    assert.match((await browser.get(enabled.headers.location as string)).body, /The endpoint is enabled/)
+  })
+
+  it('rotates the secret: the new one shown once, the old one signing 24 hours more', async (t) => {
+    const { app, browser, accountId } = await signedIn(t)
+    const { id, secret: old } = await added(browser)
+    const page = `/portal/webhooks/${id}`
+    const before = Date.now()
+    const response = await press(browser, `${page}/rotate`, page)
+    assert.equal(response.statusCode, 200)
+    const secret = /id="secret"[^>]*value="(whsec_[A-Za-z0-9+/=]+)"/.exec(response.body)?.[1]
+    assert.ok(secret && secret !== old)
+    assert.match(response.body, /24 hours/)
+    const until = /Until <time datetime="([^"]+)"/.exec(response.body)?.[1]
+    const day = 24 * 60 * 60_000
+    assert.ok(until && Date.parse(until) >= before + day && Date.parse(until) <= Date.now() + day)
+    const stored = await app.store.getWebhookEndpoint(accountId, id)
+    assert.equal(stored?.secret, secret)
+    assert.ok(stored?.secretRotatedAt)
+    const detail = await browser.get(page)
+    assert.ok(!detail.body.includes(secret) && !detail.body.includes(old), 'a secret is shown again')
+  })
+
+  it('deletes it after a confirmation', async (t) => {
+    const { app, browser, accountId } = await signedIn(t)
+    const { id } = await added(browser)
+    const detail = await browser.get(`/portal/webhooks/${id}`)
+    assert.match(detail.body, new RegExp(`href="/portal/webhooks/${id}/delete"`))
+    const confirm = await browser.get(`/portal/webhooks/${id}/delete`)
+    assert.equal(confirm.statusCode, 200)
+    assert.equal(heading(confirm.body), 'Delete an endpoint')
+    const response = await browser.post(`/portal/webhooks/${id}/delete`, {
+      _csrf: csrfOf(confirm.body, `/portal/webhooks/${id}/delete`),
+    })
+    assert.equal(response.statusCode, 303)
+    assert.equal(response.headers.location, `/portal/webhooks?deleted=${id}`)
+    assert.deepEqual(await app.store.listWebhookEndpoints(accountId), [])
+    const list = await browser.get(response.headers.location as string)
+    assert.match(list.body, new RegExp(`Endpoint <code>${id}</code> is deleted`))
+    assert.equal((await browser.get(`/portal/webhooks/${id}`)).statusCode, 404)
+  })
+
+  it("cannot see or change another account's endpoint: 404, and it stays as it is", async (t) => {
+    const { app, browser, accountId } = await signedIn(t)
+    const { id } = await added(browser)
+    await sendMessage(app, await browser.createKey('laptop'), 'hello')
+    const [delivery] = (await app.store.listDeliveries(accountId, id, 20)) ?? []
+    assert.ok(delivery)
+    const stranger = new FormBrowser(app)
+    await stranger.signUp(newEmail())
+    const _csrf = csrfOf((await stranger.get('/portal/webhooks')).body, '/portal/webhooks')
+    for (const url of [`/portal/webhooks/${id}`, `/portal/webhooks/${id}/delete`]) {
+      const response = await stranger.get(url)
+      assert.equal(response.statusCode, 404, url)
+      assert.equal(heading(response.body), 'Endpoint not found')
+    }
+    for (const action of ['disable', 'rotate', 'delete', `deliveries/${delivery.id}/redeliver`]) {
+      const response = await stranger.post(`/portal/webhooks/${id}/${action}`, { _csrf })
+      assert.equal(response.statusCode, 404, action)
+      assert.match(response.headers['content-type'] as string, /^text\/html/)
+    }
+    assert.ok(!(await stranger.get('/portal/webhooks')).body.includes(id))
+    const endpoint = await app.store.getWebhookEndpoint(accountId, id)
+    assert.equal(endpoint?.status, 'enabled')
+    assert.equal(endpoint?.secretRotatedAt, null)
+  })
+})
+
+describe('Portal: recent deliveries', () => {
+  it('lists a delivery once a message is sent; Send again makes a failed one pending and wakes the deliverer', async (t) => {
+    const { app, browser, accountId, nudges } = await signedIn(t)
+    const { id } = await added(browser)
+    await sendMessage(app, await browser.createKey('laptop'), 'hello')
+    // One attempt, answered 500, with no retry left: the delivery fails.
+    const [claimed] = await app.store.claimDeliveries(10, 60_000)
+    assert.ok(claimed)
+    const recorded = await app.store.recordDelivery({
+      id: claimed.id,
+      lease: claimed.lease,
+      at: new Date().toISOString(),
+      delivered: false,
+      status: 500,
+      error: null,
+      retryAt: null,
+      disableEndpoint: false,
+    })
+    assert.ok(recorded)
+
+    const page = `/portal/webhooks/${id}`
+    const detail = await browser.get(page)
+    const [row] = rows(detail.body)
+    assert.equal(row?.[0], `message.created ${claimed.eventId}`)
+    assert.deepEqual(row?.slice(1, 4), ['Failed', '1', 'HTTP 500'])
+    const action = `${page}/deliveries/${claimed.id}/redeliver`
+    const response = await browser.post(action, { _csrf: csrfOf(detail.body, action) })
+    assert.equal(response.statusCode, 303)
+    assert.equal(response.headers.location, `${page}?resent=${claimed.id}`)
+    assert.equal(nudges(), 1)
+    const [delivery] = (await app.store.listDeliveries(accountId, id, 20)) ?? []
+    assert.equal(delivery?.status, 'pending')
+    const after = await browser.get(response.headers.location as string)
+    assert.match(after.body, new RegExp(`Delivery <code>${claimed.id}</code> is queued to be sent again`))
+    assert.equal(rows(after.body)[0]?.[1], 'Pending')
+  })
+
+  it('shows the 20 most recent deliveries', async (t) => {
+    const { app, browser, accountId } = await signedIn(t)
+    const { id } = await added(browser, URL_1, { events: ['message.created'] })
+    const key = await browser.createKey('laptop')
+    for (let i = 0; i < 21; i++) await sendMessage(app, key, `hello ${i}`)
+    const all = (await app.store.listDeliveries(accountId, id, 100)) ?? []
+    assert.equal(all.length, 21)
+    const shown = rows((await browser.get(`/portal/webhooks/${id}`)).body)
+    assert.equal(shown.length, 20)
+    assert.ok(!shown.some((row) => row[0]?.includes(all[20]?.eventId as string)), 'the oldest is shown')
+  })
+
+  it('refuses Send again while the endpoint is disabled, saying so; and a delivery of another endpoint', async (t) => {
+    const { app, browser, accountId, nudges } = await signedIn(t)
+    const { id } = await added(browser)
+    const { id: other } = await added(browser, 'https://other.example.com/hook')
+    await sendMessage(app, await browser.createKey('laptop'), 'hello')
+    const [delivery] = (await app.store.listDeliveries(accountId, id, 20)) ?? []
+    assert.ok(delivery)
+    const page = `/portal/webhooks/${id}`
+    const detail = await browser.get(page)
+    const _csrf = csrfOf(detail.body, `${page}/deliveries/${delivery.id}/redeliver`)
+    const elsewhere = await browser.post(`/portal/webhooks/${other}/deliveries/${delivery.id}/redeliver`, { _csrf })
+    assert.equal(elsewhere.statusCode, 404)
+    assert.equal(heading(elsewhere.body), 'Delivery not found')
+
+    assert.equal((await press(browser, `${page}/disable`, page)).statusCode, 303)
+    // Disabling failed the pending delivery; Send again would make it pending for nobody.
+    const response = await browser.post(`${page}/deliveries/${delivery.id}/redeliver`, { _csrf })
+    assert.equal(response.statusCode, 409)
+    assert.match(
+      response.body,
+      /This endpoint is disabled: nothing is sent to it\. Enable it, then send the delivery again\./,
+    )
+    assert.equal((await app.store.listDeliveries(accountId, id, 20))?.[0]?.status, 'failed')
+    assert.equal(nudges(), 0)
+  })
+})
