@@ -17,8 +17,14 @@ const URL_1 = 'https://hooks.example.com/animal-store'
 async function signedIn(t: Parameters<typeof build>[0], env: Record<string, string> = FEATURE) {
   let nudges = 0
   const test = await build(t, env, {
-    // The deliverer's decoration, as the plugin that sends deliveries will have it.
-    setup: (app) => app.decorate('webhookDeliveries', { nudge: () => void nudges++ }),
+    // Counts the nudges the pages give the delivery loop.
+    setup: (app) => {
+      const { nudge } = app.webhookDeliveries
+      app.webhookDeliveries.nudge = () => {
+        nudges++
+        nudge()
+      }
+    },
   })
   const browser = new FormBrowser(test.app)
   const email = newEmail()

@@ -5,7 +5,7 @@
  * Send again. Through the store, as every portal page is, with the API's URL policy and limit.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyRequest } from 'fastify'
 import Type from 'typebox'
 import type { Config } from '../../config.ts'
 import { EVENT_TYPES, type EventType } from '../../schemas/webhooks.ts'
@@ -49,10 +49,6 @@ const endpointNotFound = (c: PageContext) =>
   errorPage(c, 'Endpoint not found', 'You have no webhook endpoint with this id. It may belong to another account.')
 const deliveryNotFound = (c: PageContext) =>
   errorPage(c, 'Delivery not found', 'This endpoint has no recent delivery with this id.')
-
-/** The decoration of the deliverer, where it runs (another plugin): woken when a delivery is due now. */
-const deliverer = (app: FastifyInstance) =>
-  (app as unknown as { webhookDeliveries?: { nudge(): void } }).webhookDeliveries
 
 const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = async (app, { portal, config }) => {
   // Elsewhere no route at all: a 404 page, as any unknown portal page (and no link in the navigation).
@@ -237,7 +233,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
       }
       const delivery = await app.store.redeliver(accountId(request), deliveryId)
       if (!delivery) return portal.send(request, reply, 404, deliveryNotFound)
-      deliverer(app)?.nudge()
+      app.webhookDeliveries.nudge()
       return reply.redirect(`/portal/webhooks/${endpointId}?resent=${delivery.id}`, 303)
     },
   )
