@@ -66,7 +66,10 @@ export const WebhookEndpointSchema = Type.Object(
   {
     id: Type.String({ description: 'Identifier of the endpoint.', examples: ['we_3kTMd9PqLw2xY8aZ'] }),
     url: Type.String({ description: 'Where events are POSTed.', examples: ['https://example.com/webhooks'] }),
-    events: Type.Array(EventTypeSchema, { description: 'The event types sent to it.' }),
+    events: Type.Array(EventTypeSchema, {
+      description: 'The event types sent to it.',
+      examples: [['order.placed', 'order.completed']],
+    }),
     description: Type.String({ description: 'A note for the account’s own use.', examples: ['Order sync'] }),
     status: WebhookStatusSchema,
     disabledReason: Type.Union([Type.String(), Type.Null()], {
