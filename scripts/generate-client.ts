@@ -15,6 +15,8 @@ import { loadConfig } from '../src/config.ts'
 import { ROOT } from './start-command.ts'
 
 export const CLIENT_TYPES_FILE = 'src/client/schema.ts'
+/** The experimental features whose operations the typed client knows (and sends Animal-Store-Beta for). */
+export const EXPERIMENTAL_FEATURES = ['webhooks']
 
 // openapi-typescript prints its output with the TypeScript 5 compiler API, which TypeScript 7 (the
 // project's type-checker) no longer has. TypeScript 5 is installed under the alias `typescript-v5`
@@ -35,10 +37,15 @@ const HEADER = `/**
 
 `
 
-/** The OpenAPI document (JSON text) exactly as the app serves it. */
+/** The OpenAPI document (JSON text) exactly as the app serves it, with EXPERIMENTAL_FEATURES on. */
 export async function servedDocument(): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), 'animal-store-client-'))
-  const config = loadConfig({ DATABASE_URL: `sqlite:${join(dir, 'db.sqlite')}`, LOG_LEVEL: 'silent' })
+  // Every experimental feature on: the client (and the lint) cover the operations a deployment may offer.
+  const config = loadConfig({
+    DATABASE_URL: `sqlite:${join(dir, 'db.sqlite')}`,
+    LOG_LEVEL: 'silent',
+    EXPERIMENTAL_FEATURES: EXPERIMENTAL_FEATURES.join(','),
+  })
   const app = Fastify(serverOptions(config))
   try {
     await app.register(animalStore, { config })

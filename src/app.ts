@@ -25,6 +25,7 @@ import health from './routes/health.ts'
 import messages from './routes/messages.ts'
 import orders from './routes/orders.ts'
 import pets from './routes/pets.ts'
+import webhooks from './routes/webhooks.ts'
 import { validatorCompiler } from './schemas/validation.ts'
 
 export { serverOptions } from './http/options.ts'
@@ -69,6 +70,10 @@ async function animalStore(fastify: FastifyInstance, { config }: AppOptions): Pr
   await app.register(pets, { prefix: '/v1' })
   await app.register(messages, { prefix: '/v1' })
   await app.register(orders, { prefix: '/v1', orderHoldMs: config.orderHoldMs })
+  await app.register(webhooks, {
+    prefix: '/v1',
+    urlPolicy: { allowHttp: config.webhookAllowHttp, allowPrivate: config.webhookAllowPrivate },
+  })
   await app.register(portal, { config })
 }
 

@@ -27,6 +27,17 @@ import { parseScopes, SCOPES } from './domain/scopes.ts'
 import { CONTROL_CHARACTERS, EMAIL_DESCRIPTION } from './schemas/accounts.ts'
 import { DatabaseNotSetUpError, openStore, type Store } from './store/index.ts'
 
+const HELP_INDENT = ' '.repeat(50)
+/** The scopes, comma-separated, in lines that fit the help's second column. */
+const SCOPE_LIST = SCOPES.map((scope, i) => `${scope}${i < SCOPES.length - 1 ? ',' : ''}`)
+  .reduce<string[]>((lines, scope) => {
+    const last = lines.at(-1)
+    if (last !== undefined && last.length + scope.length < 50) lines[lines.length - 1] = `${last} ${scope}`
+    else lines.push(scope)
+    return lines
+  }, [])
+  .join(`\n${HELP_INDENT}`)
+
 const USAGE = `Usage: animal-store <command>
 
   accounts create <email>                         Create an account.
@@ -36,7 +47,8 @@ const USAGE = `Usage: animal-store <command>
                                                   Generate an API key (printed once, alone on the last line).
                                                   duration: a number and s, m, h, d or w, e.g. 30d;
                                                   at most ${MAX_LIFETIME_DESCRIPTION}.
-                                                  scopes: comma-separated, of ${SCOPES.join(', ')}
+                                                  scopes: comma-separated, of
+                                                  ${SCOPE_LIST}
                                                   (write implies read); without it, every scope.
   keys list <email>                               List an account's keys (never the secret).
   keys revoke <key-id>                            Revoke a key.

@@ -9,6 +9,7 @@ import { join } from 'node:path'
 import { describe, it } from 'node:test'
 import {
   AnimalStoreError,
+  allMessages,
   allOrders,
   allPets,
   BETA_FEATURES,
@@ -320,6 +321,81 @@ describe('Typed client: beta operations (orders)', () => {
     assert.deepEqual(await ids({ status: 'canceled', limit: 1 }), newestFirst.slice(2))
     assert.deepEqual(await ids({ petId: orders[1]?.petId, limit: 1 }), [orders[1]?.id])
     assert.deepEqual(await ids(), newestFirst)
+  })
+})
+
+describe('Typed client: messages and webhook endpoints (experimental)', () => {
+  it('allMessages walks every page newest first, keeping the status filter; getMessage reads one back', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    const sent: { method: string; path: string; beta: string | null }[] = []
+    const client = recordingClient(test.app, secret, sent)
+    const messages = []
+    for (const message of ['a', 'b', 'c']) messages.push(unwrap(await client.POST('/messages', { body: { message } })))
+    const texts = async (query?: Parameters<typeof allMessages>[1]) => {
+      const seen: string[] = []
+      for await (const message of allMessages(client, query)) seen.push(message.message)
+      return seen
+    }
+    sent.length = 0
+    assert.deepEqual(await texts({ limit: 2 }), ['c', 'b', 'a'])
+    assert.equal(sent.length, 2)
+    assert.deepEqual(await texts({ status: 'queued', limit: 1 }), ['c', 'b', 'a'])
+    assert.deepEqual(await texts({ status: 'failed' }), [])
+    const id = messages[0]?.id as string
+    assert.deepEqual(
+      unwrap(await client.GET('/messages/{messageId}', { params: { path: { messageId: id } } })),
+      messages[0],
+    )
+    for (const request of sent) assert.equal(request.beta, null, request.path)
+  })
+
+  it('covers every webhook operation and sends Animal-Store-Beta: webhooks for them, and only for them', async (t) => {
+    const test = await build(t, { EXPERIMENTAL_FEATURES: 'webhooks' })
+    const { secret } = await test.newKey()
+    const sent: { method: string; path: string; beta: string | null }[] = []
+    const client = recordingClient(test.app, secret, sent)
+    const created = await client.POST('/webhook-endpoints', {
+      body: { url: 'https://example.com/hooks', events: ['message.created'] },
+    })
+    assert.equal(created.response.status, 201)
+    const endpoint = unwrap(created)
+    assert.match(endpoint.secret, /^whsec_/)
+    const path = { endpointId: endpoint.id }
+    assert.equal(unwrap(await client.GET('/webhook-endpoints')).length, 1)
+    assert.equal(unwrap(await client.GET('/webhook-endpoints/{endpointId}', { params: { path } })).id, endpoint.id)
+    const patched = await client.PATCH('/webhook-endpoints/{endpointId}', {
+      params: { path },
+      body: { description: 'Order sync' },
+      headers: { 'content-type': 'application/merge-patch+json' },
+    })
+    assert.equal(unwrap(patched).description, 'Order sync')
+    const rotated = unwrap(await client.POST('/webhook-endpoints/{endpointId}/rotate-secret', { params: { path } }))
+    assert.notEqual(rotated.secret, endpoint.secret)
+    assert.match(rotated.previousSecretExpiresAt, /Z$/)
+    unwrap(await client.POST('/messages', { body: { message: 'hi' } }))
+    const [delivery] = unwrap(
+      await client.GET('/webhook-endpoints/{endpointId}/deliveries', { params: { path, query: { limit: 5 } } }),
+    )
+    assert.ok(delivery)
+    const resent = await client.POST('/webhook-endpoints/{endpointId}/deliveries/{deliveryId}/redeliver', {
+      params: { path: { ...path, deliveryId: delivery.id } },
+    })
+    assert.equal(resent.response.status, 202)
+    const deleted = await client.DELETE('/webhook-endpoints/{endpointId}', { params: { path } })
+    assert.equal(deleted.response.status, 204)
+    try {
+      unwrap(await client.GET('/webhook-endpoints/{endpointId}', { params: { path } }))
+      assert.fail('a deleted endpoint was found')
+    } catch (error) {
+      assert.ok(error instanceof AnimalStoreError)
+      assert.equal(error.code, 'webhook_endpoint_not_found')
+    }
+    const hooks = sent.filter((request) => request.path.startsWith('/v1/webhook-endpoints'))
+    assert.equal(hooks.length, 9)
+    for (const request of hooks) assert.equal(request.beta, 'webhooks', `${request.method} ${request.path}`)
+    for (const request of sent.filter((r) => !r.path.startsWith('/v1/webhook-endpoints')))
+      assert.equal(request.beta, null, `${request.method} ${request.path}`)
   })
 })
 

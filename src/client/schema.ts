@@ -60,13 +60,37 @@ export interface paths {
       path?: never
       cookie?: never
     }
-    get?: never
+    /**
+     * List the account's messages
+     * @description Newest first, `limit` per page, optionally of one `status`. When more exist, `Link: <…>; rel="next"` gives the next page.
+     */
+    get: operations['listMessages']
     put?: never
     /**
      * Send a message (quickstart example)
-     * @description Stores the message durably for the calling account and queues it: 202 with status `queued`.
+     * @description Stores the message durably for the calling account and queues it: 202 with status `queued`. It becomes `delivered` once a webhook endpoint subscribed to `message.created` answers 2xx, or `failed`.
      */
     post: operations['sendMessage']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  '/messages/{messageId}': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    /**
+     * Get a message
+     * @description One of the account's messages, with its delivery status; another account's is 404.
+     */
+    get: operations['getMessage']
+    put?: never
+    post?: never
     delete?: never
     options?: never
     head?: never
@@ -177,6 +201,118 @@ export interface paths {
     patch?: never
     trace?: never
   }
+  '/webhook-endpoints': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    /**
+     * List the account's webhook endpoints
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). All of them (at most 16), newest first, without their secrets.
+     */
+    get: operations['listWebhookEndpoints']
+    put?: never
+    /**
+     * Add a webhook endpoint
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Subscribes a URL to event types. The answer holds the endpoint's signing secret, shown only here (and on rotation). An account has at most 16 endpoints.
+     */
+    post: operations['createWebhookEndpoint']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  '/webhook-endpoints/{endpointId}': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    /**
+     * Get a webhook endpoint
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). One of the account's endpoints, without its secret; another account's is 404.
+     */
+    get: operations['getWebhookEndpoint']
+    put?: never
+    post?: never
+    /**
+     * Delete a webhook endpoint
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Nothing more is sent to it: its pending deliveries fail. Its id is not used again.
+     */
+    delete: operations['deleteWebhookEndpoint']
+    options?: never
+    head?: never
+    /**
+     * Change a webhook endpoint
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Changes `url`, `events`, `description` or `status` with a JSON Merge Patch (RFC 7396): the fields sent replace their values, the others stay. `{"status":"disabled"}` stops deliveries (the pending ones fail); `{"status":"enabled"}` resumes them, also after a `410 Gone` disabled the endpoint.
+     */
+    patch: operations['updateWebhookEndpoint']
+    trace?: never
+  }
+  '/webhook-endpoints/{endpointId}/rotate-secret': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * Rotate a webhook endpoint's signing secret
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Makes a new signing secret, shown only in this answer. For the next 24 hours each delivery is signed with both the new and the old secret (two `v1,…` signatures), so that a receiver may switch at its own pace; then with the new one alone. Rotating again ends the older secret at once.
+     */
+    post: operations['rotateWebhookSecret']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  '/webhook-endpoints/{endpointId}/deliveries': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    /**
+     * List a webhook endpoint's recent deliveries
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). The most recent `limit` deliveries, newest first: one page only, with no cursor (older ones are not listed). Each says how its attempts went.
+     */
+    get: operations['listWebhookDeliveries']
+    put?: never
+    post?: never
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  '/webhook-endpoints/{endpointId}/deliveries/{deliveryId}/redeliver': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * Send a delivery again
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Sends the event again, now, with the same `webhook-id` and body, and retries it as a new delivery would be; a delivered or failed one included. Any of the 100 most recent deliveries of an enabled endpoint.
+     */
+    post: operations['redeliverWebhook']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
 }
 export type webhooks = Record<string, never>
 export interface components {
@@ -256,16 +392,26 @@ export interface components {
        */
       message: string
       /**
-       * @description Delivery status: `queued` once the message is stored for sending.
-       * @example queued
+       * @description `queued` while the message is only queued; `delivered` once a webhook endpoint answered 2xx; `failed` when no endpoint subscribes to `message.created` or every attempt ran out.
+       * @enum {string}
        */
-      status: string
+      status: 'queued' | 'delivered' | 'failed'
       /**
        * Format: date-time
        * @description ISO 8601 UTC timestamp, e.g. 2026-11-22T12:00:00.000Z.
        * @example 2026-11-22T12:00:00.000Z
        */
       createdAt: string
+      /**
+       * @description Delivery attempts made so far, over every endpoint.
+       * @example 0
+       */
+      attempts: number
+      /**
+       * @description When an endpoint first answered 2xx, or null. ISO 8601 UTC.
+       * @example null
+       */
+      deliveredAt: string | null
     }
     NewMessage: {
       /**
@@ -339,7 +485,7 @@ export interface components {
     }
     Error: {
       /**
-       * @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, beta_opt_in_required, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, insufficient_scope, not_found, pet_not_found, order_not_found, method_not_allowed, operation_removed, request_timeout, pet_not_available, order_conflict, idempotency_conflict, pet_held, pending_by_order_only, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported.
+       * @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, invalid_webhook_url, beta_opt_in_required, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, insufficient_scope, not_found, pet_not_found, order_not_found, message_not_found, webhook_endpoint_not_found, delivery_not_found, method_not_allowed, operation_removed, request_timeout, pet_not_available, order_conflict, idempotency_conflict, pet_held, pending_by_order_only, webhook_endpoint_limit, webhook_endpoint_disabled, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported.
        * @example validation_failed
        */
       code: string
@@ -353,6 +499,268 @@ export interface components {
        * @example 400
        */
       status: number
+    }
+    WebhookEndpoint: {
+      /**
+       * @description Identifier of the endpoint.
+       * @example we_3kTMd9PqLw2xY8aZ
+       */
+      id: string
+      /**
+       * @description Where events are POSTed.
+       * @example https://example.com/webhooks
+       */
+      url: string
+      /**
+       * @description The event types sent to it.
+       * @example [
+       *       "order.placed",
+       *       "order.completed"
+       *     ]
+       */
+      events: ('message.created' | 'order.placed' | 'order.completed' | 'order.canceled' | 'order.expired')[]
+      /**
+       * @description A note for the account’s own use.
+       * @example Order sync
+       */
+      description: string
+      /**
+       * @description `disabled` once the endpoint answered `410 Gone` (or was disabled by hand): nothing is sent.
+       * @enum {string}
+       */
+      status: 'enabled' | 'disabled'
+      /**
+       * @description Why it is disabled, or null.
+       * @example null
+       */
+      disabledReason: string | null
+      /**
+       * Format: date-time
+       * @description When the endpoint was added. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      createdAt: string
+      /**
+       * @description When the signing secret was last rotated, or null. ISO 8601 UTC.
+       * @example null
+       */
+      secretRotatedAt: string | null
+    }
+    /** @description A webhook endpoint to add. */
+    NewWebhookEndpoint: {
+      /**
+       * @description Where events are POSTed: an absolute `https://` URL on a public address, without a username or password (see WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_URLS).
+       * @example https://example.com/webhooks
+       */
+      url: string
+      /**
+       * @description The event types to send to it: 1 to 5, each once.
+       * @example [
+       *       "order.placed",
+       *       "order.completed"
+       *     ]
+       */
+      events: ('message.created' | 'order.placed' | 'order.completed' | 'order.canceled' | 'order.expired')[]
+      /**
+       * @description A note for the account’s own use: 0 to 200 characters.
+       * @default
+       * @example Order sync
+       */
+      description?: string
+    }
+    /** @description A new webhook endpoint, with its signing secret (shown this once). */
+    CreatedWebhookEndpoint: {
+      /**
+       * @description Identifier of the endpoint.
+       * @example we_3kTMd9PqLw2xY8aZ
+       */
+      id: string
+      /**
+       * @description Where events are POSTed.
+       * @example https://example.com/webhooks
+       */
+      url: string
+      /**
+       * @description The event types sent to it.
+       * @example [
+       *       "order.placed",
+       *       "order.completed"
+       *     ]
+       */
+      events: ('message.created' | 'order.placed' | 'order.completed' | 'order.canceled' | 'order.expired')[]
+      /**
+       * @description A note for the account’s own use.
+       * @example Order sync
+       */
+      description: string
+      /**
+       * @description `disabled` once the endpoint answered `410 Gone` (or was disabled by hand): nothing is sent.
+       * @enum {string}
+       */
+      status: 'enabled' | 'disabled'
+      /**
+       * @description Why it is disabled, or null.
+       * @example null
+       */
+      disabledReason: string | null
+      /**
+       * Format: date-time
+       * @description When the endpoint was added. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      createdAt: string
+      /**
+       * @description When the signing secret was last rotated, or null. ISO 8601 UTC.
+       * @example null
+       */
+      secretRotatedAt: string | null
+      /**
+       * @description The signing secret (`whsec_…`): verify each delivery with it (Standard Webhooks). Shown only on creation and rotation: keep it.
+       * @example whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
+       */
+      secret: string
+    }
+    /** @description A webhook endpoint with its new signing secret (shown this once), and when the old one stops signing. */
+    RotatedWebhookEndpoint: {
+      /**
+       * @description Identifier of the endpoint.
+       * @example we_3kTMd9PqLw2xY8aZ
+       */
+      id: string
+      /**
+       * @description Where events are POSTed.
+       * @example https://example.com/webhooks
+       */
+      url: string
+      /**
+       * @description The event types sent to it.
+       * @example [
+       *       "order.placed",
+       *       "order.completed"
+       *     ]
+       */
+      events: ('message.created' | 'order.placed' | 'order.completed' | 'order.canceled' | 'order.expired')[]
+      /**
+       * @description A note for the account’s own use.
+       * @example Order sync
+       */
+      description: string
+      /**
+       * @description `disabled` once the endpoint answered `410 Gone` (or was disabled by hand): nothing is sent.
+       * @enum {string}
+       */
+      status: 'enabled' | 'disabled'
+      /**
+       * @description Why it is disabled, or null.
+       * @example null
+       */
+      disabledReason: string | null
+      /**
+       * Format: date-time
+       * @description When the endpoint was added. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      createdAt: string
+      /**
+       * @description When the signing secret was last rotated, or null. ISO 8601 UTC.
+       * @example null
+       */
+      secretRotatedAt: string | null
+      /**
+       * @description The signing secret (`whsec_…`): verify each delivery with it (Standard Webhooks). Shown only on creation and rotation: keep it.
+       * @example whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
+       */
+      secret: string
+      /**
+       * Format: date-time
+       * @description Until when the previous secret still signs each delivery, beside the new one. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      previousSecretExpiresAt: string
+    }
+    /** @description The fields to change (JSON Merge Patch, RFC 7396): those left out keep their value; none may be null. `status: disabled` stops deliveries (pending ones fail); `enabled` resumes them. */
+    WebhookEndpointPatch: {
+      /**
+       * @description Where events are POSTed: an absolute `https://` URL on a public address, without a username or password (see WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_URLS).
+       * @example https://example.com/webhooks
+       */
+      url?: string
+      /**
+       * @description The event types to send to it: 1 to 5, each once.
+       * @example [
+       *       "order.placed",
+       *       "order.completed"
+       *     ]
+       */
+      events?: ('message.created' | 'order.placed' | 'order.completed' | 'order.canceled' | 'order.expired')[]
+      /**
+       * @description A note for the account’s own use: 0 to 200 characters.
+       * @example Order sync
+       */
+      description?: string
+      /**
+       * @description `disabled` once the endpoint answered `410 Gone` (or was disabled by hand): nothing is sent.
+       * @enum {string}
+       */
+      status?: 'enabled' | 'disabled'
+    }
+    Delivery: {
+      /**
+       * @description Identifier of the delivery.
+       * @example dlv_3kTMd9PqLw2xY8aZ
+       */
+      id: string
+      /**
+       * @description The event (its `webhook-id`).
+       * @example evt_3kTMd9PqLw2xY8aZ
+       */
+      eventId: string
+      /**
+       * @description An event type.
+       * @enum {string}
+       */
+      eventType: 'message.created' | 'order.placed' | 'order.completed' | 'order.canceled' | 'order.expired'
+      /**
+       * @description `pending` (being tried), `delivered` (a 2xx answer) or `failed` (every attempt ran out).
+       * @enum {string}
+       */
+      status: 'pending' | 'delivered' | 'failed'
+      /**
+       * @description Attempts made so far.
+       * @example 1
+       */
+      attempts: number
+      /**
+       * @description When the next attempt is due, while pending. ISO 8601 UTC.
+       * @example null
+       */
+      nextAttemptAt: string | null
+      /**
+       * @description When the last attempt was made, or null. ISO 8601 UTC.
+       * @example null
+       */
+      lastAttemptAt: string | null
+      /**
+       * @description The HTTP status of the last answer.
+       * @example 200
+       */
+      lastStatus: number | null
+      /**
+       * @description Why the last attempt failed, or null.
+       * @example null
+       */
+      lastError: string | null
+      /**
+       * @description When a 2xx answer arrived, or null. ISO 8601 UTC.
+       * @example null
+       */
+      deliveredAt: string | null
+      /**
+       * Format: date-time
+       * @description When the event was queued for this endpoint. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      createdAt: string
     }
   }
   responses: never
@@ -1421,6 +1829,187 @@ export interface operations {
       }
     }
   }
+  listMessages: {
+    parameters: {
+      query?: {
+        /** @description Maximum number of messages returned. */
+        limit?: number
+        /** @description `queued` while the message is only queued; `delivered` once a webhook endpoint answered 2xx; `failed` when no endpoint subscribes to `message.created` or every attempt ran out. */
+        status?: 'queued' | 'delivered' | 'failed'
+        /** @description Opaque position from the `Link: <…>; rel="next"` header of the previous page. */
+        cursor?: string
+      }
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description A page of the account's messages, newest first. */
+      200: {
+        headers: {
+          /** @description `<…/v1/messages?…&cursor=…>; rel="next"` when more messages follow (RFC 8288). */
+          Link?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Message'][]
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
   sendMessage: {
     parameters: {
       query?: never
@@ -1603,6 +2192,203 @@ export interface operations {
            *       "code": "idempotency_key_reused",
            *       "message": "This Idempotency-Key was already used for a different request.",
            *       "status": 422
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  getMessage: {
+    parameters: {
+      query?: never
+      header?: never
+      path: {
+        /** @description The identifier of the message (`msg_…`). */
+        messageId: string
+      }
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description The message. */
+      200: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Message']
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `message_not_found`: no such message of this account's. */
+      404: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "message_not_found",
+           *       "message": "No message with this id for this account.",
+           *       "status": 404
            *     }
            */
           'application/json': components['schemas']['Error']
@@ -2886,6 +3672,1705 @@ export interface operations {
            *       "code": "insufficient_scope",
            *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
            *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  listWebhookEndpoints: {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description The account's endpoints, newest first. */
+      200: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['WebhookEndpoint'][]
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  createWebhookEndpoint: {
+    parameters: {
+      query?: never
+      header?: {
+        /** @description 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
+        'idempotency-key'?: string
+      }
+      path?: never
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['NewWebhookEndpoint']
+      }
+    }
+    responses: {
+      /** @description The endpoint, with its signing secret. */
+      201: {
+        headers: {
+          /** @description The URL of the new endpoint. */
+          Location?: string
+          /** @description `true` when this is the stored response to an earlier request. */
+          'Idempotent-Replayed'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['CreatedWebhookEndpoint']
+        }
+      }
+      /** @description The request is invalid: `invalid_webhook_url` (the message says why the URL is refused), or `validation_failed`. */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "invalid_webhook_url",
+           *       "message": "The webhook endpoint URL is not one events can be sent to; the message says why.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `webhook_endpoint_limit`: the account has 16 endpoints already; `idempotency_conflict`: a request with this Idempotency-Key is still in progress. */
+      409: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "webhook_endpoint_limit",
+           *       "message": "The account has the most webhook endpoints it may have (16): delete one first.",
+           *       "status": 409
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The body is larger than the limit (BODY_LIMIT). */
+      413: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "payload_too_large",
+           *       "message": "The request body is too large.",
+           *       "status": 413
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The body is not JSON in UTF-8 (`Content-Type: application/json`, no `Content-Encoding`). */
+      415: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "unsupported_media_type",
+           *       "message": "Send the body as application/json (a PATCH also takes application/merge-patch+json).",
+           *       "status": 415
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description This Idempotency-Key was used for a different request. */
+      422: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "idempotency_key_reused",
+           *       "message": "This Idempotency-Key was already used for a different request.",
+           *       "status": 422
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  getWebhookEndpoint: {
+    parameters: {
+      query?: never
+      header?: never
+      path: {
+        /** @description The identifier of the webhook endpoint (`we_…`). */
+        endpointId: string
+      }
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description The endpoint. */
+      200: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['WebhookEndpoint']
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `webhook_endpoint_not_found`: no such endpoint of this account's. */
+      404: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "webhook_endpoint_not_found",
+           *       "message": "No webhook endpoint with this id for this account.",
+           *       "status": 404
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  deleteWebhookEndpoint: {
+    parameters: {
+      query?: never
+      header?: never
+      path: {
+        /** @description The identifier of the webhook endpoint (`we_…`). */
+        endpointId: string
+      }
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description Deleted. No content. */
+      204: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `webhook_endpoint_not_found`: no such endpoint of this account's. */
+      404: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "webhook_endpoint_not_found",
+           *       "message": "No webhook endpoint with this id for this account.",
+           *       "status": 404
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  updateWebhookEndpoint: {
+    parameters: {
+      query?: never
+      header?: never
+      path: {
+        /** @description The identifier of the webhook endpoint (`we_…`). */
+        endpointId: string
+      }
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/merge-patch+json': components['schemas']['WebhookEndpointPatch']
+        'application/json': components['schemas']['WebhookEndpointPatch']
+      }
+    }
+    responses: {
+      /** @description The endpoint as it is now. */
+      200: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['WebhookEndpoint']
+        }
+      }
+      /** @description The request is invalid: `invalid_webhook_url` (the message says why the URL is refused), or `validation_failed`. */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "invalid_webhook_url",
+           *       "message": "The webhook endpoint URL is not one events can be sent to; the message says why.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `webhook_endpoint_not_found`: no such endpoint of this account's. */
+      404: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "webhook_endpoint_not_found",
+           *       "message": "No webhook endpoint with this id for this account.",
+           *       "status": 404
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The body is larger than the limit (BODY_LIMIT). */
+      413: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "payload_too_large",
+           *       "message": "The request body is too large.",
+           *       "status": 413
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The body is not JSON in UTF-8 (`Content-Type: application/json`, no `Content-Encoding`). */
+      415: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "unsupported_media_type",
+           *       "message": "Send the body as application/json (a PATCH also takes application/merge-patch+json).",
+           *       "status": 415
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  rotateWebhookSecret: {
+    parameters: {
+      query?: never
+      header?: never
+      path: {
+        /** @description The identifier of the webhook endpoint (`we_…`). */
+        endpointId: string
+      }
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description The endpoint, with its new secret. */
+      200: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['RotatedWebhookEndpoint']
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `webhook_endpoint_not_found`: no such endpoint of this account's. */
+      404: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "webhook_endpoint_not_found",
+           *       "message": "No webhook endpoint with this id for this account.",
+           *       "status": 404
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  listWebhookDeliveries: {
+    parameters: {
+      query?: {
+        /** @description Maximum number of deliveries returned. */
+        limit?: number
+      }
+      header?: never
+      path: {
+        /** @description The identifier of the webhook endpoint (`we_…`). */
+        endpointId: string
+      }
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description The most recent deliveries, newest first. */
+      200: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Delivery'][]
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `webhook_endpoint_not_found`: no such endpoint of this account's. */
+      404: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "webhook_endpoint_not_found",
+           *       "message": "No webhook endpoint with this id for this account.",
+           *       "status": 404
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  redeliverWebhook: {
+    parameters: {
+      query?: never
+      header?: never
+      path: {
+        /** @description The identifier of the webhook endpoint (`we_…`). */
+        endpointId: string
+        /** @description The identifier of the delivery (`dlv_…`). */
+        deliveryId: string
+      }
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description Accepted: the delivery is pending again, due now. */
+      202: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Delivery']
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `webhook_endpoint_not_found`, or `delivery_not_found`: no such delivery among its most recent. */
+      404: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "delivery_not_found",
+           *       "message": "No delivery with this id for this webhook endpoint.",
+           *       "status": 404
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `webhook_endpoint_disabled`: enable the endpoint first. */
+      409: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id'?: string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "webhook_endpoint_disabled",
+           *       "message": "The webhook endpoint is disabled: enable it before redelivering.",
+           *       "status": 409
            *     }
            */
           'application/json': components['schemas']['Error']

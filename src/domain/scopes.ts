@@ -2,7 +2,16 @@
  * What an API key may do (decision 77). Each operation needs one scope; a write scope also grants
  * the read of the same resource. A key made without scopes (every key made before scopes) has all.
  */
-export const SCOPES = ['pets:read', 'pets:write', 'orders:read', 'orders:write', 'messages:write'] as const
+export const SCOPES = [
+  'pets:read',
+  'pets:write',
+  'orders:read',
+  'orders:write',
+  'messages:read',
+  'messages:write',
+  'webhooks:read',
+  'webhooks:write',
+] as const
 export type Scope = (typeof SCOPES)[number]
 
 /** The scopes a key's stored text grants, write implying read; null: every scope. */

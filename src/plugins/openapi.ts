@@ -10,6 +10,15 @@ import { ErrorSchema } from '../schemas/common.ts'
 import { MessageSchema, NewMessageSchema } from '../schemas/messages.ts'
 import { InventorySchema, NewOrderSchema, OrderSchema } from '../schemas/orders.ts'
 import { NewPetSchema, PetPatchSchema, PetSchema } from '../schemas/pets.ts'
+import {
+  CreatedWebhookEndpointSchema,
+  DeliverySchema,
+  NewWebhookEndpointSchema,
+  RotatedWebhookEndpointSchema,
+  WEBHOOKS_STABILITY,
+  WebhookEndpointPatchSchema,
+  WebhookEndpointSchema,
+} from '../schemas/webhooks.ts'
 
 /** The one path under /v1 served without a key. */
 export const OPENAPI_PATH = '/v1/openapi.json'
@@ -25,6 +34,16 @@ const COMPONENTS = [
   NewOrderSchema,
   InventorySchema,
   ErrorSchema,
+]
+
+/** Published only where the webhook operations exist (they are experimental: EXPERIMENTAL_FEATURES). */
+const WEBHOOK_COMPONENTS = [
+  WebhookEndpointSchema,
+  NewWebhookEndpointSchema,
+  CreatedWebhookEndpointSchema,
+  RotatedWebhookEndpointSchema,
+  WebhookEndpointPatchSchema,
+  DeliverySchema,
 ]
 
 /** Replaces every embedded schema that has an `$id` by a reference to its component. */
@@ -45,7 +64,8 @@ export default fp<{ config: Config }>(
   async (app, { config }) => {
     const production = { url: config.servers.production, description: 'Production' }
     const staging = { url: config.servers.staging, description: 'Staging' }
-    for (const schema of COMPONENTS) app.addSchema(schema)
+    const webhooks = app.offers(WEBHOOKS_STABILITY)
+    for (const schema of [...COMPONENTS, ...(webhooks ? WEBHOOK_COMPONENTS : [])]) app.addSchema(schema)
     await app.register(swagger, {
       openapi: {
         openapi: '3.1.0',
@@ -76,8 +96,16 @@ export default fp<{ config: Config }>(
         },
         tags: [
           { name: 'pets', description: 'The animal catalogue.' },
-          { name: 'messages', description: 'The quickstart message operation.' },
+          { name: 'messages', description: 'The quickstart message operation, and the messages sent.' },
           { name: 'store', description: 'Orders and inventory (beta: send `Animal-Store-Beta: orders`).' },
+          ...(webhooks
+            ? [
+                {
+                  name: 'webhooks',
+                  description: 'Webhook endpoints (experimental: send `Animal-Store-Beta: webhooks`).',
+                },
+              ]
+            : []),
         ],
       },
       // Name shared schemas by their $id (Pet, NewPet, Error, …) in components.schemas.
@@ -91,5 +119,5 @@ export default fp<{ config: Config }>(
       return reply.type('application/json; charset=utf-8').send(document)
     })
   },
-  { name: 'openapi' },
+  { name: 'openapi', dependencies: ['stability'] },
 )

@@ -1,6 +1,13 @@
+import { randomBytes } from 'node:crypto'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import fp from 'fastify-plugin'
+import { cursorCodec } from '../domain/pagination.ts'
+import { ApiError } from '../errors.ts'
+import { requestOrigin } from '../http/host.ts'
 import {
+  DEFAULT_PAGE_SIZE,
+  ErrorSchema,
+  errorExample,
   errorResponses,
   header,
   IdempotencyHeadersSchema,
@@ -8,9 +15,19 @@ import {
   NoQuerySchema,
   RATE_LIMIT_HEADERS,
 } from '../schemas/common.ts'
-import { MessageSchema, NewMessageSchema } from '../schemas/messages.ts'
+import {
+  ListMessagesQuerySchema,
+  MessageParamsSchema,
+  MessageSchema,
+  MessagesSchema,
+  NewMessageSchema,
+} from '../schemas/messages.ts'
+
+const tags = ['messages']
 
 const messages: FastifyPluginAsyncTypebox = async (app) => {
+  // A key of their own: a cursor of another list (pets, orders) is refused here, not read as a position.
+  const cursors = cursorCodec(await app.store.secret('messages-cursor', () => randomBytes(32).toString('base64url')))
   app.addHook('onRequest', app.authenticate)
   app.addHook('onRequest', app.rateLimit)
 
@@ -20,8 +37,10 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
       schema: {
         operationId: 'sendMessage',
         summary: 'Send a message (quickstart example)',
-        description: 'Stores the message durably for the calling account and queues it: 202 with status `queued`.',
-        tags: ['messages'],
+        description:
+          'Stores the message durably for the calling account and queues it: 202 with status `queued`. ' +
+          'It becomes `delivered` once a webhook endpoint subscribed to `message.created` answers 2xx, or `failed`.',
+        tags,
         headers: IdempotencyHeadersSchema,
         querystring: NoQuerySchema,
         body: NewMessageSchema,
@@ -40,6 +59,71 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
       const { accountId } = request.caller
       const message = await app.store.createMessage(accountId, request.body.message, request.idempotency ?? undefined)
       return reply.code(202).send(message)
+    },
+  )
+
+  app.get(
+    '/messages',
+    {
+      schema: {
+        operationId: 'listMessages',
+        summary: "List the account's messages",
+        description:
+          'Newest first, `limit` per page, optionally of one `status`. When more exist, `Link: <…>; rel="next"` gives the next page.',
+        tags,
+        querystring: ListMessagesQuerySchema,
+        response: {
+          200: jsonResponse("A page of the account's messages, newest first.", MessagesSchema, {
+            Link: header('`<…/v1/messages?…&cursor=…>; rel="next"` when more messages follow (RFC 8288).'),
+            ...RATE_LIMIT_HEADERS,
+          }),
+          ...errorResponses(400, 401, 429, 500, 503),
+        },
+      },
+      config: { scope: 'messages:read' },
+    },
+    async function listMessages(request, reply) {
+      const { limit = DEFAULT_PAGE_SIZE, status, cursor } = request.query
+      const filterText = status && new URLSearchParams({ status }).toString()
+      const before = cursor === undefined ? undefined : cursors.decode(cursor, filterText)
+      const page = await app.store.listMessages({ accountId: request.caller.accountId, limit, status, before })
+      if (page.next !== null) {
+        const next = new URLSearchParams({ limit: String(limit), ...(status && { status }) })
+        next.set('cursor', cursors.encode(page.next, filterText))
+        reply.header('link', `<${requestOrigin(request)}/v1/messages?${next}>; rel="next"`)
+      }
+      return page.messages
+    },
+  )
+
+  app.get(
+    '/messages/:messageId',
+    {
+      schema: {
+        operationId: 'getMessage',
+        summary: 'Get a message',
+        description: "One of the account's messages, with its delivery status; another account's is 404.",
+        tags,
+        params: MessageParamsSchema,
+        querystring: NoQuerySchema,
+        response: {
+          200: jsonResponse('The message.', MessageSchema, RATE_LIMIT_HEADERS),
+          ...errorResponses(400, 401, 429, 500, 503),
+          404: jsonResponse(
+            "`message_not_found`: no such message of this account's.",
+            ErrorSchema,
+            RATE_LIMIT_HEADERS,
+            errorExample('message_not_found'),
+          ),
+        },
+      },
+      config: { scope: 'messages:read' },
+    },
+    async function getMessage(request) {
+      const { messageId } = request.params
+      const message = await app.store.getMessage(request.caller.accountId, messageId)
+      if (!message) throw new ApiError('message_not_found', `No message ${messageId} for this account.`)
+      return message
     },
   )
 }

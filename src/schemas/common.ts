@@ -77,6 +77,11 @@ export const errorExample = (code: ErrorCode, message: string = ERRORS[code][1])
 const errorResponse = (code: ErrorCode, description: string, headers?: Headers) =>
   jsonResponse(description, ErrorSchema, headers, errorExample(code))
 
+/** A documented response without content (a 204). */
+export function emptyResponse(description: string, headers?: Headers) {
+  return { type: 'null' as const, description, headers: { ...headers, ...REQUEST_ID_HEADER } }
+}
+
 /** The 304 of a GET operation, the answer to `If-None-Match: *` (src/plugins/preconditions.ts). */
 export function notModifiedResponse(headers?: Headers) {
   return {

@@ -1,5 +1,13 @@
 import Type from 'typebox'
-import { VISIBLE_TEXT } from './common.ts'
+import { Cursor, PageLimit, VISIBLE_TEXT } from './common.ts'
+
+export const MESSAGE_STATUSES = ['queued', 'delivered', 'failed'] as const
+export const MessageStatusSchema = Type.Enum(MESSAGE_STATUSES, {
+  type: 'string',
+  description:
+    '`queued` while the message is only queued; `delivered` once a webhook endpoint answered 2xx; `failed` when no endpoint subscribes to `message.created` or every attempt ran out.',
+})
+export type MessageStatus = (typeof MESSAGE_STATUSES)[number]
 
 export const NewMessageSchema = Type.Object(
   {
@@ -20,19 +28,20 @@ export const MessageSchema = Type.Object(
   {
     id: Type.String({ description: 'Identifier of the message.', examples: ['msg_3kTMd9PqLw2xY8aZ'] }),
     message: Type.String({ description: 'The text that was sent.', examples: ['Hello from the quickstart'] }),
-    status: Type.String({
-      description:
-        '`queued` while the message is only queued; `delivered` once a webhook endpoint answered 2xx; `failed` when no endpoint subscribes to `message.created` or every attempt ran out.',
-      examples: ['queued'],
-    }),
+    status: MessageStatusSchema,
     createdAt: Type.String({
       format: 'date-time',
       description: 'ISO 8601 UTC timestamp, e.g. 2026-11-22T12:00:00.000Z.',
       examples: ['2026-11-22T12:00:00.000Z'],
     }),
-    attempts: Type.Integer({ minimum: 0, description: 'Delivery attempts made so far, over every endpoint.' }),
+    attempts: Type.Integer({
+      minimum: 0,
+      description: 'Delivery attempts made so far, over every endpoint.',
+      examples: [0],
+    }),
     deliveredAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
       description: 'When an endpoint first answered 2xx, or null. ISO 8601 UTC.',
+      examples: [null],
     }),
   },
   // A response: open to fields added later (decision 20).
@@ -40,5 +49,24 @@ export const MessageSchema = Type.Object(
 )
 export type Message = Type.Static<typeof MessageSchema>
 
-export const MESSAGE_STATUSES = ['queued', 'delivered', 'failed'] as const
-export type MessageStatus = (typeof MESSAGE_STATUSES)[number]
+export const MessagesSchema = Type.Array(MessageSchema, {
+  description: "A page of the account's messages, newest first.",
+})
+
+export const MessageParamsSchema = Type.Object(
+  {
+    messageId: Type.String({
+      minLength: 1,
+      maxLength: 100,
+      // No NUL: PostgreSQL cannot compare a text with U+0000 in it, and would fail the request.
+      pattern: '^[^\\u0000]*$',
+      description: 'The identifier of the message (`msg_…`).',
+    }),
+  },
+  { additionalProperties: false },
+)
+
+export const ListMessagesQuerySchema = Type.Object(
+  { limit: PageLimit('messages'), status: Type.Optional(MessageStatusSchema), cursor: Cursor },
+  { additionalProperties: false },
+)

@@ -1,4 +1,12 @@
 import Type from 'typebox'
+import type { Stability } from '../plugins/stability.ts'
+import { PageLimit } from './common.ts'
+
+/** Every webhook operation, and its schemas in the document, exist only where the operator offers them. */
+export const WEBHOOKS_STABILITY: Stability = { level: 'experimental', feature: 'webhooks' }
+
+/** Endpoints one account may have at once. */
+export const MAX_WEBHOOK_ENDPOINTS = 16
 
 /** What an endpoint can subscribe to; each event's `data` is the resource as the API returns it. */
 export const EVENT_TYPES = [
@@ -17,27 +25,138 @@ const timestamp = (description: string) =>
     examples: ['2026-11-22T12:00:00.000Z'],
   })
 const nullableTimestamp = (description: string) =>
-  Type.Union([Type.String({ format: 'date-time' }), Type.Null()], { description: `${description} ISO 8601 UTC.` })
+  Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+    description: `${description} ISO 8601 UTC.`,
+    examples: [null],
+  })
 
 export const EventTypeSchema = Type.Enum(EVENT_TYPES, { type: 'string', description: 'An event type.' })
+
+const SECRET_EXAMPLE = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'
+const webhookFields = {
+  url: Type.String({
+    minLength: 1,
+    maxLength: 2048,
+    description:
+      'Where events are POSTed: an absolute `https://` URL on a public address, without a username or password (see WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_URLS).',
+    examples: ['https://example.com/webhooks'],
+  }),
+  events: Type.Array(EventTypeSchema, {
+    minItems: 1,
+    maxItems: EVENT_TYPES.length,
+    uniqueItems: true,
+    description: 'The event types to send to it: 1 to 5, each once.',
+    examples: [['order.placed', 'order.completed']],
+  }),
+  description: Type.String({
+    maxLength: 200,
+    // No NUL: PostgreSQL cannot store U+0000 in text.
+    pattern: '^[^\\u0000]*$',
+    description: 'A note for the account’s own use: 0 to 200 characters.',
+    examples: ['Order sync'],
+  }),
+}
+
+export const WebhookStatusSchema = Type.Enum(['enabled', 'disabled'] as const, {
+  type: 'string',
+  description: '`disabled` once the endpoint answered `410 Gone` (or was disabled by hand): nothing is sent.',
+})
 
 export const WebhookEndpointSchema = Type.Object(
   {
     id: Type.String({ description: 'Identifier of the endpoint.', examples: ['we_3kTMd9PqLw2xY8aZ'] }),
     url: Type.String({ description: 'Where events are POSTed.', examples: ['https://example.com/webhooks'] }),
-    events: Type.Array(EventTypeSchema, { description: 'The event types sent to it.' }),
-    description: Type.String({ description: 'A note for the account’s own use.', examples: ['Order sync'] }),
-    status: Type.Enum(['enabled', 'disabled'] as const, {
-      type: 'string',
-      description: '`disabled` once the endpoint answered `410 Gone` (or was disabled by hand): nothing is sent.',
+    events: Type.Array(EventTypeSchema, {
+      description: 'The event types sent to it.',
+      examples: [['order.placed', 'order.completed']],
     }),
-    disabledReason: Type.Union([Type.String(), Type.Null()], { description: 'Why it is disabled, or null.' }),
+    description: Type.String({ description: 'A note for the account’s own use.', examples: ['Order sync'] }),
+    status: WebhookStatusSchema,
+    disabledReason: Type.Union([Type.String(), Type.Null()], {
+      description: 'Why it is disabled, or null.',
+      examples: [null],
+    }),
     createdAt: timestamp('When the endpoint was added.'),
     secretRotatedAt: nullableTimestamp('When the signing secret was last rotated, or null.'),
   },
   { $id: 'WebhookEndpoint' },
 )
 export type WebhookEndpoint = Type.Static<typeof WebhookEndpointSchema>
+
+export const WebhookEndpointsSchema = Type.Array(WebhookEndpointSchema, {
+  description: "The account's webhook endpoints, newest first (never their secrets).",
+})
+
+const secretField = Type.String({
+  description:
+    'The signing secret (`whsec_…`): verify each delivery with it (Standard Webhooks). Shown only on creation and rotation: keep it.',
+  examples: [SECRET_EXAMPLE],
+})
+
+export const NewWebhookEndpointSchema = Type.Object(
+  { ...webhookFields, description: Type.Optional({ ...webhookFields.description, default: '' }) },
+  { $id: 'NewWebhookEndpoint', additionalProperties: false, description: 'A webhook endpoint to add.' },
+)
+export type NewWebhookEndpoint = Type.Static<typeof NewWebhookEndpointSchema>
+
+export const CreatedWebhookEndpointSchema = Type.Object(
+  { ...WebhookEndpointSchema.properties, secret: secretField },
+  { $id: 'CreatedWebhookEndpoint', description: 'A new webhook endpoint, with its signing secret (shown this once).' },
+)
+
+export const RotatedWebhookEndpointSchema = Type.Object(
+  {
+    ...WebhookEndpointSchema.properties,
+    secret: secretField,
+    previousSecretExpiresAt: timestamp('Until when the previous secret still signs each delivery, beside the new one.'),
+  },
+  {
+    $id: 'RotatedWebhookEndpoint',
+    description:
+      'A webhook endpoint with its new signing secret (shown this once), and when the old one stops signing.',
+  },
+)
+
+export const WebhookEndpointPatchSchema = Type.Object(
+  {
+    url: Type.Optional(webhookFields.url),
+    events: Type.Optional(webhookFields.events),
+    description: Type.Optional(webhookFields.description),
+    status: Type.Optional(WebhookStatusSchema),
+  },
+  {
+    $id: 'WebhookEndpointPatch',
+    additionalProperties: false,
+    description:
+      'The fields to change (JSON Merge Patch, RFC 7396): those left out keep their value; none may be null. ' +
+      '`status: disabled` stops deliveries (pending ones fail); `enabled` resumes them.',
+  },
+)
+export type WebhookEndpointPatch = Type.Static<typeof WebhookEndpointPatchSchema>
+
+const id = (name: string, prefix: string) =>
+  Type.String({
+    minLength: 1,
+    maxLength: 100,
+    // No NUL: PostgreSQL cannot compare a text with U+0000 in it, and would fail the request.
+    pattern: '^[^\\u0000]*$',
+    description: `The identifier of the ${name} (\`${prefix}_…\`).`,
+  })
+
+export const WebhookEndpointParamsSchema = Type.Object(
+  { endpointId: id('webhook endpoint', 'we') },
+  { additionalProperties: false },
+)
+
+export const DeliveryParamsSchema = Type.Object(
+  { endpointId: id('webhook endpoint', 'we'), deliveryId: id('delivery', 'dlv') },
+  { additionalProperties: false },
+)
+
+export const ListDeliveriesQuerySchema = Type.Object(
+  { limit: PageLimit('deliveries') },
+  { additionalProperties: false },
+)
 
 export const DELIVERY_STATUSES = ['pending', 'delivered', 'failed'] as const
 export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number]
@@ -51,14 +170,24 @@ export const DeliverySchema = Type.Object(
       type: 'string',
       description: '`pending` (being tried), `delivered` (a 2xx answer) or `failed` (every attempt ran out).',
     }),
-    attempts: Type.Integer({ minimum: 0, description: 'Attempts made so far.' }),
+    attempts: Type.Integer({ minimum: 0, description: 'Attempts made so far.', examples: [1] }),
     nextAttemptAt: nullableTimestamp('When the next attempt is due, while pending.'),
     lastAttemptAt: nullableTimestamp('When the last attempt was made, or null.'),
-    lastStatus: Type.Union([Type.Integer(), Type.Null()], { description: 'The HTTP status of the last answer.' }),
-    lastError: Type.Union([Type.String(), Type.Null()], { description: 'Why the last attempt failed, or null.' }),
+    lastStatus: Type.Union([Type.Integer(), Type.Null()], {
+      description: 'The HTTP status of the last answer.',
+      examples: [200],
+    }),
+    lastError: Type.Union([Type.String(), Type.Null()], {
+      description: 'Why the last attempt failed, or null.',
+      examples: [null],
+    }),
     deliveredAt: nullableTimestamp('When a 2xx answer arrived, or null.'),
     createdAt: timestamp('When the event was queued for this endpoint.'),
   },
   { $id: 'Delivery' },
 )
 export type Delivery = Type.Static<typeof DeliverySchema>
+
+export const DeliveriesSchema = Type.Array(DeliverySchema, {
+  description: "The endpoint's most recent deliveries, newest first.",
+})

@@ -572,10 +572,20 @@ export class PostgresStore implements Store {
 
   // ─── WEBHOOKS ──────────────────────────────────────────────────────────────────────────────
 
-  async createWebhookEndpoint(endpoint: NewWebhookEndpoint): Promise<StoredWebhookEndpoint> {
+  async createWebhookEndpoint(
+    endpoint: NewWebhookEndpoint,
+    idempotency?: IdempotencyRef,
+  ): Promise<StoredWebhookEndpoint> {
     const { accountId, url, events, description, secret } = endpoint
     const values = [randomId('we'), accountId, url, storedEvents(events), description, secret]
-    return endpointFromRow((await this.#query<EndpointRow>('insertEndpoint', values, 'write'))[0] as EndpointRow)
+    if (!idempotency) {
+      return endpointFromRow((await this.#query<EndpointRow>('insertEndpoint', values, 'write'))[0] as EndpointRow)
+    }
+    return this.#transaction(async (run) => {
+      const stored = endpointFromRow((await run<EndpointRow>('insertEndpoint', values))[0] as EndpointRow)
+      await run('completeIdempotency', [201, JSON.stringify(stored), idempotency.scope, idempotency.key])
+      return stored
+    })
   }
 
   async listWebhookEndpoints(accountId: number): Promise<StoredWebhookEndpoint[]> {

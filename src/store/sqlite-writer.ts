@@ -310,6 +310,7 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       events: EventType[],
       description: string,
       secret: string,
+      idempotency: IdempotencyRef | null,
     ): StoredWebhookEndpoint {
       const row = sql.insertEndpoint.get(
         randomId('we'),
@@ -320,7 +321,9 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
         secret,
         now(),
       ) as unknown as EndpointRow
-      return endpointFromRow(row)
+      const endpoint = endpointFromRow(row)
+      complete(idempotency, 201, endpoint)
+      return endpoint
     },
     updateWebhookEndpoint(accountId: number, id: string, changes: WebhookEndpointChanges) {
       const current = endpointOf(accountId, id)

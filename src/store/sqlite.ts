@@ -451,9 +451,9 @@ export class SqliteStore implements Store {
 
   // ─── WEBHOOKS ──────────────────────────────────────────────────────────────────────────────
 
-  createWebhookEndpoint(endpoint: NewWebhookEndpoint): Promise<StoredWebhookEndpoint> {
+  createWebhookEndpoint(endpoint: NewWebhookEndpoint, idempotency?: IdempotencyRef): Promise<StoredWebhookEndpoint> {
     const { accountId, url, events, description, secret } = endpoint
-    return this.#write('createWebhookEndpoint', accountId, url, events, description, secret)
+    return this.#write('createWebhookEndpoint', accountId, url, events, description, secret, idempotency ?? null)
   }
 
   listWebhookEndpoints(accountId: number): Promise<StoredWebhookEndpoint[]> {

@@ -351,7 +351,11 @@ export interface Store {
   listMessages(options: ListMessagesOptions): Promise<MessagePage>
 
   // ─── WEBHOOKS ────────────────────────────────────────────────────────────────────────────────
-  createWebhookEndpoint(endpoint: NewWebhookEndpoint): Promise<StoredWebhookEndpoint>
+  /**
+   * Stores an endpoint. With an idempotency reference, the claim is completed with the endpoint,
+   * its secret included (the 201 a retry replays), in the same transaction.
+   */
+  createWebhookEndpoint(endpoint: NewWebhookEndpoint, idempotency?: IdempotencyRef): Promise<StoredWebhookEndpoint>
   /** The account's endpoints (deleted ones are gone), newest first. */
   listWebhookEndpoints(accountId: number): Promise<StoredWebhookEndpoint[]>
   getWebhookEndpoint(accountId: number, id: string): Promise<StoredWebhookEndpoint | null>

@@ -20,6 +20,16 @@ const SCOPE_OF: Record<string, string> = {
   createPet: 'pets:write',
   updatePet: 'pets:write',
   sendMessage: 'messages:write',
+  listMessages: 'messages:read',
+  getMessage: 'messages:read',
+  createWebhookEndpoint: 'webhooks:write',
+  listWebhookEndpoints: 'webhooks:read',
+  getWebhookEndpoint: 'webhooks:read',
+  updateWebhookEndpoint: 'webhooks:write',
+  deleteWebhookEndpoint: 'webhooks:write',
+  rotateWebhookSecret: 'webhooks:write',
+  listWebhookDeliveries: 'webhooks:read',
+  redeliverWebhook: 'webhooks:write',
   placeOrder: 'orders:write',
   listOrders: 'orders:read',
   getOrder: 'orders:read',
@@ -28,19 +38,25 @@ const SCOPE_OF: Record<string, string> = {
   getInventory: 'pets:read',
 }
 
+/** The experimental operations offered too: the walks over every operation see them all. */
+const WEBHOOKS = { EXPERIMENTAL_FEATURES: 'webhooks' }
+
 describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
-  it('serves a valid OpenAPI 3.1 document without a key', async (t) => {
-    const doc = await document(t)
-    assert.match(doc.openapi, /^3\.1\./)
-    const result = await new Validator().validate(doc)
-    assert.equal(result.valid, true, JSON.stringify(result.errors, null, 2))
-    assert.equal(doc.info.version, '1.0.0')
+  it('serves a valid OpenAPI 3.1 document without a key, with or without the experimental operations', async (t) => {
+    for (const env of [{}, WEBHOOKS]) {
+      const doc = await document(t, env)
+      assert.match(doc.openapi, /^3\.1\./)
+      const result = await new Validator().validate(doc)
+      assert.equal(result.valid, true, JSON.stringify(result.errors, null, 2))
+      assert.equal(doc.info.version, '1.0.0')
+    }
   })
 
   it('has the spec operations with their operationIds, paths relative to the /v1 servers', async (t) => {
     const doc = await document(t)
     assert.deepEqual(Object.keys(doc.paths).sort(), [
       '/messages',
+      '/messages/{messageId}',
       '/pets',
       '/pets/{petId}',
       '/store/inventory',
@@ -53,6 +69,8 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     assert.equal(doc.paths['/pets'].post.operationId, 'createPet')
     assert.equal(doc.paths['/pets/{petId}'].get.operationId, 'getPet')
     assert.equal(doc.paths['/messages'].post.operationId, 'sendMessage')
+    assert.equal(doc.paths['/messages'].get.operationId, 'listMessages')
+    assert.equal(doc.paths['/messages/{messageId}'].get.operationId, 'getMessage')
     assert.equal(doc.paths['/store/orders'].post.operationId, 'placeOrder')
     assert.equal(doc.paths['/store/orders'].get.operationId, 'listOrders')
     assert.equal(doc.paths['/store/orders/{orderId}'].get.operationId, 'getOrder')
@@ -94,7 +112,7 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
   })
 
   it('declares the bearer scheme and requires it, with the scope it needs, on every operation', async (t) => {
-    const doc = await document(t)
+    const doc = await document(t, WEBHOOKS)
     assert.deepEqual(
       {
         type: doc.components.securitySchemes.bearerAuth.type,
@@ -124,7 +142,7 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
   })
 
   it('every operation documents X-Request-Id on each response, and a default Error response for the rest', async (t) => {
-    const doc = await document(t)
+    const doc = await document(t, WEBHOOKS)
     type Response = {
       headers?: Record<string, unknown>
       content: { 'application/json': { schema: { $ref?: string } } }
@@ -179,7 +197,8 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     assert.deepEqual(NewPet.properties.status.enum, ['available', 'pending', 'sold'])
     assert.deepEqual(ErrorObject.required.sort(), ['code', 'message', 'status'])
     for (const code of ERROR_CODES) assert.match(ErrorObject.properties.code.description, new RegExp(code))
-    assert.deepEqual(Message.required.sort(), ['createdAt', 'id', 'message', 'status'])
+    assert.deepEqual(Message.required.sort(), ['attempts', 'createdAt', 'deliveredAt', 'id', 'message', 'status'])
+    assert.deepEqual(Message.properties.status.enum, ['queued', 'delivered', 'failed'])
     const list = doc.paths['/pets'].get
     const limit = list.parameters.find((p: { name: string }) => p.name === 'limit')
     assert.deepEqual(
@@ -214,7 +233,7 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
   })
 
   it('describes every operation, and names a contact (the portal of this deployment) and a license', async (t) => {
-    const doc = await document(t, { PRODUCTION_URL: 'https://api.pets.test/v1', DEPLOYMENT: 'production' })
+    const doc = await document(t, { ...WEBHOOKS, PRODUCTION_URL: 'https://api.pets.test/v1', DEPLOYMENT: 'production' })
     for (const [path, item] of Object.entries<Record<string, { description?: string }>>(doc.paths)) {
       for (const [method, operation] of Object.entries(item)) {
         assert.ok(operation.description?.trim(), `${method} ${path} has no description`)
@@ -232,10 +251,14 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
 
   it('gives every field of every schema a readable example that its own schema accepts (no invented strings)', async (t) => {
     const doc = await document(t)
+    const withWebhooks = await document(t, WEBHOOKS)
     // Formats are the document's to describe (int64, date-time): only types, patterns and bounds are checked.
     const ajv = new Ajv2020({ strict: false, validateFormats: false })
-    const schemas = Object.entries<{ properties: Record<string, { examples?: unknown[] }> }>(doc.components.schemas)
-    assert.deepEqual(schemas.map(([name]) => name).sort(), [
+    const schemas = Object.entries<{ properties: Record<string, { examples?: unknown[] }> }>(
+      withWebhooks.components.schemas,
+    )
+    // The experimental operations' schemas are published only where those operations exist.
+    assert.deepEqual(Object.keys(doc.components.schemas).sort(), [
       'Error',
       'Inventory',
       'Message',
@@ -245,6 +268,23 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
       'Order',
       'Pet',
       'PetPatch',
+    ])
+    assert.deepEqual(schemas.map(([name]) => name).sort(), [
+      'CreatedWebhookEndpoint',
+      'Delivery',
+      'Error',
+      'Inventory',
+      'Message',
+      'NewMessage',
+      'NewOrder',
+      'NewPet',
+      'NewWebhookEndpoint',
+      'Order',
+      'Pet',
+      'PetPatch',
+      'RotatedWebhookEndpoint',
+      'WebhookEndpoint',
+      'WebhookEndpointPatch',
     ])
     for (const [name, schema] of schemas) {
       for (const [field, property] of Object.entries(schema.properties)) {
@@ -263,7 +303,7 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
   })
 
   it("shows on each error response the body of a real code of that status, with the code's message", async (t) => {
-    const doc = await document(t)
+    const doc = await document(t, WEBHOOKS)
     let checked = 0
     for (const [path, item] of Object.entries<Record<string, { responses: Record<string, unknown> }>>(doc.paths)) {
       for (const [method, operation] of Object.entries(item)) {

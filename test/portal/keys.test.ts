@@ -24,7 +24,16 @@ describe('Portal: create a key', () => {
   it('makes a key limited to the scopes left checked; none checked is refused; every box is every scope', async (t) => {
     const { app, browser, accountId } = await signedIn(t)
     const form = await browser.get('/portal/keys')
-    for (const scope of ['pets:read', 'pets:write', 'orders:read', 'orders:write', 'messages:write']) {
+    for (const scope of [
+      'pets:read',
+      'pets:write',
+      'orders:read',
+      'orders:write',
+      'messages:read',
+      'messages:write',
+      'webhooks:read',
+      'webhooks:write',
+    ]) {
       assert.match(form.body, new RegExp(`name="scope-${scope.replace(':', '-')}" checked`), scope)
     }
     const secret = await browser.createKey('reader', 'never', ['pets:read'])

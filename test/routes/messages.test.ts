@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import Fastify from 'fastify'
+import Fastify, { type LightMyRequestResponse } from 'fastify'
 import fp from 'fastify-plugin'
 import animalStore, { serverOptions } from '../../src/app.ts'
-import { bearer, build, errorBody, plain } from '../helper.ts'
+import { generateApiKey } from '../../src/domain/api-keys.ts'
+import { bearer, build, errorBody, plain, type TestApp } from '../helper.ts'
 
 describe('Messages: POST /v1/messages (point 7)', () => {
   it('returns 202 with a queued Message: string id, the text, createdAt ISO 8601 UTC with Z', async (t) => {
@@ -18,7 +19,9 @@ describe('Messages: POST /v1/messages (point 7)', () => {
     })
     assert.equal(response.statusCode, 202)
     const message = response.json()
-    assert.deepEqual(Object.keys(message).sort(), ['createdAt', 'id', 'message', 'status'])
+    assert.deepEqual(Object.keys(message).sort(), ['attempts', 'createdAt', 'deliveredAt', 'id', 'message', 'status'])
+    assert.equal(message.attempts, 0)
+    assert.equal(message.deliveredAt, null)
     assert.match(message.id, /^msg_[0-9A-Za-z]{16}$/)
     assert.equal(message.message, 'Hello, Animal Store! 🐕')
     assert.equal(message.status, 'queued')
@@ -107,4 +110,164 @@ describe('Messages: POST /v1/messages (point 7)', () => {
       assert.deepEqual((await test.app.store.listMessages({ accountId: accountId, limit: 10 })).messages, [])
     })
   }
+})
+
+/** The path and query of a Link header's rel="next" target. */
+function nextPath(link: string): string {
+  const target = new URL(/<([^>]+)>; rel="next"/.exec(link)?.[1] as string)
+  return target.pathname + target.search
+}
+
+async function withMessages(t: Parameters<typeof build>[0], texts: string[]) {
+  const test = await build(t)
+  const { secret, accountId } = await test.newKey()
+  const sent = []
+  for (const message of texts) {
+    const response = await test.app.inject({
+      method: 'POST',
+      url: '/v1/messages',
+      headers: bearer(secret),
+      payload: { message },
+    })
+    sent.push(response.json())
+  }
+  return { test, secret, accountId, sent }
+}
+
+/** Every page from `url` on, following Link rel="next": the texts of each page. */
+async function pages(test: TestApp, secret: string, url: string): Promise<string[][]> {
+  const seen: string[][] = []
+  let next: string | null = url
+  while (next) {
+    const response: LightMyRequestResponse = await test.app.inject({ url: next, headers: bearer(secret) })
+    assert.equal(response.statusCode, 200, response.body)
+    seen.push(response.json().map((m: { message: string }) => m.message))
+    const link = response.headers.link as string | undefined
+    next = link ? nextPath(link) : null
+  }
+  return seen
+}
+
+describe('Messages: GET /v1/messages and /v1/messages/{messageId}', () => {
+  it('lists the account\'s messages newest first, in pages linked by rel="next", never another account\'s', async (t) => {
+    const { test, secret } = await withMessages(t, ['m1', 'm2', 'm3', 'm4', 'm5'])
+    const other = await test.newKey()
+    await test.app.inject({
+      method: 'POST',
+      url: '/v1/messages',
+      headers: bearer(other.secret),
+      payload: { message: 'theirs' },
+    })
+    const first = await test.app.inject({ url: '/v1/messages', headers: bearer(secret) })
+    assert.equal(first.statusCode, 200)
+    assert.equal(first.headers.link, undefined)
+    assert.deepEqual(
+      first.json().map((m: { message: string }) => m.message),
+      ['m5', 'm4', 'm3', 'm2', 'm1'],
+    )
+    assert.deepEqual(await pages(test, secret, '/v1/messages?limit=2'), [['m5', 'm4'], ['m3', 'm2'], ['m1']])
+    const page = await test.app.inject({ url: '/v1/messages?limit=2', headers: bearer(secret) })
+    assert.match(
+      page.headers.link as string,
+      /^<http:\/\/localhost:80\/v1\/messages\?limit=2&cursor=[\w.-]+>; rel="next"$/,
+    )
+  })
+
+  it('filters by status, the cursor keeping the filter; a cursor of another filter or list is 400', async (t) => {
+    const { test, secret } = await withMessages(t, ['old1', 'old2', 'old3'])
+    // No endpoint subscribes to message.created: the sweep fails them.
+    assert.equal(await test.app.store.failUnsubscribedMessages(), 3)
+    for (const message of ['new1', 'new2']) {
+      await test.app.inject({ method: 'POST', url: '/v1/messages', headers: bearer(secret), payload: { message } })
+    }
+    assert.deepEqual(await pages(test, secret, '/v1/messages?status=failed&limit=2'), [['old3', 'old2'], ['old1']])
+    assert.deepEqual(await pages(test, secret, '/v1/messages?status=queued'), [['new2', 'new1']])
+    assert.deepEqual(await pages(test, secret, '/v1/messages?status=delivered'), [[]])
+    const failed = await test.app.inject({ url: '/v1/messages?status=failed&limit=1', headers: bearer(secret) })
+    const cursor = new URL(/<([^>]+)>/.exec(failed.headers.link as string)?.[1] as string).searchParams.get('cursor')
+    const elsewhere = await test.app.inject({
+      url: `/v1/messages?status=queued&cursor=${cursor}`,
+      headers: bearer(secret),
+    })
+    assert.equal(elsewhere.statusCode, 400)
+    assert.equal(errorBody(elsewhere).code, 'invalid_cursor')
+    // A cursor of the pets list is not a position in the messages.
+    for (let i = 0; i < 2; i++) {
+      await test.app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers: bearer(secret),
+        payload: { name: 'Rex', categoryId: 1 },
+      })
+    }
+    const pets = await test.app.inject({ url: '/v1/pets?limit=1', headers: bearer(secret) })
+    const petsCursor = new URL(/<([^>]+)>/.exec(pets.headers.link as string)?.[1] as string).searchParams.get('cursor')
+    const foreign = await test.app.inject({ url: `/v1/messages?cursor=${petsCursor}`, headers: bearer(secret) })
+    assert.equal(errorBody(foreign).code, 'invalid_cursor')
+  })
+
+  it('refuses a bad limit, status, cursor or unknown parameter with 400, as listOrders does', async (t) => {
+    const { test, secret } = await withMessages(t, [])
+    for (const query of ['limit=0', 'limit=101', 'limit=x', 'status=sent', 'cursor=', 'cursor=abc', 'petId=1']) {
+      const response = await test.app.inject({ url: `/v1/messages?${query}`, headers: bearer(secret) })
+      assert.equal(response.statusCode, 400, query)
+      assert.ok(['validation_failed', 'invalid_cursor'].includes(errorBody(response).code), query)
+    }
+    assert.equal((await test.app.inject({ url: '/v1/messages' })).statusCode, 401)
+  })
+
+  it("gets a message by id with its status and attempts; another account's or an unknown one is 404", async (t) => {
+    const { test, secret, sent } = await withMessages(t, ['hello'])
+    const [message] = sent
+    const got = await test.app.inject({ url: `/v1/messages/${message.id}`, headers: bearer(secret) })
+    assert.equal(got.statusCode, 200)
+    assert.deepEqual(got.json(), message)
+    const other = await test.newKey()
+    for (const [id, headers] of [
+      [message.id, bearer(other.secret)],
+      ['msg_unknown', bearer(secret)],
+    ] as const) {
+      const response = await test.app.inject({ url: `/v1/messages/${id}`, headers })
+      assert.equal(response.statusCode, 404)
+      assert.deepEqual(errorBody(response), {
+        code: 'message_not_found',
+        message: `No message ${id} for this account.`,
+        status: 404,
+      })
+    }
+  })
+
+  it('needs messages:read, which messages:write implies', async (t) => {
+    const { test } = await withMessages(t, [])
+    const keyWith = async (scopes: string) => {
+      const account = await test.app.store.createAccount(`scoped-${Math.random()}@example.com`)
+      const generated = generateApiKey(test.config.deployment)
+      await test.app.store.createApiKey({
+        accountId: account?.id as number,
+        name: 'scoped',
+        prefix: generated.prefix,
+        hash: generated.hash,
+        expiresAt: null,
+        scopes,
+      })
+      return bearer(generated.secret)
+    }
+    const writer = await keyWith('messages:write')
+    const reader = await keyWith('messages:read')
+    const pets = await keyWith('pets:read')
+    assert.equal((await test.app.inject({ url: '/v1/messages', headers: writer })).statusCode, 200)
+    assert.equal((await test.app.inject({ url: '/v1/messages', headers: reader })).statusCode, 200)
+    for (const url of ['/v1/messages', '/v1/messages/msg_x']) {
+      const refused = await test.app.inject({ url, headers: pets })
+      assert.equal(refused.statusCode, 403, url)
+      assert.match(refused.headers['www-authenticate'] as string, /scope="messages:read"/)
+    }
+    const send = await test.app.inject({
+      method: 'POST',
+      url: '/v1/messages',
+      headers: reader,
+      payload: { message: 'x' },
+    })
+    assert.equal(send.statusCode, 403)
+  })
 })

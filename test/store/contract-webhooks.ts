@@ -76,6 +76,25 @@ export function webhooksContract(open: OpenStore): void {
     )
   })
 
+  it('webhooks: an endpoint created with an Idempotency-Key completes its claim with the endpoint, secret included', async (t) => {
+    const store = await open(t)
+    const alice = await account(store, 'alice@example.com')
+    const future = new Date(Date.now() + 86_400_000).toISOString()
+    const past = new Date(Date.now() - 60_000).toISOString()
+    const claim = { scope: 'key_a', key: 'we1', fingerprint: 'f1', expiresAt: future, staleBefore: past }
+    assert.deepEqual(await store.claimIdempotencyKey(claim), { state: 'claimed' })
+    const created = await store.createWebhookEndpoint(
+      { accountId: alice, url: 'https://a.example/hook', events: ['order.placed'], description: '', secret: SECRET },
+      claim,
+    )
+    const replay = await store.claimIdempotencyKey(claim)
+    assert.deepEqual(replay.state === 'done' && { status: replay.status, body: JSON.parse(replay.body) }, {
+      status: 201,
+      body: plain(created),
+    })
+    assert.equal(created.secret, SECRET)
+  })
+
   it('webhooks: a message makes one event and one delivery per subscribed endpoint, in its transaction', async (t) => {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')

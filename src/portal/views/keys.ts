@@ -18,7 +18,10 @@ const SCOPE_LABELS: Record<Scope, string> = {
   'pets:write': 'add and change animals',
   'orders:read': 'list and fetch your orders',
   'orders:write': 'place, complete and cancel orders',
+  'messages:read': 'list and fetch your messages',
   'messages:write': 'send messages',
+  'webhooks:read': 'list your webhook endpoints and their deliveries (experimental)',
+  'webhooks:write': 'add, change and delete webhook endpoints, rotate secrets, redeliver (experimental)',
 }
 
 function keyRow(key: ApiKey): Html {

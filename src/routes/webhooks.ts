@@ -1,0 +1,372 @@
+/**
+ * Webhook endpoints (experimental, feature `webhooks`): where an account's events are POSTed,
+ * signed with the endpoint's secret (Standard Webhooks). The secret is shown twice only: in the
+ * answer that creates the endpoint and in the one that rotates it. The deliveries themselves are
+ * made by the delivery loop (src/plugins/webhook-delivery.ts), nudged here when one is due at once.
+ */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import { ApiError, type ErrorCode } from '../errors.ts'
+import { requestOrigin } from '../http/host.ts'
+import {
+  DEFAULT_PAGE_SIZE,
+  ErrorSchema,
+  emptyResponse,
+  errorExample,
+  errorResponses,
+  header,
+  IdempotencyHeadersSchema,
+  jsonResponse,
+  NoQuerySchema,
+  RATE_LIMIT_HEADERS,
+} from '../schemas/common.ts'
+import {
+  CreatedWebhookEndpointSchema,
+  DeliveriesSchema,
+  DeliveryParamsSchema,
+  DeliverySchema,
+  ListDeliveriesQuerySchema,
+  MAX_WEBHOOK_ENDPOINTS,
+  NewWebhookEndpointSchema,
+  RotatedWebhookEndpointSchema,
+  WEBHOOKS_STABILITY,
+  type WebhookEndpoint,
+  WebhookEndpointParamsSchema,
+  WebhookEndpointPatchSchema,
+  WebhookEndpointSchema,
+  WebhookEndpointsSchema,
+} from '../schemas/webhooks.ts'
+import type { StoredWebhookEndpoint, WebhookEndpointChanges } from '../store/types.ts'
+import { newWebhookSecret } from '../webhooks/signing.ts'
+import { type UrlPolicy, webhookUrlProblem } from '../webhooks/url-policy.ts'
+
+const stability = WEBHOOKS_STABILITY
+const tags = ['webhooks']
+/** How long a rotated-out secret keeps signing beside the new one. */
+export const PREVIOUS_SECRET_MS = 24 * 3600 * 1000
+/** Deliveries a redelivery may name: those listWebhookDeliveries can show. */
+const REDELIVERABLE = 100
+
+/** An error response documented with the body of `code`. */
+const documented = (code: ErrorCode, description: string) =>
+  jsonResponse(description, ErrorSchema, RATE_LIMIT_HEADERS, errorExample(code))
+const ENDPOINT_NOT_FOUND = {
+  404: documented('webhook_endpoint_not_found', "`webhook_endpoint_not_found`: no such endpoint of this account's."),
+}
+const INVALID = {
+  400: documented(
+    'invalid_webhook_url',
+    'The request is invalid: `invalid_webhook_url` (the message says why the URL is refused), or `validation_failed`.',
+  ),
+}
+
+/** The delivery loop's decoration, when it is registered: it looks for due deliveries now. */
+type Nudgeable = { webhookDeliveries?: { nudge(): void } }
+
+const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app, { urlPolicy }) => {
+  if (!app.offers(stability)) return
+  app.addHook('onRequest', app.authenticate)
+  app.addHook('onRequest', app.rateLimit)
+
+  /** Refuses a URL events could never be sent to, with the sentence that says why. */
+  function checkUrl(url: string | undefined): void {
+    if (url === undefined) return
+    const problem = webhookUrlProblem(url, urlPolicy)
+    if (problem !== null) throw new ApiError('invalid_webhook_url', problem)
+  }
+
+  app.post(
+    '/webhook-endpoints',
+    {
+      schema: {
+        operationId: 'createWebhookEndpoint',
+        summary: 'Add a webhook endpoint',
+        description:
+          `Subscribes a URL to event types. The answer holds the endpoint's signing secret, shown only here ` +
+          `(and on rotation). An account has at most ${MAX_WEBHOOK_ENDPOINTS} endpoints.`,
+        tags,
+        headers: IdempotencyHeadersSchema,
+        querystring: NoQuerySchema,
+        body: NewWebhookEndpointSchema,
+        response: {
+          201: jsonResponse('The endpoint, with its signing secret.', CreatedWebhookEndpointSchema, {
+            Location: header('The URL of the new endpoint.'),
+            'Idempotent-Replayed': header('`true` when this is the stored response to an earlier request.'),
+            ...RATE_LIMIT_HEADERS,
+          }),
+          ...errorResponses(401, 413, 415, 422, 429, 500, 503),
+          ...INVALID,
+          409: documented(
+            'webhook_endpoint_limit',
+            `\`webhook_endpoint_limit\`: the account has ${MAX_WEBHOOK_ENDPOINTS} endpoints already; ` +
+              '`idempotency_conflict`: a request with this Idempotency-Key is still in progress.',
+          ),
+        },
+      },
+      config: { scope: 'webhooks:write', stability, replayLocation: endpointLocation },
+      ...app.idempotent,
+    },
+    async function createWebhookEndpoint(request, reply) {
+      const { url, events, description = '' } = request.body
+      checkUrl(url)
+      const { accountId } = request.caller
+      // Counted before the insert: two creates at once may both pass at 15 (the cap is a guard, not a quota).
+      if ((await app.store.listWebhookEndpoints(accountId)).length >= MAX_WEBHOOK_ENDPOINTS) {
+        throw new ApiError(
+          'webhook_endpoint_limit',
+          `This account has ${MAX_WEBHOOK_ENDPOINTS} webhook endpoints, the most it may have: delete one first.`,
+        )
+      }
+      const endpoint = { accountId, url, events, description, secret: newWebhookSecret() }
+      const created = await app.store.createWebhookEndpoint(endpoint, request.idempotency ?? undefined)
+      return reply.code(201).header('location', endpointLocation(created, request)).send(created)
+    },
+  )
+
+  app.get(
+    '/webhook-endpoints',
+    {
+      schema: {
+        operationId: 'listWebhookEndpoints',
+        summary: "List the account's webhook endpoints",
+        description: `All of them (at most ${MAX_WEBHOOK_ENDPOINTS}), newest first, without their secrets.`,
+        tags,
+        querystring: NoQuerySchema,
+        response: {
+          200: jsonResponse("The account's endpoints, newest first.", WebhookEndpointsSchema, RATE_LIMIT_HEADERS),
+          ...errorResponses(400, 401, 429, 500, 503),
+        },
+      },
+      config: { scope: 'webhooks:read', stability },
+    },
+    async function listWebhookEndpoints(request) {
+      return (await app.store.listWebhookEndpoints(request.caller.accountId)).map(withoutSecret)
+    },
+  )
+
+  app.get(
+    '/webhook-endpoints/:endpointId',
+    {
+      schema: {
+        operationId: 'getWebhookEndpoint',
+        summary: 'Get a webhook endpoint',
+        description: "One of the account's endpoints, without its secret; another account's is 404.",
+        tags,
+        params: WebhookEndpointParamsSchema,
+        querystring: NoQuerySchema,
+        response: {
+          200: jsonResponse('The endpoint.', WebhookEndpointSchema, RATE_LIMIT_HEADERS),
+          ...errorResponses(400, 401, 429, 500, 503),
+          ...ENDPOINT_NOT_FOUND,
+        },
+      },
+      config: { scope: 'webhooks:read', stability },
+    },
+    async function getWebhookEndpoint(request) {
+      const { endpointId } = request.params
+      return withoutSecret(found(await app.store.getWebhookEndpoint(request.caller.accountId, endpointId), endpointId))
+    },
+  )
+
+  app.patch(
+    '/webhook-endpoints/:endpointId',
+    {
+      schema: {
+        operationId: 'updateWebhookEndpoint',
+        summary: 'Change a webhook endpoint',
+        description:
+          'Changes `url`, `events`, `description` or `status` with a JSON Merge Patch (RFC 7396): the fields sent ' +
+          'replace their values, the others stay. `{"status":"disabled"}` stops deliveries (the pending ones ' +
+          'fail); `{"status":"enabled"}` resumes them, also after a `410 Gone` disabled the endpoint.',
+        tags,
+        consumes: ['application/merge-patch+json', 'application/json'],
+        params: WebhookEndpointParamsSchema,
+        querystring: NoQuerySchema,
+        body: WebhookEndpointPatchSchema,
+        response: {
+          200: jsonResponse('The endpoint as it is now.', WebhookEndpointSchema, RATE_LIMIT_HEADERS),
+          ...errorResponses(401, 413, 415, 429, 500, 503),
+          ...INVALID,
+          ...ENDPOINT_NOT_FOUND,
+        },
+      },
+      config: { scope: 'webhooks:write', stability },
+    },
+    async function updateWebhookEndpoint(request) {
+      const { endpointId } = request.params
+      const { url, events, description, status } = request.body
+      checkUrl(url)
+      const changes: WebhookEndpointChanges = {
+        ...(url !== undefined && { url }),
+        ...(events !== undefined && { events }),
+        ...(description !== undefined && { description }),
+        ...(status !== undefined && { enabled: status === 'enabled' }),
+      }
+      const updated = await app.store.updateWebhookEndpoint(request.caller.accountId, endpointId, changes)
+      return withoutSecret(found(updated, endpointId))
+    },
+  )
+
+  app.delete(
+    '/webhook-endpoints/:endpointId',
+    {
+      schema: {
+        operationId: 'deleteWebhookEndpoint',
+        summary: 'Delete a webhook endpoint',
+        description: 'Nothing more is sent to it: its pending deliveries fail. Its id is not used again.',
+        tags,
+        params: WebhookEndpointParamsSchema,
+        querystring: NoQuerySchema,
+        response: {
+          204: emptyResponse('Deleted. No content.', RATE_LIMIT_HEADERS),
+          ...errorResponses(400, 401, 429, 500, 503),
+          ...ENDPOINT_NOT_FOUND,
+        },
+      },
+      config: { scope: 'webhooks:write', stability },
+    },
+    async function deleteWebhookEndpoint(request, reply) {
+      const { endpointId } = request.params
+      if (!(await app.store.deleteWebhookEndpoint(request.caller.accountId, endpointId))) {
+        throw endpointNotFound(endpointId)
+      }
+      return reply.code(204).send(null)
+    },
+  )
+
+  app.post(
+    '/webhook-endpoints/:endpointId/rotate-secret',
+    {
+      schema: {
+        operationId: 'rotateWebhookSecret',
+        summary: "Rotate a webhook endpoint's signing secret",
+        description:
+          'Makes a new signing secret, shown only in this answer. For the next 24 hours each delivery is signed ' +
+          'with both the new and the old secret (two `v1,…` signatures), so that a receiver may switch at its own ' +
+          'pace; then with the new one alone. Rotating again ends the older secret at once.',
+        tags,
+        params: WebhookEndpointParamsSchema,
+        querystring: NoQuerySchema,
+        response: {
+          200: jsonResponse('The endpoint, with its new secret.', RotatedWebhookEndpointSchema, RATE_LIMIT_HEADERS),
+          ...errorResponses(400, 401, 429, 500, 503),
+          ...ENDPOINT_NOT_FOUND,
+        },
+      },
+      config: { scope: 'webhooks:write', stability },
+    },
+    async function rotateWebhookSecret(request) {
+      const { endpointId } = request.params
+      const previousSecretExpiresAt = new Date(Date.now() + PREVIOUS_SECRET_MS).toISOString()
+      const rotated = await app.store.rotateWebhookSecret(
+        request.caller.accountId,
+        endpointId,
+        newWebhookSecret(),
+        previousSecretExpiresAt,
+      )
+      return { ...found(rotated, endpointId), previousSecretExpiresAt }
+    },
+  )
+
+  app.get(
+    '/webhook-endpoints/:endpointId/deliveries',
+    {
+      schema: {
+        operationId: 'listWebhookDeliveries',
+        summary: "List a webhook endpoint's recent deliveries",
+        description:
+          'The most recent `limit` deliveries, newest first: one page only, with no cursor (older ones are not ' +
+          'listed). Each says how its attempts went.',
+        tags,
+        params: WebhookEndpointParamsSchema,
+        querystring: ListDeliveriesQuerySchema,
+        response: {
+          200: jsonResponse('The most recent deliveries, newest first.', DeliveriesSchema, RATE_LIMIT_HEADERS),
+          ...errorResponses(400, 401, 429, 500, 503),
+          ...ENDPOINT_NOT_FOUND,
+        },
+      },
+      config: { scope: 'webhooks:read', stability },
+    },
+    async function listWebhookDeliveries(request) {
+      const { endpointId } = request.params
+      const { limit = DEFAULT_PAGE_SIZE } = request.query
+      return found(await app.store.listDeliveries(request.caller.accountId, endpointId, limit), endpointId)
+    },
+  )
+
+  app.post(
+    '/webhook-endpoints/:endpointId/deliveries/:deliveryId/redeliver',
+    {
+      schema: {
+        operationId: 'redeliverWebhook',
+        summary: 'Send a delivery again',
+        description:
+          `Sends the event again, now, with the same \`webhook-id\` and body, and retries it as a new delivery ` +
+          `would be; a delivered or failed one included. Any of the ${REDELIVERABLE} most recent deliveries ` +
+          'of an enabled endpoint.',
+        tags,
+        params: DeliveryParamsSchema,
+        querystring: NoQuerySchema,
+        response: {
+          202: jsonResponse('Accepted: the delivery is pending again, due now.', DeliverySchema, RATE_LIMIT_HEADERS),
+          ...errorResponses(400, 401, 429, 500, 503),
+          404: documented(
+            'delivery_not_found',
+            '`webhook_endpoint_not_found`, or `delivery_not_found`: no such delivery among its most recent.',
+          ),
+          409: documented('webhook_endpoint_disabled', '`webhook_endpoint_disabled`: enable the endpoint first.'),
+        },
+      },
+      config: { scope: 'webhooks:write', stability },
+    },
+    async function redeliverWebhook(request, reply) {
+      const { endpointId, deliveryId } = request.params
+      const { accountId } = request.caller
+      const endpoint = found(await app.store.getWebhookEndpoint(accountId, endpointId), endpointId)
+      // The store finds a delivery by the account alone: it must also be this endpoint's.
+      const recent = await app.store.listDeliveries(accountId, endpointId, REDELIVERABLE)
+      if (!recent?.some((delivery) => delivery.id === deliveryId)) throw deliveryNotFound(deliveryId)
+      if (endpoint.status === 'disabled') {
+        throw new ApiError('webhook_endpoint_disabled', `Webhook endpoint ${endpointId} is disabled: enable it first.`)
+      }
+      const delivery = await app.store.redeliver(accountId, deliveryId)
+      if (!delivery) throw deliveryNotFound(deliveryId)
+      nudge(app)
+      return reply.code(202).send(delivery)
+    },
+  )
+}
+
+/** Asks the delivery loop, when there is one, to look for due deliveries now rather than at its next tick. */
+function nudge(app: FastifyInstance): void {
+  ;(app as FastifyInstance & Nudgeable).webhookDeliveries?.nudge()
+}
+
+function found<T>(value: T | null, endpointId: string): T {
+  if (value === null) throw endpointNotFound(endpointId)
+  return value
+}
+
+function withoutSecret({ secret: _, ...endpoint }: StoredWebhookEndpoint): WebhookEndpoint {
+  return endpoint
+}
+
+function endpointNotFound(endpointId: string): ApiError {
+  return new ApiError('webhook_endpoint_not_found', `No webhook endpoint ${endpointId} for this account.`)
+}
+
+function deliveryNotFound(deliveryId: string): ApiError {
+  return new ApiError('delivery_not_found', `No delivery ${deliveryId} for this webhook endpoint.`)
+}
+
+function endpointLocation(endpoint: { id: string }, request: FastifyRequest): string {
+  return `${requestOrigin(request)}/v1/webhook-endpoints/${endpoint.id}`
+}
+
+export default fp(webhooks, {
+  name: 'webhooks',
+  dependencies: ['store', 'auth', 'rate-limit', 'idempotency', 'stability'],
+  encapsulate: true,
+})

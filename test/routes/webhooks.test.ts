@@ -1,0 +1,441 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { generateApiKey } from '../../src/domain/api-keys.ts'
+import { bearer, build, errorBody, type TestApp } from '../helper.ts'
+
+const BETA = { 'animal-store-beta': 'webhooks' }
+const ON = { EXPERIMENTAL_FEATURES: 'webhooks' }
+const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
+const SECRET = /^whsec_[A-Za-z0-9+/]{32}$/
+const NEW = { url: 'https://example.com/hooks', events: ['order.placed', 'message.created'] }
+
+/** Headers of a key of a new account with these scopes (stored text; null: every scope), opted in. */
+async function keyWith(test: TestApp, scopes: string | null) {
+  const account = await test.app.store.createAccount(`hooks-${Math.random()}@example.com`)
+  const generated = generateApiKey(test.config.deployment)
+  await test.app.store.createApiKey({
+    accountId: account?.id as number,
+    name: 'scoped',
+    prefix: generated.prefix,
+    hash: generated.hash,
+    expiresAt: null,
+    scopes,
+  })
+  return { ...bearer(generated.secret), ...BETA }
+}
+
+async function setUp(t: Parameters<typeof build>[0], env: Record<string, string> = {}) {
+  const test = await build(t, { ...ON, ...env })
+  const { secret, accountId } = await test.newKey()
+  const headers = { ...bearer(secret), ...BETA }
+  const call = (method: 'GET' | 'POST' | 'PATCH' | 'DELETE', url: string, payload?: object, extra = {}) =>
+    test.app.inject({ method, url: `/v1${url}`, headers: { ...headers, ...extra }, ...(payload && { payload }) })
+  const create = async (body: object = NEW) => {
+    const response = await call('POST', '/webhook-endpoints', body)
+    assert.equal(response.statusCode, 201, response.body)
+    return response.json()
+  }
+  return { test, secret, accountId, headers, call, create }
+}
+
+describe('Webhook endpoints (experimental)', () => {
+  it('do not exist unless EXPERIMENTAL_FEATURES names webhooks: 404, and absent from the document', async (t) => {
+    const test = await build(t)
+    const { secret } = await test.newKey()
+    for (const [method, url] of [
+      ['GET', '/v1/webhook-endpoints'],
+      ['POST', '/v1/webhook-endpoints'],
+      ['GET', '/v1/webhook-endpoints/we_x/deliveries'],
+    ] as const) {
+      const response = await test.app.inject({ method, url, headers: { ...bearer(secret), ...BETA }, payload: NEW })
+      assert.equal(response.statusCode, 404, url)
+      assert.equal(errorBody(response).code, 'not_found')
+    }
+    const document = (await test.app.inject({ url: '/v1/openapi.json' })).json()
+    assert.ok(!Object.keys(document.paths).some((path) => path.startsWith('/webhook')))
+    assert.equal(document.components.schemas.WebhookEndpoint, undefined)
+  })
+
+  it('where offered, each operation needs Animal-Store-Beta: webhooks (400), after the key (401)', async (t) => {
+    const { test, secret } = await setUp(t)
+    const without = await test.app.inject({ url: '/v1/webhook-endpoints', headers: bearer(secret) })
+    assert.equal(without.statusCode, 400)
+    assert.equal(errorBody(without).code, 'beta_opt_in_required')
+    assert.match(errorBody(without).message, /experimental: send the header "Animal-Store-Beta: webhooks"/)
+    assert.equal((await test.app.inject({ url: '/v1/webhook-endpoints', headers: BETA })).statusCode, 401)
+    const document = (await test.app.inject({ url: '/v1/openapi.json' })).json()
+    const operations = Object.values<Record<string, { 'x-stability': string; operationId: string }>>(document.paths)
+      .flatMap((item) => Object.values(item))
+      .filter((operation) => operation.operationId.match(/Webhook/))
+    assert.deepEqual(operations.map((operation) => operation.operationId).sort(), [
+      'createWebhookEndpoint',
+      'deleteWebhookEndpoint',
+      'getWebhookEndpoint',
+      'listWebhookDeliveries',
+      'listWebhookEndpoints',
+      'redeliverWebhook',
+      'rotateWebhookSecret',
+      'updateWebhookEndpoint',
+    ])
+    for (const operation of operations) assert.equal(operation['x-stability'], 'experimental', operation.operationId)
+  })
+
+  it('createWebhookEndpoint: 201 with the secret and Location; list and get never show the secret', async (t) => {
+    const { test, accountId, call } = await setUp(t)
+    const response = await call('POST', '/webhook-endpoints', { ...NEW, description: 'Order sync' })
+    assert.equal(response.statusCode, 201, response.body)
+    const created = response.json()
+    assert.match(created.id, /^we_[0-9A-Za-z]{16}$/)
+    assert.match(created.secret, SECRET)
+    assert.deepEqual(
+      { ...created, id: 'x', secret: 'x', createdAt: 'x' },
+      {
+        id: 'x',
+        url: NEW.url,
+        events: ['message.created', 'order.placed'],
+        description: 'Order sync',
+        status: 'enabled',
+        disabledReason: null,
+        createdAt: 'x',
+        secretRotatedAt: null,
+        secret: 'x',
+      },
+    )
+    assert.match(created.createdAt, ISO)
+    assert.equal(response.headers.location, `http://localhost:80/v1/webhook-endpoints/${created.id}`)
+    const { secret: _, ...shown } = created
+    const got = await call('GET', `/webhook-endpoints/${created.id}`)
+    assert.equal(got.statusCode, 200)
+    assert.deepEqual(got.json(), shown)
+    const second = await call('POST', '/webhook-endpoints', { url: 'https://example.org/h', events: ['order.expired'] })
+    assert.equal(second.json().description, '')
+    assert.notEqual(second.json().secret, created.secret)
+    const list = await call('GET', '/webhook-endpoints')
+    assert.equal(list.statusCode, 200)
+    assert.deepEqual(
+      list.json().map((endpoint: { id: string }) => endpoint.id),
+      [second.json().id, created.id],
+    )
+    assert.ok(!list.body.includes('whsec_'), 'the list shows no secret')
+    assert.ok(!got.body.includes('whsec_'), 'the endpoint shows no secret')
+    // Kept, since every delivery is signed with it.
+    assert.equal((await test.app.store.getWebhookEndpoint(accountId, created.id))?.secret, created.secret)
+  })
+
+  it('createWebhookEndpoint: an Idempotency-Key replays the 201, secret and Location included, creating nothing', async (t) => {
+    const { call } = await setUp(t)
+    const key = { 'idempotency-key': 'hook-1' }
+    const first = await call('POST', '/webhook-endpoints', NEW, key)
+    const again = await call('POST', '/webhook-endpoints', NEW, key)
+    assert.equal(again.statusCode, 201)
+    assert.equal(again.headers['idempotent-replayed'], 'true')
+    assert.deepEqual(again.json(), first.json())
+    assert.equal(again.headers.location, first.headers.location)
+    assert.equal((await call('GET', '/webhook-endpoints')).json().length, 1)
+    const other = await call('POST', '/webhook-endpoints', { ...NEW, description: 'else' }, key)
+    assert.equal(errorBody(other).code, 'idempotency_key_reused')
+  })
+
+  it('refuses bodies that break the rules: events 1..5 unique and known, description ≤ 200, no extra field', async (t) => {
+    const { call } = await setUp(t)
+    for (const body of [
+      { url: NEW.url },
+      { events: NEW.events },
+      { ...NEW, events: [] },
+      { ...NEW, events: ['order.placed', 'order.placed'] },
+      { ...NEW, events: ['pet.adopted'] },
+      { ...NEW, description: 'x'.repeat(201) },
+      { ...NEW, secret: 'whsec_mine' },
+      { ...NEW, url: 42 },
+    ]) {
+      const response = await call('POST', '/webhook-endpoints', body)
+      assert.equal(response.statusCode, 400, JSON.stringify(body))
+      assert.equal(errorBody(response).code, 'validation_failed', JSON.stringify(body))
+    }
+    assert.equal((await call('POST', '/webhook-endpoints', { ...NEW, description: 'x'.repeat(200) })).statusCode, 201)
+  })
+
+  it('refuses URLs events cannot go to: not https, private or loopback addresses, credentials, not absolute', async (t) => {
+    const { call } = await setUp(t)
+    for (const [url, message] of [
+      ['http://example.com/hooks', 'The URL must start with https://.'],
+      [
+        'https://10.0.0.1/hooks',
+        "The URL's host 10.0.0.1 is a private address; webhooks are sent to public addresses only.",
+      ],
+      [
+        'https://127.0.0.1/hooks',
+        "The URL's host 127.0.0.1 is a loopback address; webhooks are sent to public addresses only.",
+      ],
+      [
+        'https://localhost:8443/hooks',
+        "The URL's host localhost is this machine; webhooks are sent to public addresses only.",
+      ],
+      ['https://user:pw@example.com/hooks', 'The URL must not contain a username or password.'],
+      ['/hooks', 'The URL is not an absolute URL (such as https://example.com/webhooks).'],
+    ]) {
+      const response = await call('POST', '/webhook-endpoints', { ...NEW, url })
+      assert.equal(response.statusCode, 400, url)
+      assert.deepEqual(errorBody(response), { code: 'invalid_webhook_url', message, status: 400 })
+    }
+    assert.equal((await call('GET', '/webhook-endpoints')).json().length, 0)
+  })
+
+  it('WEBHOOK_ALLOW_HTTP and WEBHOOK_ALLOW_PRIVATE_URLS admit http:// and private addresses (development)', async (t) => {
+    const http = await setUp(t, { WEBHOOK_ALLOW_HTTP: 'true' })
+    assert.equal(
+      (await http.call('POST', '/webhook-endpoints', { ...NEW, url: 'http://example.com/h' })).statusCode,
+      201,
+    )
+    const stillPrivate = await http.call('POST', '/webhook-endpoints', { ...NEW, url: 'http://192.168.1.2/h' })
+    assert.equal(errorBody(stillPrivate).code, 'invalid_webhook_url')
+    const both = await setUp(t, { WEBHOOK_ALLOW_HTTP: 'true', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' })
+    assert.equal(
+      (await both.call('POST', '/webhook-endpoints', { ...NEW, url: 'http://127.0.0.1:9/h' })).statusCode,
+      201,
+    )
+  })
+
+  it('an account has at most 16 endpoints: the 17th is 409 webhook_endpoint_limit; deleting one makes room', async (t) => {
+    const { test, call, create } = await setUp(t)
+    const endpoints = []
+    for (let i = 0; i < 16; i++) endpoints.push(await create({ ...NEW, url: `https://example.com/${i}` }))
+    const refused = await call('POST', '/webhook-endpoints', NEW)
+    assert.equal(refused.statusCode, 409)
+    assert.equal(errorBody(refused).code, 'webhook_endpoint_limit')
+    // Another account has its own 16.
+    const other = await keyWith(test, null)
+    const theirs = await test.app.inject({ method: 'POST', url: '/v1/webhook-endpoints', headers: other, payload: NEW })
+    assert.equal(theirs.statusCode, 201)
+    assert.equal((await call('DELETE', `/webhook-endpoints/${endpoints[0].id}`)).statusCode, 204)
+    assert.equal((await call('POST', '/webhook-endpoints', NEW)).statusCode, 201)
+  })
+
+  it('updateWebhookEndpoint: a merge patch, either media type; the URL is checked; status disables and enables', async (t) => {
+    const { call, create } = await setUp(t)
+    const created = await create({ ...NEW, description: 'before' })
+    const patch = (body: unknown, type = 'application/merge-patch+json') =>
+      call('PATCH', `/webhook-endpoints/${created.id}`, body as object, { 'content-type': type })
+    const described = await patch({ description: 'after' })
+    assert.equal(described.statusCode, 200, described.body)
+    const { secret: _, ...shown } = created
+    assert.deepEqual(described.json(), { ...shown, description: 'after' })
+    const moved = await patch({ url: 'https://example.net/new', events: ['order.canceled'] }, 'application/json')
+    assert.equal(moved.statusCode, 200)
+    assert.equal(moved.json().url, 'https://example.net/new')
+    assert.deepEqual(moved.json().events, ['order.canceled'])
+    assert.equal(moved.json().description, 'after')
+    const disabled = await patch({ status: 'disabled' })
+    assert.equal(disabled.json().status, 'disabled')
+    assert.equal(typeof disabled.json().disabledReason, 'string')
+    const enabled = await patch({ status: 'enabled' })
+    assert.equal(enabled.json().status, 'enabled')
+    assert.equal(enabled.json().disabledReason, null)
+    const unchanged = await patch({})
+    assert.equal(unchanged.statusCode, 200)
+    assert.deepEqual(unchanged.json(), enabled.json())
+    const bad = await patch({ url: 'https://10.1.2.3/' })
+    assert.equal(errorBody(bad).code, 'invalid_webhook_url')
+    for (const body of [{ description: null }, { status: 'paused' }, { secret: 'x' }, { events: [] }, ['x']]) {
+      const response = await patch(body)
+      assert.equal(response.statusCode, 400, JSON.stringify(body))
+      assert.equal(errorBody(response).code, 'validation_failed')
+    }
+    const after = await call('GET', `/webhook-endpoints/${created.id}`)
+    assert.deepEqual(after.json(), enabled.json(), 'a refused patch changes nothing')
+    assert.equal((await patch({ description: 'x' }, 'text/plain')).statusCode, 415)
+  })
+
+  it('deleteWebhookEndpoint: 204, then the endpoint is 404 for every operation; unknown is 404', async (t) => {
+    const { call, create } = await setUp(t)
+    const created = await create()
+    const deleted = await call('DELETE', `/webhook-endpoints/${created.id}`)
+    assert.equal(deleted.statusCode, 204)
+    assert.equal(deleted.body, '')
+    for (const [method, url, body] of [
+      ['GET', `/webhook-endpoints/${created.id}`],
+      ['PATCH', `/webhook-endpoints/${created.id}`, { description: 'x' }],
+      ['DELETE', `/webhook-endpoints/${created.id}`],
+      ['POST', `/webhook-endpoints/${created.id}/rotate-secret`],
+      ['GET', `/webhook-endpoints/${created.id}/deliveries`],
+      ['POST', `/webhook-endpoints/${created.id}/deliveries/dlv_x/redeliver`],
+      ['GET', '/webhook-endpoints/we_unknown'],
+    ] as const) {
+      const response = await call(method, url, body)
+      assert.equal(response.statusCode, 404, `${method} ${url}`)
+      assert.equal(errorBody(response).code, 'webhook_endpoint_not_found', `${method} ${url}`)
+    }
+    assert.deepEqual((await call('GET', '/webhook-endpoints')).json(), [])
+  })
+
+  it('rotateWebhookSecret: 200 with a new secret, secretRotatedAt, and the old secret signing for 24 hours', async (t) => {
+    const { test, accountId, call, create } = await setUp(t)
+    const created = await create()
+    const before = Date.now()
+    const response = await call('POST', `/webhook-endpoints/${created.id}/rotate-secret`)
+    assert.equal(response.statusCode, 200, response.body)
+    const rotated = response.json()
+    assert.match(rotated.secret, SECRET)
+    assert.notEqual(rotated.secret, created.secret)
+    assert.match(rotated.secretRotatedAt, ISO)
+    assert.ok(Date.parse(rotated.secretRotatedAt) >= before - 1000)
+    const grace = Date.parse(rotated.previousSecretExpiresAt) - before
+    assert.ok(grace >= 86_400_000 - 1000 && grace <= 86_400_000 + 5000, `grace ${grace} ms`)
+    assert.equal(rotated.id, created.id)
+    const stored = await test.app.store.getWebhookEndpoint(accountId, created.id)
+    assert.equal(stored?.secret, rotated.secret)
+    const got = (await call('GET', `/webhook-endpoints/${created.id}`)).json()
+    assert.equal(got.secretRotatedAt, rotated.secretRotatedAt)
+    assert.equal(got.secret, undefined)
+    // The next delivery is signed with both, the new one first.
+    await call('POST', '/messages', { message: 'signed twice' })
+    const [claimed] = await test.app.store.claimDeliveries(1, 60_000)
+    assert.deepEqual(claimed?.secrets, [rotated.secret, created.secret])
+  })
+
+  it('listWebhookDeliveries and redeliverWebhook: the recent deliveries; a resend is 202 and pending again', async (t) => {
+    const { test, call, create } = await setUp(t)
+    const nudges: number[] = []
+    // The delivery loop's decoration, as src/plugins/webhook-delivery.ts will set it.
+    ;(test.app as unknown as { webhookDeliveries: { nudge(): void } }).webhookDeliveries = {
+      nudge: () => void nudges.push(Date.now()),
+    }
+    const endpoint = await create({ url: 'https://example.com/m', events: ['message.created'] })
+    const other = await create({ url: 'https://example.com/o', events: ['order.placed'] })
+    for (const text of ['one', 'two', 'three']) {
+      assert.equal((await call('POST', '/messages', { message: text })).statusCode, 202)
+    }
+    const listed = await call('GET', `/webhook-endpoints/${endpoint.id}/deliveries?limit=2`)
+    assert.equal(listed.statusCode, 200, listed.body)
+    const deliveries = listed.json()
+    assert.equal(deliveries.length, 2)
+    assert.deepEqual(Object.keys(deliveries[0]).sort(), [
+      'attempts',
+      'createdAt',
+      'deliveredAt',
+      'eventId',
+      'eventType',
+      'id',
+      'lastAttemptAt',
+      'lastError',
+      'lastStatus',
+      'nextAttemptAt',
+      'status',
+    ])
+    assert.match(deliveries[0].id, /^dlv_/)
+    assert.equal(deliveries[0].eventType, 'message.created')
+    assert.equal(deliveries[0].status, 'pending')
+    assert.equal((await call('GET', `/webhook-endpoints/${endpoint.id}/deliveries`)).json().length, 3)
+    assert.deepEqual((await call('GET', `/webhook-endpoints/${other.id}/deliveries`)).json(), [])
+    for (const query of ['limit=0', 'limit=101', 'cursor=x']) {
+      const refused = await call('GET', `/webhook-endpoints/${endpoint.id}/deliveries?${query}`)
+      assert.equal(refused.statusCode, 400, query)
+    }
+
+    // A delivery that ran out: a resend makes it pending again, due now, and nudges the delivery loop.
+    const [claimed] = await test.app.store.claimDeliveries(1, 60_000)
+    assert.ok(claimed)
+    const at = new Date().toISOString()
+    const outcome = {
+      ...claimed,
+      at,
+      delivered: false,
+      status: 500,
+      error: null,
+      retryAt: null,
+      disableEndpoint: false,
+    }
+    assert.equal(await test.app.store.recordDelivery(outcome), true)
+    const failed = (await call('GET', `/webhook-endpoints/${endpoint.id}/deliveries`))
+      .json()
+      .find((d: { id: string }) => d.id === claimed.id)
+    assert.equal(failed.status, 'failed')
+    const resent = await call('POST', `/webhook-endpoints/${endpoint.id}/deliveries/${claimed.id}/redeliver`)
+    assert.equal(resent.statusCode, 202, resent.body)
+    assert.equal(resent.json().id, claimed.id)
+    assert.equal(resent.json().status, 'pending')
+    assert.match(resent.json().nextAttemptAt, ISO)
+    assert.equal(nudges.length, 1)
+
+    // Through another endpoint of the account, or unknown: 404; the endpoint disabled: 409.
+    const elsewhere = await call('POST', `/webhook-endpoints/${other.id}/deliveries/${claimed.id}/redeliver`)
+    assert.equal(errorBody(elsewhere).code, 'delivery_not_found')
+    const unknown = await call('POST', `/webhook-endpoints/${endpoint.id}/deliveries/dlv_unknown/redeliver`)
+    assert.equal(errorBody(unknown).code, 'delivery_not_found')
+    await call('PATCH', `/webhook-endpoints/${endpoint.id}`, { status: 'disabled' })
+    const disabled = await call('POST', `/webhook-endpoints/${endpoint.id}/deliveries/${claimed.id}/redeliver`)
+    assert.equal(disabled.statusCode, 409)
+    assert.equal(errorBody(disabled).code, 'webhook_endpoint_disabled')
+    assert.equal(nudges.length, 1)
+  })
+
+  it('redeliverWebhook works without the delivery loop (no webhookDeliveries decoration)', async (t) => {
+    const { call, create } = await setUp(t)
+    const endpoint = await create({ url: 'https://example.com/m', events: ['message.created'] })
+    await call('POST', '/messages', { message: 'hi' })
+    const [delivery] = (await call('GET', `/webhook-endpoints/${endpoint.id}/deliveries`)).json()
+    const resent = await call('POST', `/webhook-endpoints/${endpoint.id}/deliveries/${delivery.id}/redeliver`)
+    assert.equal(resent.statusCode, 202, resent.body)
+  })
+
+  it("another account's endpoint is 404 for every operation, and left as it was", async (t) => {
+    const { test, call, create } = await setUp(t)
+    const mine = await create({ url: 'https://example.com/m', events: ['message.created'] })
+    await call('POST', '/messages', { message: 'hi' })
+    const [delivery] = (await call('GET', `/webhook-endpoints/${mine.id}/deliveries`)).json()
+    const stranger = await keyWith(test, null)
+    for (const [method, url, payload] of [
+      ['GET', `/v1/webhook-endpoints/${mine.id}`],
+      ['PATCH', `/v1/webhook-endpoints/${mine.id}`, { description: 'mine now' }],
+      ['POST', `/v1/webhook-endpoints/${mine.id}/rotate-secret`],
+      ['GET', `/v1/webhook-endpoints/${mine.id}/deliveries`],
+      ['POST', `/v1/webhook-endpoints/${mine.id}/deliveries/${delivery.id}/redeliver`],
+      ['DELETE', `/v1/webhook-endpoints/${mine.id}`],
+    ] as const) {
+      const response = await test.app.inject({ method, url, headers: stranger, ...(payload && { payload }) })
+      assert.equal(response.statusCode, 404, `${method} ${url}`)
+      assert.equal(errorBody(response).code, 'webhook_endpoint_not_found')
+    }
+    assert.deepEqual((await test.app.inject({ url: '/v1/webhook-endpoints', headers: stranger })).json(), [])
+    const { secret: _, ...shown } = mine
+    assert.deepEqual((await call('GET', `/webhook-endpoints/${mine.id}`)).json(), shown)
+  })
+
+  it('scopes: webhooks:read lists and reads, webhooks:write is needed to change; write implies read', async (t) => {
+    const { test } = await setUp(t)
+    const reader = await keyWith(test, 'webhooks:read')
+    const writer = await keyWith(test, 'webhooks:write')
+    const other = await keyWith(test, 'pets:write orders:write messages:write')
+    const created = await test.app.inject({
+      method: 'POST',
+      url: '/v1/webhook-endpoints',
+      headers: writer,
+      payload: NEW,
+    })
+    assert.equal(created.statusCode, 201)
+    const id = created.json().id
+    for (const url of [
+      '/v1/webhook-endpoints',
+      `/v1/webhook-endpoints/${id}`,
+      `/v1/webhook-endpoints/${id}/deliveries`,
+    ]) {
+      assert.equal((await test.app.inject({ url, headers: writer })).statusCode, 200, url)
+      const refused = await test.app.inject({ url, headers: other })
+      assert.equal(refused.statusCode, 403, url)
+      assert.match(refused.headers['www-authenticate'] as string, /scope="webhooks:read"/)
+    }
+    assert.equal((await test.app.inject({ url: '/v1/webhook-endpoints', headers: reader })).statusCode, 200)
+    for (const [method, url] of [
+      ['POST', '/v1/webhook-endpoints'],
+      ['PATCH', `/v1/webhook-endpoints/${id}`],
+      ['DELETE', `/v1/webhook-endpoints/${id}`],
+      ['POST', `/v1/webhook-endpoints/${id}/rotate-secret`],
+      ['POST', `/v1/webhook-endpoints/${id}/deliveries/dlv_x/redeliver`],
+    ] as const) {
+      const response = await test.app.inject({ method, url, headers: reader, payload: {} })
+      assert.equal(response.statusCode, 403, `${method} ${url}`)
+      assert.equal(errorBody(response).code, 'insufficient_scope')
+      assert.match(response.headers['www-authenticate'] as string, /scope="webhooks:write"/)
+    }
+  })
+})
