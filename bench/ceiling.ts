@@ -21,7 +21,7 @@ const health = prepare({ status: 200, headers: { 'content-type': 'application/js
 const refusals = new Map(
   Object.entries(fixtures).flatMap(([name, f]) => (f.authorization ? [[f.authorization, answers[name]]] : [])),
 )
-const { post, get, list100, list20, order } = answers
+const { post, get, list100, list20, order, webhooks } = answers
 
 createServer((request, response) => {
   const url = request.url ?? ''
@@ -30,7 +30,9 @@ createServer((request, response) => {
     (request.method === 'POST'
       ? url === '/v1/store/orders'
         ? order
-        : post
+        : url === '/v1/messages'
+          ? webhooks
+          : post
       : url.startsWith('/v1/pets/')
         ? (refusals.get(request.headers.authorization ?? '') ?? get)
         : url.includes('status=')

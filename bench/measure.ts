@@ -1,7 +1,11 @@
 /** The workloads, and one wrk run with /proc sampled for the peak RSS and where the CPU went (service, PostgreSQL, wrk). */
 import { spawnSync } from 'node:child_process'
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { contention, readText, type Settings, type WrkResult, wrk } from './common.ts'
+import { openStore } from './src.ts'
 import { RACE_PETS, type RunningTarget, UNKNOWN_KEY } from './targets.ts'
 
 export interface Workload {
@@ -73,6 +77,92 @@ async function checkRace(live: RunningTarget, result: WrkResult): Promise<string
   return `${counts}; each of the ${RACE_PETS} pets has one placed order`
 }
 
+/** The webhooks workload's receiver of a target, and where a run started: its count and the time then. */
+interface Hooked {
+  received: number
+  close(): Promise<void>
+  from?: { received: number; at: number }
+}
+const hooked = new WeakMap<RunningTarget, Hooked>()
+/** How long the webhooks workload waits after its run for the outbox to drain (so the next workload is not measured beside the backlog). */
+const DRAIN_MS = 60_000
+
+/**
+ * Before a webhooks run on a service target: a receiver on 127.0.0.1 in this process answering 204
+ * at once, and an endpoint of the bench's account subscribed to message.created pointing at it
+ * (made through the store, as the API would: once per target).
+ */
+async function subscribeReceiver(live: RunningTarget): Promise<void> {
+  if (!live.databaseUrl) return
+  let hook = hooked.get(live)
+  if (!hook) {
+    const state: Hooked = { received: 0, close: async () => {} }
+    const server = http.createServer((request, response) => {
+      request.resume()
+      request.on('end', () => {
+        state.received++
+        response.writeHead(204).end()
+      })
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    state.close = () => new Promise((resolve) => server.close(() => resolve()))
+    const stop = live.stop
+    live.stop = async () => {
+      await stop()
+      server.closeAllConnections()
+      await state.close()
+    }
+    const store = await openStore({ databaseUrl: live.databaseUrl, poolSize: 1, timeoutMs: 30_000 })
+    try {
+      const account = await store.findAccountByEmail('bench@example.com')
+      if (!account) throw new Error('webhooks: no bench@example.com account')
+      await store.createWebhookEndpoint({
+        accountId: account.id,
+        url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`,
+        events: ['message.created'],
+        description: 'bench receiver',
+        secret: `whsec_${Buffer.alloc(32, 7).toString('base64')}`,
+      })
+    } finally {
+      await store.close()
+    }
+    hook = state
+    hooked.set(live, hook)
+  }
+  hook.from = { received: hook.received, at: performance.now() }
+}
+
+/** The outbox as /readyz reports it (store.outboxStats()). */
+async function outboxDepth(live: RunningTarget): Promise<number> {
+  const ready = (await (await fetch(`${live.baseUrl}/readyz`)).json()) as { outbox?: { depth: number } }
+  if (ready.outbox === undefined) throw new Error(`webhooks: /readyz has no outbox: ${JSON.stringify(ready)}`)
+  return ready.outbox.depth
+}
+
+/** After a webhooks run: deliveries a second over the run (the receiver's count), the outbox left, and how long it took to drain. */
+async function deliveryRate(live: RunningTarget, result: WrkResult): Promise<string> {
+  const hook = hooked.get(live)
+  if (!hook?.from) return ''
+  const seconds = (performance.now() - hook.from.at) / 1000
+  const delivered = hook.received - hook.from.received
+  const depth = await outboxDepth(live)
+  const drainFrom = performance.now()
+  let left = depth
+  while (left > 0 && performance.now() - drainFrom < DRAIN_MS) {
+    await sleep(100)
+    left = await outboxDepth(live)
+  }
+  const drained =
+    left === 0
+      ? `drained in ${((performance.now() - drainFrom) / 1000).toFixed(1)} s`
+      : `${left} left after ${DRAIN_MS / 1000} s`
+  const accepted = (result.requests - result.non2xx) / seconds
+  return (
+    `accepted ${accepted.toFixed(0)} msg/s, delivered ${(delivered / seconds).toFixed(0)}/s ` +
+    `(${delivered} in ${seconds.toFixed(1)} s), outbox depth at the end ${depth}, ${drained}`
+  )
+}
+
 /** `target`: the service/ceiling ratio aimed at (issue text), or the workload whose rate a refusal must reach. */
 export const WORKLOADS: Workload[] = [
   { name: 'list20', description: 'GET /v1/pets?limit=20', path: '/v1/pets?limit=20', target: 0.5 },
@@ -134,6 +224,17 @@ export const WORKLOADS: Workload[] = [
     refused: 409,
     before: freeRacePets,
     after: checkRace,
+  },
+  {
+    name: 'webhooks',
+    description:
+      'POST /v1/messages with one endpoint subscribed to message.created at a receiver on 127.0.0.1 (in the bench process, 204 at once); deliveries a second and the outbox depth at the end',
+    path: '/v1/messages',
+    script: join(LUA, 'message.lua'),
+    scriptArgs: (key) => [key],
+    probe: { method: 'POST', body: '{"message":"Biscuit is ready for pick-up"}', status: 202 },
+    before: subscribeReceiver,
+    after: deliveryRate,
   },
   {
     name: 'mix',

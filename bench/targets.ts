@@ -27,6 +27,8 @@ export interface Context {
 
 export interface RunningTarget {
   baseUrl: string
+  /** The service's database (none for the ceiling). */
+  databaseUrl?: string
   /** A valid API key of this target's database. */
   key: string
   /** Processes whose memory and CPU are the target's (read afresh: workers may restart). */
@@ -169,6 +171,9 @@ export const baseEnv = (databaseUrl: string, logLevel = 'info'): Record<string, 
   // (RATE_LIMIT=1 on its own instance): unknown keys from 127.0.0.1 must stay 401s, not turn into 429s.
   RATE_LIMIT: '1000000000',
   AUTH_FAILURE_LIMIT: '1000000',
+  // The webhooks workload's receiver is a plain http server on 127.0.0.1, in the bench's process.
+  WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+  WEBHOOK_ALLOW_HTTP: 'true',
 })
 
 /** Starts the service as `npm start` does, twice: the first start fills the compile cache, as a deployment's does. */
@@ -188,7 +193,8 @@ export async function startService(
   await waitReady(first, port)
   await first.stop()
   const server = start(cpus, process.execPath, [...options, ...(context.nodeArgs ?? []), command.script], env)
-  return running(server, port, key, cpus, workers)
+  // Object.assign, not a spread: `pids` stays a getter.
+  return Object.assign(await running(server, port, key, cpus, workers), { databaseUrl: settings.DATABASE_URL })
 }
 
 const sqliteService = (name: string, logLevel: string, memorySettings = true): Target => ({

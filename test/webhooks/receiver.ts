@@ -1,6 +1,7 @@
 /**
  * A webhook receiver on loopback for tests: records every request it gets, answers with what
- * `answer` says (200 unless told), and can be stopped and started again on the same port.
+ * `answer` says (200 unless told), after what `delayMs` says (at once unless told), and can be
+ * stopped and started again on the same port.
  */
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -21,6 +22,10 @@ export interface Receiver {
   received: Received[]
   /** The status to answer the nth request (1-based) with. */
   answer: (n: number, request: Received) => number
+  /** How long to hold the nth request (1-based) before answering it, in ms (0: at once). */
+  delayMs: (n: number) => number
+  /** Requests received and not answered yet (held by `delayMs`). */
+  holding: number
   /** Distinct webhook-ids received. */
   ids(): Set<string>
   stop(): Promise<void>
@@ -36,6 +41,8 @@ export async function receiver(t: TestContext, path = '/hook'): Promise<Receiver
     url: '',
     received: [],
     answer: () => 200,
+    delayMs: () => 0,
+    holding: 0,
     ids: () => new Set(self.received.map((r) => r.id)),
     async stop() {
       server.closeAllConnections()
@@ -54,8 +61,15 @@ export async function receiver(t: TestContext, path = '/hook'): Promise<Receiver
             event: JSON.parse(body),
           }
           self.received.push(got)
-          response.statusCode = self.answer(self.received.length, got)
-          response.end()
+          const n = self.received.length
+          response.statusCode = self.answer(n, got)
+          const delay = self.delayMs(n)
+          if (delay <= 0) return void response.end()
+          self.holding++
+          setTimeout(() => {
+            self.holding--
+            response.end()
+          }, delay)
         })
       })
       await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve))
