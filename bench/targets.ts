@@ -197,14 +197,25 @@ export async function startService(
   return Object.assign(await running(server, port, key, cpus, workers), { databaseUrl: settings.DATABASE_URL })
 }
 
-const sqliteService = (name: string, logLevel: string, memorySettings = true): Target => ({
-  label: `sqlite, LOG_LEVEL=${logLevel}${memorySettings ? '' : ', default memory settings'}`,
+const sqliteService = (
+  name: string,
+  logLevel: string,
+  memorySettings = true,
+  extra: Record<string, string> = {},
+): Target => ({
+  label: `sqlite, LOG_LEVEL=${logLevel}${memorySettings ? '' : ', default memory settings'}${Object.entries(extra)
+    .map(([k, v]) => `, ${k}=${v}`)
+    .join('')}`,
   database: 'sqlite',
   async start(context, env = {}) {
     const databaseUrl = `sqlite:${join(mkdtempSync(join(context.dir, `${name}-`)), 'store.db')}`
     await seedPets(databaseUrl, context.pets)
     const orderPets = await seedOrderPets(databaseUrl, context.orderPets ?? 0)
-    const live = await startService(context, { ...baseEnv(databaseUrl, logLevel), ...env }, { memorySettings })
+    const live = await startService(
+      context,
+      { ...baseEnv(databaseUrl, logLevel), ...extra, ...env },
+      { memorySettings },
+    )
     return Object.assign(live, { orderPets })
   },
 })
@@ -264,6 +275,8 @@ export const TARGETS: Record<string, Target> = {
   'sqlite-warn': sqliteService('sqlite-warn', 'warn'),
   // Not run by default: the service without the start script's memory settings (decision 54).
   'sqlite-v8-defaults': sqliteService('sqlite-v8-defaults', 'info', false),
+  // Not run by default: the service with its metrics on (METRICS_PORT, an ephemeral port), to show their cost.
+  'sqlite-metrics': sqliteService('sqlite-metrics', 'info', true, { METRICS_PORT: '0' }),
   'postgres-1': postgresService('postgres-1', 1),
   'postgres-2': postgresService('postgres-2', 2),
   ceiling,

@@ -8,6 +8,7 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from './config.ts'
 import http from './http/index.ts'
+import metrics from './observability/metrics.ts'
 import auth from './plugins/auth.ts'
 import errorHandler from './plugins/error-handler.ts'
 import idempotency from './plugins/idempotency.ts'
@@ -47,6 +48,8 @@ async function animalStore(fastify: FastifyInstance, { config }: AppOptions): Pr
   await app.register(preconditions)
   // The database, opened and migrated before any route can use it.
   await app.register(store, { config })
+  // Metrics on their own port (METRICS_PORT), before the routes so that its hooks time every one.
+  await app.register(metrics, { config })
   // Who is calling, then how often: a key is checked before anything else about a request.
   await app.register(rateLimit, { config })
   await app.register(auth, { config })

@@ -108,6 +108,15 @@ export const EnvSchema = Type.Object({
     default: '',
     description: 'empty, or redis://host:port (rediss:// for TLS)',
   }),
+  // Its own listener, never the API's: empty (the default) serves no metrics at all.
+  METRICS_PORT: Type.Optional(
+    Type.Integer({ minimum: 0, maximum: 65_535, description: 'empty, or an integer from 0 to 65535' }),
+  ),
+  METRICS_HOST: Type.String({
+    minLength: 1,
+    default: '127.0.0.1',
+    description: 'a host name or IP address to serve /metrics on',
+  }),
   WORKERS: Type.Integer({
     minimum: 1,
     maximum: 64,
@@ -182,6 +191,9 @@ export interface Config {
   lingeringTimeMs: number
   lingeringTimeoutMs: number
   lingeringBytes: number
+  /** Where Prometheus scrapes /metrics (src/observability/metrics.ts); null: nowhere. */
+  metricsPort: number | null
+  metricsHost: string
   /** Processes serving the port (node:cluster); 1 means no cluster. */
   workers: number
   /** Requests per API key per window; 0 means no limit. */
@@ -238,6 +250,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (trustProxy === null) throw new ConfigError(invalid('TRUST_PROXY', raw.TRUST_PROXY))
   const retrySchedule = parseRetrySchedule(String(e.WEBHOOK_RETRY_SCHEDULE))
   if (retrySchedule === null) throw new ConfigError(invalid('WEBHOOK_RETRY_SCHEDULE', raw.WEBHOOK_RETRY_SCHEDULE))
+  // Workers share their listening ports (node:cluster): each scrape would reach one worker at random,
+  // and each worker's numbers are its own.
+  if (e.METRICS_PORT !== undefined && Number(e.WORKERS) > 1) {
+    throw new ConfigError('Invalid configuration: METRICS_PORT cannot be used with WORKERS above 1 (see README)')
+  }
   return toConfig(e as Env, trustProxy, retrySchedule)
 }
 
@@ -301,6 +318,8 @@ function toConfig(e: Env, trustProxy: Config['trustProxy'], webhookRetrySchedule
     lingeringTimeMs: e.LINGERING_TIME_SECONDS * 1000,
     lingeringTimeoutMs: e.LINGERING_TIMEOUT_SECONDS * 1000,
     lingeringBytes: e.LINGERING_BYTES,
+    metricsPort: e.METRICS_PORT ?? null,
+    metricsHost: e.METRICS_HOST,
     workers: e.WORKERS,
     rateLimit: e.RATE_LIMIT,
     rateLimitWindowMs: e.RATE_LIMIT_WINDOW_SECONDS * 1000,

@@ -172,6 +172,7 @@ export default fp<{ config: Config }>(
 
     /** 429 for a client blocked for another `ms`. */
     function tooMany(reply: FastifyReply, ms: number, done: Done): void {
+      app.metrics?.rateLimited('auth_failures')
       reply.header('retry-after', String(Math.ceil(ms / 1000)))
       done(TOO_MANY_FAILURES)
     }

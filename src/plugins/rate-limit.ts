@@ -53,6 +53,7 @@ export default fp<{ config: Config }>(
       reply.header('ratelimit-policy', policy)
       reply.header('ratelimit', `"default";r=${Math.max(0, limit - count)};t=${reset}`)
       if (count <= limit) return done()
+      app.metrics?.rateLimited('api_key')
       reply.header('retry-after', String(reset))
       done(refusal)
     }

@@ -60,6 +60,9 @@ export default fp<{ config: Config }>(
         retryAt: delay === null ? null : new Date(Date.now() + delay).toISOString(),
         disableEndpoint: gone,
       })
+      app.metrics?.webhookDelivery(
+        !recorded ? 'lease_lost' : result.delivered ? 'delivered' : delay === null ? 'failed' : 'retry',
+      )
       app.log.info(
         {
           delivery: delivery.id,

@@ -13,7 +13,7 @@ import type { Pool, PoolClient, QueryConfig } from 'pg'
 import { randomId } from '../domain/api-keys.ts'
 import { eventBody, subscribes } from '../domain/events.ts'
 import type { Message } from '../schemas/messages.ts'
-import type { Inventory, Order } from '../schemas/orders.ts'
+import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
 import { type Delivery, EVENT_TYPES, type EventType } from '../schemas/webhooks.ts'
 import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
@@ -44,6 +44,7 @@ import {
   type Session,
   type Store,
   type StoredWebhookEndpoint,
+  type StoreStats,
   type TransitionResult,
   type UpdatePetResult,
   type VersionedPet,
@@ -115,6 +116,7 @@ const SQL = {
   updatePet: `UPDATE pets SET name = $1, category_id = $2, status = $3, version = version + 1 WHERE id = $4
     RETURNING ${PET_COLUMNS}, version`,
   inventory: 'SELECT status, count(*)::int AS count FROM pets GROUP BY status',
+  orderCounts: 'SELECT status, count(*)::int AS count FROM orders GROUP BY status',
   // The guarded updates that make one winner: only an available pet is held, only a held one freed.
   holdPet:
     "UPDATE pets SET status = 'pending', version = version + 1 WHERE id = $1 AND status = 'available' RETURNING id",
@@ -285,6 +287,8 @@ export class PostgresStore implements Store {
    */
   #inflight = 0
   #drained: (() => void) | null = null
+  /** Failed statements and transactions, for the metrics (stats()). */
+  #errors = 0
 
   private constructor(pool: Pool) {
     this.#pool = pool
@@ -336,6 +340,14 @@ export class PostgresStore implements Store {
 
   async ping(): Promise<void> {
     await this.#query('ping', [])
+  }
+
+  stats(): StoreStats {
+    const pool = this.#pool
+    return {
+      pool: { total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount },
+      queryErrors: this.#errors,
+    }
   }
 
   close(): Promise<void> {
@@ -408,6 +420,14 @@ export class PostgresStore implements Store {
   }
 
   // ─── ORDERS ────────────────────────────────────────────────────────────────────────────────
+
+  async orderCounts(): Promise<Record<OrderStatus, number>> {
+    const counts: Record<OrderStatus, number> = { placed: 0, completed: 0, canceled: 0, expired: 0 }
+    for (const row of await this.#query<{ status: OrderStatus; count: number }>('orderCounts', [])) {
+      counts[row.status] = row.count
+    }
+    return counts
+  }
 
   placeOrder(order: PlaceOrder, idempotency?: IdempotencyRef): Promise<PlaceOrderResult> {
     return this.#transaction(async (run) => {
@@ -749,6 +769,7 @@ export class PostgresStore implements Store {
         try {
           return await this.#pool.query(config)
         } catch (error) {
+          this.#errors++
           if (!isUnavailable(error)) throw error
           const retries = isStaleConnection(error) ? (this.#pool.options.max ?? 1) : 1
           if (kind === 'write' || attempt > retries) throw new DatabaseUnavailableError(String(error))
@@ -797,6 +818,7 @@ export class PostgresStore implements Store {
         release()
         return result
       } catch (error) {
+        this.#errors++
         await client.query('ROLLBACK').catch(() => {})
         release(error)
         throw isUnavailable(error) ? new DatabaseUnavailableError(String(error)) : error

@@ -39,6 +39,8 @@ import { DELIVERY_COLUMNS, ENDPOINT_COLUMNS, type EndpointRow, endpointFromRow }
 export type WriteJob = [number, keyof WriteOps, unknown[]]
 /** A result to the main thread: [id, ok, value or error details]. */
 export type WriteResult = [number, boolean, unknown]
+/** A batch's answer: its results, in order, and the seconds from its BEGIN to its COMMIT returned (for the metrics). */
+export type WriterAnswer = [WriteResult[], number]
 
 export interface WriterData {
   path: string
@@ -497,6 +499,7 @@ function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): vo
     const batch = queue
     queue = []
     let results: WriteResult[]
+    const started = performance.now()
     try {
       // A file no longer at its path (moved, deleted, replaced) is not where the data is read and
       // kept: refuse the batch without writing it there. Checked again after the commit, in case it
@@ -507,10 +510,11 @@ function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): vo
       if (filesIdentity(data.path) !== identities) throw new Error(`${FILE_GONE}: ${data.path}`)
     } catch (error) {
       if (db.isTransaction) sql.rollback.run()
-      port.postMessage(batch.map(([id]): WriteResult => [id, false, describe(error)]))
+      const failed = batch.map(([id]): WriteResult => [id, false, describe(error)])
+      port.postMessage([failed, (performance.now() - started) / 1000] satisfies WriterAnswer)
       return
     }
-    port.postMessage(results)
+    port.postMessage([results, (performance.now() - started) / 1000] satisfies WriterAnswer)
   }
 
   port.on('message', (message: WriteJob[] | 'close') => {

@@ -11,7 +11,7 @@ import { dirname } from 'node:path'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { Worker } from 'node:worker_threads'
 import type { Message } from '../schemas/messages.ts'
-import type { Inventory, Order } from '../schemas/orders.ts'
+import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
 import type { Delivery } from '../schemas/webhooks.ts'
 import { newerThanCode, readMigrations } from './migrations.ts'
@@ -22,6 +22,7 @@ import {
   type WriteJob,
   type WriteOps,
   type WriteResult,
+  type WriterAnswer,
   type WriterData,
 } from './sqlite-writer.ts'
 import {
@@ -50,10 +51,12 @@ import {
   type Session,
   type Store,
   type StoredWebhookEndpoint,
+  type StoreStats,
   type TransitionResult,
   type UpdatePetResult,
   type VersionedPet,
   type WebhookEndpointChanges,
+  type WriterBatchListener,
 } from './types.ts'
 import { DELIVERY_COLUMNS, ENDPOINT_COLUMNS, type EndpointRow, endpointFromRow } from './webhook-rows.ts'
 
@@ -190,6 +193,8 @@ export class SqliteStore implements Store {
   #dataVersion = -1
   /** Whether data_version was read in this turn of the event loop. */
   #versionRead = false
+  /** Told of each writer batch (the metrics), if anyone listens. */
+  #onBatch: WriterBatchListener | null = null
 
   private constructor(path: string) {
     makeFolders(dirname(path))
@@ -240,6 +245,14 @@ export class SqliteStore implements Store {
       throw new DatabaseUnavailableError('Writes to the database are failing')
     }
     await read(() => this.#sql.ping.get())
+  }
+
+  stats(): StoreStats {
+    return {}
+  }
+
+  onWriterBatch(listener: WriterBatchListener): void {
+    this.#onBatch = listener
   }
 
   close(): Promise<void> {
@@ -360,6 +373,15 @@ export class SqliteStore implements Store {
 
   expireOrders(now: string): Promise<Order[]> {
     return this.#write('expireOrders', now)
+  }
+
+  orderCounts(): Promise<Record<OrderStatus, number>> {
+    return read(() => {
+      const counts: Record<OrderStatus, number> = { placed: 0, completed: 0, canceled: 0, expired: 0 }
+      for (const row of this.#sql.orderCounts.all() as { status: OrderStatus; count: number }[])
+        counts[row.status] = row.count
+      return counts
+    })
   }
 
   // ─── ACCOUNTS ──────────────────────────────────────────────────────────────────────────────
@@ -586,8 +608,11 @@ export class SqliteStore implements Store {
       writer.once('message', () => resolve())
       writer.once('error', reject)
     })
-    writer.on('message', (results: WriteResult[] | 'ready') => {
-      if (results !== 'ready') this.#settle(results)
+    writer.on('message', (answer: WriterAnswer | 'ready') => {
+      if (answer === 'ready') return
+      const [results, seconds] = answer
+      this.#settle(results)
+      this.#onBatch?.(results.length, seconds)
     })
     writer.on('error', (error) => this.#writerEnded(new DatabaseUnavailableError(`SQLite writer failed: ${error}`)))
     writer.on('exit', () => this.#writerEnded(new DatabaseUnavailableError('The SQLite writer has stopped')))
@@ -716,6 +741,7 @@ function prepareReads(db: DatabaseSync) {
     getPet: s(`SELECT ${PET_COLUMNS} FROM pets WHERE id = ?`),
     getVersionedPet: s(`SELECT ${PET_COLUMNS}, version FROM pets WHERE id = ?`),
     inventory: s('SELECT status, count(*) AS count FROM pets GROUP BY status'),
+    orderCounts: s('SELECT status, count(*) AS count FROM orders GROUP BY status'),
     getOrder: s(`SELECT ${ORDER_COLUMNS} FROM orders WHERE id = ? AND account_id = ?`),
     listOrders: s(`SELECT seq, ${ORDER_COLUMNS} FROM orders WHERE account_id = ? AND seq < ?
       AND (? IS NULL OR status = ?) AND (? IS NULL OR pet_id = ?) ORDER BY seq DESC LIMIT ?`),

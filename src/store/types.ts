@@ -175,6 +175,17 @@ export interface OutboxStats {
   oldestAt: string | null
 }
 
+/** What a store tells the metrics about itself (src/observability/metrics.ts). */
+export interface StoreStats {
+  /** PostgreSQL: the pool's connections, open, idle, and callers waiting for one. */
+  pool?: { total: number; idle: number; waiting: number }
+  /** PostgreSQL: statements and transactions that failed (each attempt) since the store opened. */
+  queryErrors?: number
+}
+
+/** SQLite: one writer batch committed (or failed): how many writes, and seconds from BEGIN to COMMIT returned. */
+export type WriterBatchListener = (size: number, seconds: number) => void
+
 export interface Account {
   id: number
   email: string
@@ -250,6 +261,10 @@ export interface Store {
   ping(): Promise<void>
   /** Finishes pending writes and releases the database. Safe to call twice. */
   close(): Promise<void>
+  /** Counters and gauges of the store itself, read without a round-trip. */
+  stats(): StoreStats
+  /** SQLite only: calls `listener` after each batch of the writer thread. */
+  onWriterBatch?(listener: WriterBatchListener): void
 
   // ─── PETS ────────────────────────────────────────────────────────────────────────────────────
   /**
@@ -296,6 +311,8 @@ export interface Store {
   transitionOrder(accountId: number, id: string, to: 'completed' | 'canceled'): Promise<TransitionResult>
   /** Expires every placed order whose hold ended by `now`, freeing their pets; returns them. */
   expireOrders(now: string): Promise<Order[]>
+  /** How many orders (of every account) have each status; every status is present. */
+  orderCounts(): Promise<Record<OrderStatus, number>>
 
   // ─── ACCOUNTS ────────────────────────────────────────────────────────────────────────────────
   /**
