@@ -1,6 +1,6 @@
 /**
  * The operator's command line: accounts and API keys, on the same DATABASE_URL as the server.
- * Run as `npx animal-store <command>`. Errors print one line to stderr and exit non-zero.
+ * Run as `npx animal-store <command>`; `backup` copies a SQLite database. Errors print one line to stderr and exit non-zero.
  */
 import { createInterface } from 'node:readline'
 import { Writable } from 'node:stream'
@@ -52,6 +52,8 @@ const USAGE = `Usage: animal-store <command>
                                                   (write implies read); without it, every scope.
   keys list <email>                               List an account's keys (never the secret).
   keys revoke <key-id>                            Revoke a key.
+  backup <file>                                   Copy the SQLite database to a new file, consistently,
+                                                  while the service runs (PostgreSQL: use pg_dump).
   help                                            Show this help.
 
 Uses DATABASE_URL and DEPLOYMENT like the server (see README).
@@ -168,6 +170,11 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   if (values.help || group === 'help') return print(USAGE)
   if (group === undefined) throw new NoCommandError()
   if (extra.length > 0) throw new UsageError(`Unexpected argument "${extra[0]}". Run "animal-store help".`)
+  if (group === 'backup') {
+    if (arg !== undefined) throw new UsageError(`Unexpected argument "${arg}". Run "animal-store help".`)
+    if (given.size > 0) throw new UsageError(`"backup" takes no options. Run "animal-store help".`)
+    return backupCommand(action, config.databaseUrl, (line) => print(printable(line)))
+  }
   const command = `${group} ${action ?? ''}`.trim()
   const known = ['accounts create', 'accounts set-password', 'keys create', 'keys list', 'keys revoke']
   const actions = known.filter((c) => c.startsWith(`${group} `)).map((c) => c.slice(group.length + 1))
@@ -258,6 +265,40 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   } finally {
     await store.close()
   }
+}
+
+/** `backup <file>`: SQLite's online backup of DATABASE_URL to a new file; PostgreSQL has its own tool. */
+async function backupCommand(target: string | undefined, databaseUrl: string, say: Print): Promise<void> {
+  if (target === undefined || target === '') {
+    throw new UsageError('A file to write the backup to is required. Run "animal-store help".')
+  }
+  if (!databaseUrl.startsWith('sqlite:')) {
+    // Never the password: this line ends up in terminals and logs.
+    const url = new URL(databaseUrl)
+    url.password = ''
+    throw new CliError(
+      `"backup" copies SQLite databases; back up PostgreSQL with pg_dump: pg_dump --format=custom --file=${shellQuote(target)} ${shellQuote(url.href)}`,
+    )
+  }
+  const { sqlitePath } = await import('./store/sqlite.ts')
+  const { backupSqlite, BackupTargetExistsError } = await import('./store/sqlite-backup.ts')
+  const source = sqlitePath(databaseUrl)
+  const started = performance.now()
+  try {
+    const { pages, bytes } = await backupSqlite(source, target)
+    const seconds = ((performance.now() - started) / 1000).toFixed(1)
+    await say(`Backed up ${source} to ${target}: ${pages} pages, ${bytes} bytes, in ${seconds} s.`)
+  } catch (error) {
+    if (error instanceof BackupTargetExistsError || error instanceof DatabaseNotSetUpError) {
+      throw new CliError(error.message)
+    }
+    throw error
+  }
+}
+
+/** `text` as one shell word, quoted only when it needs to be. */
+function shellQuote(text: string): string {
+  return /^[\w@%+=:,./-]+$/.test(text) ? text : `'${text.replaceAll("'", `'\\''`)}'`
 }
 
 /** More than any password the rule takes (256 characters of up to 2 UTF-16 units) can be: input past it is not read. */
