@@ -204,9 +204,10 @@ const SQL = {
   // $6: null leaves the endpoint as it is, true enables it, false disables it.
   updateEndpoint: `UPDATE webhook_endpoints SET url = coalesce($3, url), events = coalesce($4, events),
       description = coalesce($5, description),
-      disabled_at = CASE WHEN $6::boolean IS NULL THEN disabled_at WHEN $6 THEN NULL ELSE now() END,
+      disabled_at = CASE WHEN $6::boolean IS NULL THEN disabled_at WHEN $6 THEN NULL
+        ELSE coalesce(disabled_at, now()) END,
       disabled_reason = CASE WHEN $6::boolean IS NULL THEN disabled_reason WHEN $6 THEN NULL
-        ELSE 'disabled by the account' END
+        WHEN disabled_at IS NOT NULL THEN disabled_reason ELSE 'disabled by the account' END
     WHERE id = $1 AND account_id = $2 AND deleted_at IS NULL RETURNING seq, ${ENDPOINT_COLUMNS}`,
   deleteEndpoint: `UPDATE webhook_endpoints SET deleted_at = now()
     WHERE id = $1 AND account_id = $2 AND deleted_at IS NULL RETURNING seq`,
@@ -223,7 +224,7 @@ const SQL = {
   // FOR SHARE OF w: as for activeEndpoints, a delete waits, then fails the delivery made pending here.
   lockRedelivery: `SELECT d.seq, d.message_seq AS "messageSeq" FROM deliveries d
     JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
-    WHERE d.id = $1 AND w.account_id = $2 AND w.deleted_at IS NULL FOR SHARE OF w`,
+    WHERE d.id = $1 AND w.account_id = $2 AND w.deleted_at IS NULL AND w.disabled_at IS NULL FOR SHARE OF w`,
   redeliver: `UPDATE deliveries SET status = 'pending', next_attempt_at = now(), lease = NULL WHERE seq = $1`,
   // Any instance may claim: SKIP LOCKED lets them share the due deliveries, each leased to one. A
   // lease moves next_attempt_at to its end, so a delivery whose holder died is due again then.

@@ -124,7 +124,8 @@ function prepareWrites(db: DatabaseSync) {
     countMessageAttempt: s('UPDATE messages SET attempts = attempts + 1 WHERE seq = ?'),
     requeueMessage: s("UPDATE messages SET status = 'queued' WHERE seq = ? AND status = 'failed'"),
     redeliver: s(`UPDATE deliveries SET status = 'pending', next_attempt_at = ?, lease = NULL
-      WHERE id = ? AND endpoint_seq IN (SELECT seq FROM webhook_endpoints WHERE account_id = ? AND deleted_at IS NULL)
+      WHERE id = ? AND endpoint_seq IN (SELECT seq FROM webhook_endpoints
+        WHERE account_id = ? AND deleted_at IS NULL AND disabled_at IS NULL)
       RETURNING message_seq AS messageSeq`),
     getDelivery: s(`SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = ?`),
     claimDeliveries: s(`UPDATE deliveries SET lease = ?, next_attempt_at = ?, attempts = attempts + 1

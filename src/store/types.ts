@@ -396,7 +396,10 @@ export interface Store {
   ): Promise<StoredWebhookEndpoint | null>
   /** The endpoint's most recent deliveries, newest first (null: no such endpoint of the account's). */
   listDeliveries(accountId: number, endpointId: string, limit: number): Promise<Delivery[] | null>
-  /** Makes a delivery of the account's pending again, due now (a resend); null when there is none. */
+  /**
+   * Makes a delivery of the account's pending again, due now (a resend); null when there is none, or
+   * its endpoint is disabled (it would never be sent).
+   */
   redeliver(accountId: number, deliveryId: string): Promise<Delivery | null>
   /**
    * Leases up to `limit` deliveries that are due (never delivered, not failed, next attempt at or

@@ -255,6 +255,8 @@ export function webhooksContract(open: OpenStore): void {
     assert.equal((await store.getMessage(alice, first.id))?.status, 'failed')
     assert.equal((await store.getMessage(alice, second.id))?.status, 'failed')
     assert.deepEqual(await store.claimDeliveries(10, LEASE_MS), [])
+    // Nor is anything resent to it: it would stay pending for good.
+    assert.equal(await store.redeliver(alice, claimed.id), null)
     // A disabled endpoint gets no new event.
     await store.createMessage(alice, 'three')
     assert.equal(await store.deliveriesDue(), false)
