@@ -16,6 +16,11 @@ const webhook = new Webhook(secret)
 
 http
   .createServer((request, response) => {
+    // Anything but a delivery (a check that it listens, say) is not one to verify.
+    if (request.method !== 'POST') {
+      response.writeHead(405).end()
+      return
+    }
     const chunks: Buffer[] = []
     request.on('data', (chunk: Buffer) => chunks.push(chunk))
     request.on('end', () => {

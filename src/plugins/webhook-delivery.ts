@@ -37,6 +37,9 @@ export default fp<{ config: Config }>(
     const leaseMs = config.webhookTimeoutMs + LEASE_MARGIN_MS
     const sending = new Set<Promise<void>>()
     let claiming = false
+    /** The pass under way (settled when none): shutdown waits for it, then for what it started. */
+    let passing: Promise<void> = Promise.resolve()
+    let polling: Promise<void> = Promise.resolve()
     let again = false
     let closing = false
     let nudged: NodeJS.Timeout | null = null
@@ -84,6 +87,8 @@ export default fp<{ config: Config }>(
         return
       }
       claiming = true
+      let done = () => {}
+      passing = new Promise((resolve) => (done = resolve))
       try {
         do {
           again = false
@@ -106,6 +111,7 @@ export default fp<{ config: Config }>(
         app.log.warn({ err }, 'webhook delivery pass failed')
       } finally {
         claiming = false
+        done()
       }
     }
 
@@ -118,7 +124,9 @@ export default fp<{ config: Config }>(
       await fill()
     }
 
-    const timer = setInterval(poll, POLL_MS).unref()
+    const timer = setInterval(() => {
+      polling = poll()
+    }, POLL_MS).unref()
     const nudge = () => {
       if (nudged !== null || closing) return
       nudged = setTimeout(() => {
@@ -135,8 +143,11 @@ export default fp<{ config: Config }>(
       closing = true
       clearInterval(timer)
       if (nudged !== null) clearTimeout(nudged)
-      // Attempts under way finish and are recorded (each is bounded by WEBHOOK_TIMEOUT_SECONDS).
-      await Promise.allSettled(sending)
+      // Attempts under way, including those a pass claimed as closing began, finish and are
+      // recorded (each is bounded by WEBHOOK_TIMEOUT_SECONDS) before the store closes.
+      await polling
+      await passing
+      while (sending.size > 0) await Promise.allSettled([...sending])
       closeWebhookAgents()
     })
   },
