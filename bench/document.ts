@@ -332,7 +332,8 @@ ${limits.join('\n\n')}
   script: \`${script}\`), and is started once before the measured start, as a deployment's
   first start fills Node's compile cache. The ceiling runs with Node's defaults.
   \`BENCH_TARGETS=sqlite,sqlite-v8-defaults,ceiling\` adds the service without the script's memory
-  settings too (decision 54).
+  settings too (decision 54); \`sqlite-traced\` adds it with traces on (\`OTEL_EXPORTER_OTLP_ENDPOINT\`),
+  exported to a collector in the bench's process that drops them.
 - **Workloads**, each with a valid key unless said: ${workloads.map((w) => `**${w.name}** ${w.description}`).join('; ')}.
   The service runs with \`RATE_LIMIT=1000000000\` and \`AUTH_FAILURE_LIMIT=1000000\`: the limiters
   count every request, as in production, but refuse only where a workload means them to.

@@ -1,7 +1,8 @@
 /** The targets: the service as `npm start` runs it on a fresh seeded database (SQLite, PostgreSQL), and the ceiling. */
 import { execFile } from 'node:child_process'
 import { mkdtempSync } from 'node:fs'
-import { createServer } from 'node:net'
+import { createServer as createHttpServer } from 'node:http'
+import { type AddressInfo, createServer } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
@@ -220,6 +221,31 @@ const sqliteService = (
   },
 })
 
+/**
+ * A target with traces on (OTEL_EXPORTER_OTLP_ENDPOINT), sent to a collector in the bench's own
+ * process that reads each export and drops it: the cost of tracing every request and exporting it.
+ */
+const traced = (base: Target): Target => ({
+  label: `${base.label}, traced (OTLP/HTTP)`,
+  database: base.database,
+  async start(context, env = {}) {
+    const collector = createHttpServer((request, response) => {
+      request.resume()
+      request.on('end', () => response.end('{}'))
+    })
+    await new Promise<void>((resolve) => collector.listen(0, '127.0.0.1', resolve))
+    const { port } = collector.address() as AddressInfo
+    const live = await base.start(context, { ...env, OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}` })
+    const stop = live.stop.bind(live)
+    live.stop = async () => {
+      await stop()
+      collector.closeAllConnections()
+      collector.close()
+    }
+    return live
+  },
+})
+
 const postgresService = (name: string, workers: number): Target => ({
   label: workers === 1 ? 'postgres, 1 instance' : `postgres, ${workers} instances (WORKERS=${workers})`,
   database: 'postgres',
@@ -273,6 +299,8 @@ export const CEILING_LIMITED_KEY = 'as_test_limited'
 export const TARGETS: Record<string, Target> = {
   sqlite: sqliteService('sqlite', 'info'),
   'sqlite-warn': sqliteService('sqlite-warn', 'warn'),
+  // Not run by default: traces on, exported to a local collector.
+  'sqlite-traced': traced(sqliteService('sqlite-traced', 'info')),
   // Not run by default: the service without the start script's memory settings (decision 54).
   'sqlite-v8-defaults': sqliteService('sqlite-v8-defaults', 'info', false),
   // Not run by default: the service with its metrics on (METRICS_PORT, an ephemeral port), to show their cost.

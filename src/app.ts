@@ -19,6 +19,7 @@ import rateLimit from './plugins/rate-limit.ts'
 import scopes from './plugins/scopes.ts'
 import stability from './plugins/stability.ts'
 import store from './plugins/store.ts'
+import tracing from './plugins/tracing.ts'
 import unrouted from './plugins/unrouted.ts'
 import webhookDelivery from './plugins/webhook-delivery.ts'
 import portal from './portal/index.ts'
@@ -42,6 +43,9 @@ async function animalStore(fastify: FastifyInstance, { config }: AppOptions): Pr
 
   // The wire first: framing, Host, bodies, pipelining, draining. Nothing after it sees a malformed request.
   await app.register(http, { config })
+  // Traces, when OTEL_EXPORTER_OTLP_ENDPOINT is set: a span per request from here on, then its
+  // handler's and its database calls'. When it is not, nothing is registered.
+  if (config.otelTracesUrl !== null) await app.register(tracing, { config })
   // Every error below becomes {code, message, status}.
   await app.register(errorHandler)
   // Conditional requests (If-Match, If-None-Match) on every route.

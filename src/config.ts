@@ -159,6 +159,18 @@ export const EnvSchema = Type.Object({
     default: '5,300,1800,7200,18000,36000,36000',
     description: 'a comma-separated list of 1 to 20 delays in seconds, each from 0 to 86400 (e.g. 5,300,1800)',
   }),
+  // OpenTelemetry's own names, so that an operator's usual settings apply. The SDK reads the other
+  // OTEL_* variables (sampler, batch sizes, headers) itself; these two are the ones the app decides on.
+  OTEL_EXPORTER_OTLP_ENDPOINT: Type.String({
+    pattern: '^(https?://[^\\s/?#]+(/[^\\s?#]*)?)?$',
+    default: '',
+    description: 'empty, or the http(s) base URL of an OTLP/HTTP collector (e.g. http://127.0.0.1:4318)',
+  }),
+  OTEL_SERVICE_NAME: Type.String({
+    pattern: '^[^\\s]+$',
+    default: 'animal-store',
+    description: 'a service name without spaces',
+  }),
 })
 type Env = Type.Static<typeof EnvSchema>
 
@@ -215,6 +227,9 @@ export interface Config {
   webhookTimeoutMs: number
   /** The waits after the 1st, 2nd, … failed attempt; once they are used up, the delivery is given up. */
   webhookRetryScheduleMs: number[]
+  /** Where traces go (OTLP/HTTP, JSON): the collector's `/v1/traces`; null, no tracing at all. */
+  otelTracesUrl: string | null
+  otelServiceName: string
 }
 
 export class ConfigError extends Error {
@@ -242,7 +257,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(invalid(name, raw[name]))
   }
   // The patterns check the shape; the URL parser, the rest (a port past 65535, a bad IPv6 address).
-  for (const name of ['DATABASE_URL', 'REDIS_URL'] as const) {
+  for (const name of ['DATABASE_URL', 'REDIS_URL', 'OTEL_EXPORTER_OTLP_ENDPOINT'] as const) {
     const value = String(e[name])
     if (/^[a-z]+:\/\//.test(value) && !URL.canParse(value)) throw new ConfigError(invalid(name, raw[name]))
   }
@@ -331,5 +346,10 @@ function toConfig(e: Env, trustProxy: Config['trustProxy'], webhookRetrySchedule
     webhookAllowHttp: e.WEBHOOK_ALLOW_HTTP,
     webhookTimeoutMs: e.WEBHOOK_TIMEOUT_SECONDS * 1000,
     webhookRetryScheduleMs,
+    // The base endpoint variable names the collector; signals go to paths under it (OTLP/HTTP spec).
+    otelTracesUrl: e.OTEL_EXPORTER_OTLP_ENDPOINT
+      ? `${e.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, '')}/v1/traces`
+      : null,
+    otelServiceName: e.OTEL_SERVICE_NAME,
   }
 }

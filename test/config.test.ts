@@ -90,6 +90,13 @@ describe('Configuration: read and validated once (point 9)', () => {
     )
   })
 
+  it('tracing: off unless OTEL_EXPORTER_OTLP_ENDPOINT is set; spans go to its /v1/traces', () => {
+    assert.deepEqual([loadConfig({}).otelTracesUrl, loadConfig({}).otelServiceName], [null, 'animal-store'])
+    const config = loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'https://collector:4318/', OTEL_SERVICE_NAME: 'store-eu' })
+    assert.deepEqual([config.otelTracesUrl, config.otelServiceName], ['https://collector:4318/v1/traces', 'store-eu'])
+    assert.equal(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://h/otlp' }).otelTracesUrl, 'http://h/otlp/v1/traces')
+  })
+
   it('treats an empty variable as unset', () => {
     assert.equal(loadConfig({ PORT: '', DEPLOYMENT: ' ' }).port, 8080)
   })
@@ -141,6 +148,11 @@ describe('Configuration: read and validated once (point 9)', () => {
     ['WEBHOOK_TIMEOUT_SECONDS', '0'],
     ['WEBHOOK_TIMEOUT_SECONDS', '301'],
     ['WEBHOOK_TIMEOUT_SECONDS', '1.5'],
+    ['OTEL_EXPORTER_OTLP_ENDPOINT', 'collector:4318'],
+    ['OTEL_EXPORTER_OTLP_ENDPOINT', 'grpc://collector:4317'],
+    ['OTEL_EXPORTER_OTLP_ENDPOINT', 'http://collector:99999'],
+    ['OTEL_EXPORTER_OTLP_ENDPOINT', 'http://collector/?x=1'],
+    ['OTEL_SERVICE_NAME', 'animal store'],
     ['WEBHOOK_RETRY_SCHEDULE', '5,,300'],
     ['WEBHOOK_RETRY_SCHEDULE', '5s,300'],
     ['WEBHOOK_RETRY_SCHEDULE', '-5'],

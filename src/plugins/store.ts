@@ -1,6 +1,7 @@
 import type { FastifyReply } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
+import { tracedStore } from '../observability/tracing.ts'
 import { openStore, type Store } from '../store/index.ts'
 import { PetCache, type Read } from '../store/pet-cache.ts'
 
@@ -21,11 +22,13 @@ const JSON_TYPE = 'application/json; charset=utf-8'
 /** Opens the database (migrating it) for the app's lifetime and closes it after the last request. */
 export default fp<{ config: Config }>(
   async (app, { config }) => {
-    const store = await openStore({
+    const opened = await openStore({
       databaseUrl: config.databaseUrl,
       poolSize: config.databasePoolSize,
       timeoutMs: config.databaseTimeoutMs,
     })
+    // With tracing on, each call made for a request is a span of its trace.
+    const store = config.otelTracesUrl === null ? opened : tracedStore(opened, config.databaseUrl)
     app.decorate('store', store)
     app.decorate('petCache', new PetCache(store))
     app.decorateReply('sendRead', function sendRead(this: FastifyReply, read: Read<unknown>) {
@@ -33,7 +36,7 @@ export default fp<{ config: Config }>(
       // A string with a JSON type is sent as it is. (The type provider expects the schema's object type.)
       return this.type(JSON_TYPE).send(read.json as never)
     })
-    app.addHook('onClose', () => store.close())
+    app.addHook('onClose', () => opened.close())
   },
   { name: 'store' },
 )

@@ -6,9 +6,10 @@
  */
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
+import { tracedDeliveries, traceHeaders } from '../observability/tracing.ts'
 import type { ClaimedDelivery } from '../store/types.ts'
 import { retryDelayMs } from '../webhooks/schedule.ts'
-import { closeWebhookAgents, sendWebhook } from '../webhooks/send.ts'
+import { closeWebhookAgents, type SendResult, sendWebhook } from '../webhooks/send.ts'
 import { signatureHeaders } from '../webhooks/signing.ts'
 
 /** How often each instance looks for due deliveries (and unsubscribed messages to fail). */
@@ -35,7 +36,7 @@ export default fp<{ config: Config }>(
   async (app, { config }) => {
     const { store } = app
     const leaseMs = config.webhookTimeoutMs + LEASE_MARGIN_MS
-    const sending = new Set<Promise<void>>()
+    const sending = new Set<Promise<unknown>>()
     let claiming = false
     /** The pass under way (settled when none): shutdown waits for it, then for what it started. */
     let passing: Promise<void> = Promise.resolve()
@@ -44,9 +45,12 @@ export default fp<{ config: Config }>(
     let closing = false
     let nudged: NodeJS.Timeout | null = null
 
-    const deliver = async (delivery: ClaimedDelivery): Promise<void> => {
+    const attempt = async (delivery: ClaimedDelivery): Promise<SendResult> => {
       const started = new Date()
-      const headers = { ...signatureHeaders(delivery.eventId, started, delivery.body, delivery.secrets) }
+      const headers = {
+        ...signatureHeaders(delivery.eventId, started, delivery.body, delivery.secrets),
+        ...traceHeaders(),
+      }
       const result = await sendWebhook(delivery.url, headers, delivery.body, {
         timeoutMs: config.webhookTimeoutMs,
         allowPrivate: config.webhookAllowPrivate,
@@ -78,7 +82,10 @@ export default fp<{ config: Config }>(
         },
         result.delivered ? 'webhook delivered' : 'webhook not delivered',
       )
+      return result
     }
+    // With tracing on, each attempt is a span, which its POST carries (`traceparent`).
+    const deliver = config.otelTracesUrl === null ? attempt : tracedDeliveries(attempt)
 
     /** Claims due deliveries while slots are free, and starts them. One pass at a time. */
     const fill = async (): Promise<void> => {
@@ -96,7 +103,7 @@ export default fp<{ config: Config }>(
             const claimed = await store.claimDeliveries(CONCURRENCY - sending.size, leaseMs)
             if (claimed.length === 0) break
             for (const delivery of claimed) {
-              const running: Promise<void> = deliver(delivery)
+              const running: Promise<unknown> = deliver(delivery)
                 .catch((err) => app.log.warn({ err, delivery: delivery.id }, 'webhook outcome not recorded'))
                 .finally(() => {
                   sending.delete(running)

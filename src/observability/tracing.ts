@@ -1,0 +1,211 @@
+/**
+ * Traces (OpenTelemetry), sent to an OTLP/HTTP collector as JSON when OTEL_EXPORTER_OTLP_ENDPOINT
+ * is set. When it is not, nothing here runs: the SDK and @fastify/otel are not even loaded (they
+ * are imported on start), and the app registers no plugin and wraps no store (src/app.ts).
+ *
+ * What a trace holds, and where it is made:
+ * - a request's span, by @fastify/otel (src/plugins/tracing.ts), named `{method} {route}`, with the
+ *   request id; it continues the trace of an incoming W3C `traceparent` (@fastify/otel extracts it);
+ * - a span per handler, by @fastify/otel, and a span per store call under it (tracedStore);
+ * - a span per webhook delivery attempt (tracedDeliveries), whose POST carries its `traceparent`.
+ *
+ * No module patching: this is ESM without loader hooks, where `require`-hooking instrumentations
+ * (http, pg) do not apply. Every span is made by code we can see.
+ */
+
+import type { FastifyOtelInstrumentation } from '@fastify/otel'
+import {
+  type Attributes,
+  context,
+  propagation,
+  ROOT_CONTEXT,
+  type Span,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+} from '@opentelemetry/api'
+import type { FastifyRequest } from 'fastify'
+import type { Config } from '../config.ts'
+import type { ClaimedDelivery, Store } from '../store/types.ts'
+import type { SendResult } from '../webhooks/send.ts'
+
+const TRACER_NAME = 'animal-store'
+/** The request id (X-Request-Id) on a request's span: no semantic convention names one. */
+export const REQUEST_ID_ATTRIBUTE = 'animal_store.request_id'
+
+export interface Tracing {
+  /** @fastify/otel's instrumentation: its `plugin()` is registered before the routes. */
+  instrumentation: FastifyOtelInstrumentation
+  /** Exports, stops, and unregisters the OpenTelemetry globals (so that another start may follow). */
+  shutdown(): Promise<void>
+}
+
+/**
+ * Starts the SDK (traces only) when `config.otelTracesUrl` is set; null when it is not. The spans
+ * are batched (the SDK's BatchSpanProcessor, OTEL_BSP_* apply) and sent to `${endpoint}/v1/traces`.
+ */
+export async function startTracing(config: Config): Promise<Tracing | null> {
+  if (config.otelTracesUrl === null) return null
+  // Loaded only now: the SDK takes a few seconds to import, and tracing-off processes never pay it.
+  const [{ NodeSDK }, { OTLPTraceExporter }, { FastifyOtelInstrumentation }] = await Promise.all([
+    import('@opentelemetry/sdk-node'),
+    import('@opentelemetry/exporter-trace-otlp-http'),
+    import('@fastify/otel'),
+  ])
+  const instrumentation = new FastifyOtelInstrumentation({
+    // A span per hook would be most of a trace, and of its cost: the request and its handler say enough.
+    instrumentHooks: false,
+    requestHook: describeRequest,
+  })
+  const sdk = new NodeSDK({
+    serviceName: config.otelServiceName,
+    traceExporter: new OTLPTraceExporter({ url: config.otelTracesUrl }),
+    instrumentations: [instrumentation],
+    // Traces only. Left unset, the SDK would also export metrics and logs over OTLP by default.
+    metricReaders: [],
+    logRecordProcessors: [],
+  })
+  sdk.start()
+  return {
+    instrumentation,
+    async shutdown() {
+      instrumentation.disable()
+      try {
+        await sdk.shutdown()
+      } finally {
+        trace.disable()
+        propagation.disable()
+        context.disable()
+      }
+    },
+  }
+}
+
+/** Names a request's span as the HTTP conventions do (`GET /v1/pets/:petId`), and adds its request id. */
+function describeRequest(span: Span, request: FastifyRequest): void {
+  const route = request.routeOptions.url
+  span.updateName(route === undefined ? request.method : `${request.method} ${route}`)
+  span.setAttribute(REQUEST_ID_ATTRIBUTE, request.id)
+}
+
+function failed(span: Span, error: unknown): void {
+  span.recordException(error instanceof Error ? error : String(error))
+  span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) })
+  span.end()
+}
+
+/**
+ * The store, with a span per method call made within a traced request or delivery (`db.operation`:
+ * the method's name). Calls made outside one (the delivery loop's polls, order expiry) are not
+ * traced: every instance makes several a second, and each would be a trace of its own.
+ * Behaviour is the store's own: the same results, the same errors, synchronous or not.
+ */
+export function tracedStore(store: Store, databaseUrl: string): Store {
+  const tracer = trace.getTracer(TRACER_NAME)
+  const system = databaseUrl.startsWith('sqlite:') ? 'sqlite' : 'postgresql'
+  const wrapped = new WeakMap<(...args: unknown[]) => unknown, (...args: unknown[]) => unknown>()
+  const wrap = (method: (...args: unknown[]) => unknown, name: string) => {
+    const attributes: Attributes = {
+      'db.system': system,
+      'db.system.name': system,
+      'db.operation': name,
+      'db.operation.name': name,
+    }
+    return (...args: unknown[]): unknown => {
+      const parent = context.active()
+      // Called on the store itself, not the proxy: its private fields are the store's.
+      if (trace.getSpan(parent)?.isRecording() !== true) return Reflect.apply(method, store, args)
+      const span = tracer.startSpan(`store.${name}`, { kind: SpanKind.CLIENT, attributes }, parent)
+      let result: unknown
+      try {
+        result = Reflect.apply(method, store, args)
+      } catch (error) {
+        failed(span, error)
+        throw error
+      }
+      if (typeof (result as PromiseLike<unknown> | null)?.then !== 'function') {
+        span.end()
+        return result
+      }
+      return (result as PromiseLike<unknown>).then(
+        (value) => {
+          span.end()
+          return value
+        },
+        (error: unknown) => {
+          failed(span, error)
+          throw error
+        },
+      )
+    }
+  }
+  return new Proxy(store, {
+    get(target, name) {
+      const value: unknown = Reflect.get(target, name, target)
+      if (typeof value !== 'function' || typeof name !== 'string') return value
+      const method = value as (...args: unknown[]) => unknown
+      let traced = wrapped.get(method)
+      if (traced === undefined) {
+        traced = wrap(method, name)
+        wrapped.set(method, traced)
+      }
+      return traced
+    },
+  })
+}
+
+/**
+ * Headers that carry the active span's trace to where a request goes (W3C `traceparent`, and
+ * `tracestate` when there is one). Without tracing there is no propagator, and no header.
+ */
+export function traceHeaders(): Record<string, string> {
+  const headers: Record<string, string> = {}
+  propagation.inject(context.active(), headers)
+  return headers
+}
+
+/**
+ * Each delivery attempt as a span of its own (`webhook deliver`), active while it runs: its POST
+ * carries it (traceHeaders) and its outcome's store call is under it. Each is the root of a trace:
+ * the delivery loop may have been started by any request (a nudge), which is not the event's.
+ */
+export function tracedDeliveries(
+  attempt: (delivery: ClaimedDelivery) => Promise<SendResult>,
+): (delivery: ClaimedDelivery) => Promise<SendResult> {
+  const tracer = trace.getTracer(TRACER_NAME)
+  return (delivery) => {
+    const target = URL.canParse(delivery.url) ? new URL(delivery.url) : null
+    const attributes: Attributes = {
+      'http.request.method': 'POST',
+      'animal_store.webhook.delivery_id': delivery.id,
+      'animal_store.webhook.event_id': delivery.eventId,
+      'animal_store.webhook.attempt': delivery.attempts,
+    }
+    // Without the query: a receiver may take a token there.
+    if (target) {
+      attributes['url.full'] = `${target.origin}${target.pathname}`
+      attributes['server.address'] = target.hostname
+    }
+    return tracer.startActiveSpan(
+      'webhook deliver',
+      { kind: SpanKind.CLIENT, attributes },
+      ROOT_CONTEXT,
+      async (span): Promise<SendResult> => {
+        let result: SendResult
+        try {
+          result = await attempt(delivery)
+        } catch (error) {
+          failed(span, error)
+          throw error
+        }
+        if (result.status !== null) span.setAttribute('http.response.status_code', result.status)
+        if (!result.delivered) {
+          span.setAttribute('error.type', result.status === null ? (result.error ?? 'error') : String(result.status))
+          span.setStatus({ code: SpanStatusCode.ERROR, message: result.error ?? `status ${result.status}` })
+        }
+        span.end()
+        return result
+      },
+    )
+  }
+}

@@ -1,0 +1,365 @@
+/**
+ * Traces: an OTLP/HTTP collector on loopback receives the spans of requests, of their store calls
+ * and of webhook deliveries, as JSON; with no endpoint nothing is sent and nothing is registered.
+ *
+ * The OpenTelemetry API is process-wide: the tests of this file run one after another, and each
+ * app's close shuts its SDK down and unregisters it (src/observability/tracing.ts).
+ */
+import assert from 'node:assert/strict'
+import { randomBytes } from 'node:crypto'
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { afterEach, before, describe, it, type TestContext } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { types } from 'node:util'
+import { context, type ProxyTracerProvider, propagation, ROOT_CONTEXT, trace } from '@opentelemetry/api'
+import { loadConfig } from '../../src/config.ts'
+import { REQUEST_ID_ATTRIBUTE, startTracing, tracedStore } from '../../src/observability/tracing.ts'
+import type { Store } from '../../src/store/types.ts'
+import { newWebhookSecret } from '../../src/webhooks/signing.ts'
+import { bearer, build, testDatabaseUrl } from '../helper.ts'
+import { cliKey, startServer } from '../processes.ts'
+import { until } from '../wait.ts'
+import { receiver } from '../webhooks/receiver.ts'
+
+interface OtlpValue {
+  stringValue?: string
+  intValue?: number | string
+  boolValue?: boolean
+}
+interface OtlpSpan {
+  traceId: string
+  spanId: string
+  parentSpanId?: string
+  name: string
+  kind: number
+  attributes: { key: string; value: OtlpValue }[]
+  status: { code?: number; message?: string }
+  events?: { name: string }[]
+}
+interface Span extends OtlpSpan {
+  serviceName: string | undefined
+  attribute(key: string): string | number | boolean | undefined
+}
+
+const SPAN_KIND_SERVER = 2
+const SPAN_KIND_CLIENT = 3
+const STATUS_ERROR = 2
+
+/** An OTLP/HTTP collector: takes JSON trace exports at POST /v1/traces, and keeps their spans. */
+async function collector(t: TestContext) {
+  const spans: Span[] = []
+  const requests: { method?: string; url?: string; type?: string }[] = []
+  const server = http.createServer((request, response) => {
+    const chunks: Buffer[] = []
+    request.on('data', (chunk: Buffer) => chunks.push(chunk))
+    request.on('end', () => {
+      requests.push({ method: request.method, url: request.url, type: request.headers['content-type'] })
+      if (request.method === 'POST' && request.url === '/v1/traces') {
+        const body = JSON.parse(Buffer.concat(chunks).toString())
+        for (const { resource, scopeSpans } of body.resourceSpans ?? []) {
+          const service = resource?.attributes?.find((a: { key: string }) => a.key === 'service.name')
+          for (const { spans: batch } of scopeSpans ?? []) {
+            for (const span of batch as OtlpSpan[]) {
+              spans.push({
+                ...span,
+                serviceName: service?.value?.stringValue,
+                attribute(key) {
+                  const value = span.attributes.find((a) => a.key === key)?.value
+                  if (value === undefined) return undefined
+                  if (value.intValue !== undefined) return Number(value.intValue)
+                  return value.stringValue ?? value.boolValue
+                },
+              })
+            }
+          }
+        }
+      }
+      response.setHeader('content-type', 'application/json')
+      response.end('{}')
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.after(() => {
+    server.closeAllConnections()
+    return new Promise((resolve) => server.close(resolve))
+  })
+  return { endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, spans, requests }
+}
+
+/** Sends the spans ended so far (the SDK batches them for up to 5 s). */
+async function flush(): Promise<void> {
+  const provider = (trace.getTracerProvider() as ProxyTracerProvider).getDelegate() as { forceFlush?(): Promise<void> }
+  assert.ok(provider.forceFlush, 'a tracer provider is registered')
+  await provider.forceFlush()
+}
+
+/** A W3C traceparent of a sampled remote span. */
+function remoteParent() {
+  const traceId = randomBytes(16).toString('hex')
+  const spanId = randomBytes(8).toString('hex')
+  return { traceId, spanId, traceparent: `00-${traceId}-${spanId}-01` }
+}
+
+/** Whether `span` descends from the span `ancestorId` in `spans`. */
+function descends(spans: Span[], span: Span, ancestorId: string): boolean {
+  for (let at: Span | undefined = span; at?.parentSpanId; ) {
+    if (at.parentSpanId === ancestorId) return true
+    const parentId: string = at.parentSpanId
+    at = spans.find((s) => s.spanId === parentId)
+  }
+  return false
+}
+
+describe('Traces (OpenTelemetry, OTLP/HTTP)', () => {
+  // The SDK takes seconds to load on a busy machine: loaded once here, not within an app's plugin timeout.
+  before(() => Promise.all([import('@opentelemetry/sdk-node'), import('@fastify/otel')]))
+  // Should an app fail to start, its SDK would stay registered for the next test.
+  afterEach(() => {
+    trace.disable()
+    propagation.disable()
+    context.disable()
+  })
+
+  it('a request is a span continuing its traceparent, with its route, status and request id; its store calls are under it', async (t) => {
+    const otlp = await collector(t)
+    const test = await build(t, { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.endpoint, OTEL_SERVICE_NAME: 'store-under-test' })
+    const key = await test.newKey()
+    const remote = remoteParent()
+
+    const created = await test.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers: { ...bearer(key.secret), 'content-type': 'application/json', traceparent: remote.traceparent },
+      payload: { name: 'Traced', categoryId: 1 },
+    })
+    assert.equal(created.statusCode, 201, created.body)
+    const petId = created.json().id
+    const missing = await test.app.inject({ url: '/v1/pets/999999', headers: bearer(key.secret) })
+    assert.equal(missing.statusCode, 404)
+    await flush()
+
+    const spans = await until('the request spans exported', () => {
+      const found = otlp.spans.filter((s) => s.traceId === remote.traceId)
+      return found.some((s) => s.name === 'POST /v1/pets') ? found : null
+    })
+    assert.ok(otlp.requests.every((r) => r.url === '/v1/traces' && r.type === 'application/json'))
+    const request = spans.find((s) => s.name === 'POST /v1/pets')
+    assert.ok(request)
+    assert.equal(request.serviceName, 'store-under-test')
+    assert.equal(request.kind, SPAN_KIND_SERVER)
+    assert.equal(request.parentSpanId, remote.spanId)
+    assert.equal(request.attribute('http.route'), '/v1/pets')
+    assert.equal(request.attribute('http.request.method'), 'POST')
+    assert.equal(request.attribute('http.response.status_code'), 201)
+    assert.notEqual(request.status.code, STATUS_ERROR)
+    assert.equal(request.attribute(REQUEST_ID_ATTRIBUTE), created.headers['x-request-id'])
+
+    // The write (after the body was read: the handler's span carries the trace) and the key's check.
+    const createPet = spans.find((s) => s.name === 'store.createPet')
+    assert.ok(createPet, `no store.createPet span among ${spans.map((s) => s.name).join(', ')}`)
+    assert.equal(createPet.kind, SPAN_KIND_CLIENT)
+    assert.equal(createPet.attribute('db.operation'), 'createPet')
+    assert.equal(createPet.attribute('db.system'), process.env.TEST_DATABASE === 'postgres' ? 'postgresql' : 'sqlite')
+    assert.ok(descends(spans, createPet, request.spanId))
+    const storeSpans = spans.filter((s) => s.name.startsWith('store.'))
+    assert.ok(storeSpans.length >= 2, storeSpans.map((s) => s.name).join(', '))
+    for (const span of storeSpans) assert.ok(descends(spans, span, request.spanId), span.name)
+
+    // Without a traceparent, a trace of its own.
+    const notFound = otlp.spans.find((s) => s.attribute(REQUEST_ID_ATTRIBUTE) === missing.headers['x-request-id'])
+    assert.ok(notFound)
+    assert.notEqual(notFound.traceId, remote.traceId)
+    assert.equal(notFound.parentSpanId ?? '', '')
+    assert.equal(notFound.name, 'GET /v1/pets/:petId')
+    assert.equal(notFound.attribute('http.response.status_code'), 404)
+    // @fastify/otel marks every error thrown as ERROR, a 404 too (the HTTP conventions would leave it unset).
+    assert.equal(notFound.status.code, STATUS_ERROR)
+    assert.match(String(notFound.status.message), /999999/)
+    // Store calls made outside any request (the test's own newKey, the delivery loop) make no spans.
+    for (const span of otlp.spans.filter((s) => s.name.startsWith('store.'))) {
+      assert.ok(
+        otlp.spans.some((s) => s.spanId === span.parentSpanId),
+        `${span.name} has no exported parent`,
+      )
+    }
+    assert.ok(petId > 0)
+  })
+
+  it('without OTEL_EXPORTER_OTLP_ENDPOINT nothing is sent, and nothing is registered', async (t) => {
+    const otlp = await collector(t)
+    const test = await build(t)
+    assert.equal(test.config.otelTracesUrl, null)
+    const key = await test.newKey()
+    const remote = remoteParent()
+    const response = await test.app.inject({
+      url: '/v1/pets',
+      headers: { ...bearer(key.secret), traceparent: remote.traceparent },
+    })
+    assert.equal(response.statusCode, 200)
+    // No global tracer provider, propagator or context manager; no plugin; the store as it is.
+    assert.equal(trace.getTracer('probe').startSpan('probe').isRecording(), false)
+    assert.deepEqual(propagation.fields(), [])
+    const marked = ROOT_CONTEXT.setValue(Symbol('probe'), true)
+    assert.equal(
+      context.with(marked, () => context.active()),
+      ROOT_CONTEXT,
+    )
+    assert.equal(test.app.hasPlugin('@fastify/otel'), false)
+    assert.equal(test.app.hasPlugin('tracing'), false)
+    assert.equal(types.isProxy(test.app.store), false)
+    await sleep(300)
+    assert.deepEqual(otlp.requests, [])
+  })
+
+  it('a webhook delivery attempt is a span, and its POST carries its traceparent', async (t) => {
+    const otlp = await collector(t)
+    const test = await build(t, {
+      OTEL_EXPORTER_OTLP_ENDPOINT: otlp.endpoint,
+      EXPERIMENTAL_FEATURES: 'webhooks',
+      WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+      WEBHOOK_ALLOW_HTTP: 'true',
+    })
+    const key = await test.newKey()
+    const hook = await receiver(t)
+    await test.app.store.createWebhookEndpoint({
+      accountId: key.accountId,
+      url: `${hook.url}?token=secret`,
+      events: ['message.created'],
+      description: '',
+      secret: newWebhookSecret(),
+    })
+    const remote = remoteParent()
+    const sent = await test.app.inject({
+      method: 'POST',
+      url: '/v1/messages',
+      headers: { ...bearer(key.secret), 'content-type': 'application/json', traceparent: remote.traceparent },
+      payload: { message: 'traced hook' },
+    })
+    assert.equal(sent.statusCode, 202, sent.body)
+    await until('received', () => hook.received.length === 1)
+    const traceparent = String(hook.received[0]?.headers.traceparent)
+    const [, traceId, spanId] = /^00-([0-9a-f]{32})-([0-9a-f]{16})-01$/.exec(traceparent) ?? []
+    assert.ok(traceId && spanId, `traceparent: ${traceparent}`)
+
+    // The outcome is recorded within the attempt's span, then it ends.
+    const spans = await until('the delivery span exported', async () => {
+      await flush()
+      const found = otlp.spans.filter((s) => s.traceId === traceId)
+      return found.some((s) => s.name === 'store.recordDelivery') ? found : null
+    })
+    const delivery = spans.find((s) => s.spanId === spanId)
+    assert.ok(delivery)
+    assert.equal(delivery.name, 'webhook deliver')
+    assert.equal(delivery.kind, SPAN_KIND_CLIENT)
+    assert.equal(delivery.parentSpanId ?? '', '')
+    assert.equal(delivery.attribute('http.response.status_code'), 200)
+    assert.equal(delivery.attribute('animal_store.webhook.attempt'), 1)
+    assert.equal(delivery.attribute('animal_store.webhook.event_id'), hook.received[0]?.id)
+    assert.equal(delivery.attribute('url.full'), hook.url)
+    assert.notEqual(delivery.status.code, STATUS_ERROR)
+    const recorded = spans.find((s) => s.name === 'store.recordDelivery')
+    assert.equal(recorded?.parentSpanId, spanId)
+    // The message's request is a trace of its own: the one its traceparent named.
+    assert.notEqual(traceId, remote.traceId)
+    assert.ok(otlp.spans.some((s) => s.name === 'POST /v1/messages' && s.parentSpanId === remote.spanId))
+  })
+
+  it('a server process continues a traceparent over HTTP, and sends its spans when stopped', async (t) => {
+    const otlp = await collector(t)
+    // Batches wait for a minute: only the shutdown's flush can send these spans.
+    const env = {
+      DATABASE_URL: await testDatabaseUrl(t),
+      OTEL_EXPORTER_OTLP_ENDPOINT: otlp.endpoint,
+      OTEL_BSP_SCHEDULE_DELAY: '60000',
+    }
+    const secret = await cliKey(env)
+    // The SDK loads on start, which takes a few seconds more than the helper's wait on a busy machine.
+    const server = await startServer(t, { ...env, LOG_LEVEL: 'info' }, { ready: false })
+    await server.waitForLog((line) => line.msg === 'serving', 60_000)
+    const remote = remoteParent()
+    const response = await fetch(`${server.url}/v1/pets`, {
+      method: 'POST',
+      headers: { ...bearer(secret), 'content-type': 'application/json', traceparent: remote.traceparent },
+      body: JSON.stringify({ name: 'Over the wire', categoryId: 2 }),
+    })
+    assert.equal(response.status, 201)
+    assert.deepEqual(otlp.requests, [])
+    assert.equal(await server.stop('SIGTERM'), 0)
+    const spans = otlp.spans.filter((s) => s.traceId === remote.traceId)
+    const request = spans.find((s) => s.name === 'POST /v1/pets')
+    assert.ok(request, `spans: ${otlp.spans.map((s) => s.name).join(', ')}`)
+    assert.equal(request.parentSpanId, remote.spanId)
+    assert.equal(request.attribute(REQUEST_ID_ATTRIBUTE), response.headers.get('x-request-id'))
+    const createPet = spans.find((s) => s.name === 'store.createPet')
+    assert.ok(createPet && descends(spans, createPet, request.spanId))
+  })
+
+  it('the traced store behaves as the store: results, errors, synchronous or not', async (t) => {
+    const otlp = await collector(t)
+    const config = loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: `${otlp.endpoint}/` })
+    assert.equal(config.otelTracesUrl, `${otlp.endpoint}/v1/traces`)
+    const tracing = await startTracing(config)
+    assert.ok(tracing)
+    t.after(() => tracing.shutdown())
+    class Fake {
+      #rows = [1, 2]
+      count() {
+        return this.#rows.length
+      }
+      boom(): never {
+        throw new RangeError('sync failure')
+      }
+      async later(value: number) {
+        await sleep(1)
+        return value + this.#rows.length
+      }
+      async reject() {
+        throw new TypeError('async failure')
+      }
+      label = 'plain'
+    }
+    const store = tracedStore(new Fake() as unknown as Store, 'postgres://x@h/db') as unknown as Fake
+    const outcomes = await trace.getTracer('test').startActiveSpan('parent', async (parent) => {
+      const results = [
+        store.count(),
+        (() => {
+          try {
+            return store.boom()
+          } catch (error) {
+            return error
+          }
+        })(),
+        await store.later(40),
+        await store.reject().catch((error: unknown) => error),
+        store.label,
+      ]
+      parent.end()
+      return { results, parentId: parent.spanContext().spanId }
+    })
+    const [count, boom, later, rejected, label] = outcomes.results
+    assert.equal(count, 2)
+    assert.ok(boom instanceof RangeError)
+    assert.equal(later, 42)
+    assert.ok(rejected instanceof TypeError)
+    assert.equal(label, 'plain')
+    // Outside a span: the store's own call, no span.
+    assert.equal(store.count(), 2)
+    assert.equal(store.count, store.count, 'one wrapper per method')
+    await flush()
+    const spans = await until('store spans', () => (otlp.spans.length >= 5 ? otlp.spans : null))
+    const byName = (name: string) => spans.filter((s) => s.name === `store.${name}`)
+    assert.equal(byName('count').length, 1)
+    for (const name of ['count', 'boom', 'later', 'reject']) {
+      const [span] = byName(name)
+      assert.equal(span?.parentSpanId, outcomes.parentId, name)
+      assert.equal(span?.attribute('db.system'), 'postgresql')
+      assert.equal(span?.attribute('db.operation'), name)
+    }
+    assert.equal(byName('boom')[0]?.status.code, STATUS_ERROR)
+    assert.equal(byName('boom')[0]?.status.message, 'sync failure')
+    assert.equal(byName('reject')[0]?.status.code, STATUS_ERROR)
+    assert.ok(byName('reject')[0]?.events?.some((e) => e.name === 'exception'))
+    assert.notEqual(byName('later')[0]?.status.code, STATUS_ERROR)
+  })
+})
