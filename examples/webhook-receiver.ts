@@ -1,6 +1,7 @@
 // A webhook receiver for the webhooks quickstart: run with `npx node examples/webhook-receiver.ts`
 // after `export WEBHOOK_SECRET=whsec_…` (the secret shown when the endpoint was created). It checks
 // each delivery's signature with the standardwebhooks package, prints the event, and answers 204.
+// With `--once` it exits after the first delivery it verified.
 import http from 'node:http'
 import { Webhook } from 'standardwebhooks'
 
@@ -13,8 +14,9 @@ if (!secret) {
   process.exit(1)
 }
 const webhook = new Webhook(secret)
+const once = process.argv.includes('--once')
 
-http
+const server = http
   .createServer((request, response) => {
     // Anything but a delivery (a check that it listens, say) is not one to verify.
     if (request.method !== 'POST') {
@@ -33,6 +35,7 @@ http
         }
         console.log(`verified ${event.type} ${request.headers['webhook-id']}: ${event.data.message ?? event.data.id}`)
         response.writeHead(204).end()
+        if (once) server.close()
       } catch (error) {
         console.log(`refused a delivery: ${(error as Error).message}`)
         response.writeHead(400).end()
@@ -40,3 +43,5 @@ http
     })
   })
   .listen(port, '127.0.0.1', () => console.log(`listening on http://127.0.0.1:${port}/hook`))
+// No connection kept alive past the answer: --once ends as soon as the delivery is answered.
+server.keepAliveTimeout = 1

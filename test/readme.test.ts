@@ -8,7 +8,7 @@ import { join } from 'node:path'
 import { describe, it } from 'node:test'
 import { promisify } from 'node:util'
 import { tempDir } from './helper.ts'
-import { ROOT, startServer } from './processes.ts'
+import { freePort, ROOT, startServer } from './processes.ts'
 import { assertShows, codeBlocks, readmeSection } from './readme.ts'
 
 interface Step {
@@ -16,9 +16,9 @@ interface Step {
   expected: string[]
 }
 
-function quickstart(): Step[] {
+function quickstart(section = 'quickstart'): Step[] {
   const steps: Step[] = []
-  for (const { lang, body } of codeBlocks(readmeSection('quickstart'))) {
+  for (const { lang, body } of codeBlocks(readmeSection(section))) {
     if (lang === 'sh') steps.push({ command: body, expected: [] })
     else if (lang === 'text') (steps.at(-1) as Step).expected = body.trimEnd().split('\n')
   }
@@ -49,6 +49,50 @@ describe('README quickstart (point 12)', () => {
         step.expected,
         `README: \`${step.command.trim()}\``,
         { ignoreCase: true },
+      )
+    })
+  })
+
+  it('the webhooks quickstart: a message reaches the local receiver, verified, and is delivered', {
+    timeout: 90_000,
+  }, async (t) => {
+    const [start, ...steps] = quickstart('webhooks-quickstart')
+    // The first block starts the service: its settings, before `npm start`, are the server's.
+    const settings = Object.fromEntries(
+      (start?.command.trim().replace(/ npm start$/, '') ?? '').split(' ').map((pair) => pair.split('=')),
+    )
+    assert.equal(settings.EXPERIMENTAL_FEATURES, 'webhooks')
+    const dir = tempDir(t)
+    const serverEnv = { DATABASE_URL: `sqlite:${join(dir, 'db.sqlite')}`, LOG_LEVEL: 'warn' }
+    const server = await startServer(t, { ...serverEnv, ...settings }, { ready: '/readyz' })
+    const receiverPort = await freePort()
+    const run = promisify(execFile)
+    // The README's receiver stops after one delivery; should none come, it must not outlive the test.
+    t.after(() => run('pkill', ['-f', 'examples/webhook-receiver.ts']).catch(() => {}))
+    const env = { ...process.env, ...serverEnv, RECEIVER_PORT: String(receiverPort) }
+    await run('npx', ['animal-store', 'accounts', 'create', 'hooks@example.com'], { cwd: ROOT, env })
+    const key = await run('npx', ['animal-store', 'keys', 'create', 'hooks@example.com'], { cwd: ROOT, env })
+    const apiKey = key.stdout.trim().split('\n').at(-1) as string
+    const local = (text: string) =>
+      text
+        .replaceAll('127.0.0.1:8080', `127.0.0.1:${server.port}`)
+        .replaceAll('127.0.0.1:4000', `127.0.0.1:${receiverPort}`)
+        .replaceAll('receiver.log', join(dir, 'receiver.log'))
+    const script = steps.map((step, i) => `echo; echo "@@@ ${i}"\n${local(step.command)}`)
+    const { stdout } = await run('bash', ['-eu', '-c', script.join('\n')], {
+      cwd: ROOT,
+      env: { ...env, API_KEY: apiKey },
+      timeout: 60_000,
+    })
+    const outputs = stdout.split(/^@@@ \d+\n/m).slice(1)
+    assert.equal(outputs.length, steps.length)
+    steps.forEach((step, i) => {
+      assertShows(
+        (outputs[i] as string)
+          .replaceAll(`127.0.0.1:${server.port}`, '127.0.0.1:8080')
+          .replaceAll(`127.0.0.1:${receiverPort}`, '127.0.0.1:4000'),
+        step.expected,
+        `README: \`${step.command.trim()}\``,
       )
     })
   })
