@@ -5,7 +5,7 @@
  * made by the delivery loop (src/plugins/webhook-delivery.ts), nudged here when one is due at once.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError, type ErrorCode } from '../errors.ts'
 import { requestOrigin } from '../http/host.ts'
@@ -60,9 +60,6 @@ const INVALID = {
     'The request is invalid: `invalid_webhook_url` (the message says why the URL is refused), or `validation_failed`.',
   ),
 }
-
-/** The delivery loop's decoration, when it is registered: it looks for due deliveries now. */
-type Nudgeable = { webhookDeliveries?: { nudge(): void } }
 
 const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app, { urlPolicy }) => {
   if (!app.offers(stability)) return
@@ -333,15 +330,10 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
       }
       const delivery = await app.store.redeliver(accountId, deliveryId)
       if (!delivery) throw deliveryNotFound(deliveryId)
-      nudge(app)
+      app.webhookDeliveries.nudge()
       return reply.code(202).send(delivery)
     },
   )
-}
-
-/** Asks the delivery loop, when there is one, to look for due deliveries now rather than at its next tick. */
-function nudge(app: FastifyInstance): void {
-  ;(app as FastifyInstance & Nudgeable).webhookDeliveries?.nudge()
 }
 
 function found<T>(value: T | null, endpointId: string): T {
@@ -367,6 +359,6 @@ function endpointLocation(endpoint: { id: string }, request: FastifyRequest): st
 
 export default fp(webhooks, {
   name: 'webhooks',
-  dependencies: ['store', 'auth', 'rate-limit', 'idempotency', 'stability'],
+  dependencies: ['store', 'auth', 'rate-limit', 'idempotency', 'stability', 'webhook-delivery'],
   encapsulate: true,
 })

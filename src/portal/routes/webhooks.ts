@@ -8,7 +8,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
 import Type from 'typebox'
 import type { Config } from '../../config.ts'
-import { EVENT_TYPES, type EventType } from '../../schemas/webhooks.ts'
+import { EVENT_TYPES, type EventType, MAX_WEBHOOK_ENDPOINTS } from '../../schemas/webhooks.ts'
 import type { Session, StoredWebhookEndpoint } from '../../store/types.ts'
 import { newWebhookSecret } from '../../webhooks/signing.ts'
 import { webhookUrlProblem } from '../../webhooks/url-policy.ts'
@@ -26,8 +26,6 @@ import {
   webhooksPage,
 } from '../views/webhooks.ts'
 
-/** Endpoints per account: the API's limit too. */
-export const MAX_WEBHOOK_ENDPOINTS = 16
 /** Deliveries shown per endpoint. */
 export const RECENT_DELIVERIES = 20
 /** How long the secret a rotation replaces keeps signing beside the new one. */
