@@ -145,6 +145,10 @@ export function errorBody(response: LightMyRequestResponse): { code: string; mes
 /** Store rows may be null-prototype objects; compare them as the JSON a client would see. */
 export const plain = <T>(value: T): T => JSON.parse(JSON.stringify(value))
 
+/** What a message was when it was sent: its status, attempts and delivery move on afterwards. */
+export const asSent = (message: { id: string; message: string; createdAt: string } | undefined) =>
+  message && { id: message.id, message: message.message, createdAt: message.createdAt }
+
 /**
  * Writes `chunks` to a raw socket of the server at `port`, then with `halfClose` ends its side
  * (FIN), and resolves with all it answered, once it closes. Between two chunks it waits `between`:

@@ -97,7 +97,7 @@ describe('Requests no route takes: 404, 405 with Allow, the key first', () => {
       ['DELETE', '/v1/pets', 'GET, HEAD, POST'],
       ['PUT', '/v1/pets/1', 'GET, HEAD, PATCH'],
       ['DELETE', '/v1/pets/abc', 'GET, HEAD, PATCH'],
-      ['GET', '/v1/messages', 'POST'],
+      ['DELETE', '/v1/messages', 'GET, HEAD, POST'],
       ['OPTIONS', '/v1/pets', 'GET, HEAD, POST'],
     ]
     for (const [method, url, allow] of cases) {
