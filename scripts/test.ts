@@ -43,7 +43,10 @@ function coverageArgs(database: 'sqlite' | 'postgres'): string[] {
   ]
 }
 
-const onlyFor = { sqlite: ['test/store/sqlite.test.ts'], postgres: ['test/store/postgres.test.ts', 'test/postgres/'] }
+const onlyFor = {
+  sqlite: ['test/store/sqlite.test.ts'],
+  postgres: ['test/store/postgres.test.ts', 'test/store/postgres-webhooks.test.ts', 'test/postgres/'],
+}
 const files = (database: 'sqlite' | 'postgres') => {
   const other = onlyFor[database === 'sqlite' ? 'postgres' : 'sqlite']
   return all.filter((file) => !other.some((prefix) => file.startsWith(prefix)))

@@ -6,7 +6,9 @@
  * Label values are bounded: an operation is a route's operationId or one of a few fixed names,
  * never a URL; no label ever holds an id or a key.
  */
-import { createServer, type Server } from 'node:http'
+import type * as Http from 'node:http'
+import type { Server } from 'node:http'
+import { createRequire } from 'node:module'
 import type { AddressInfo } from 'node:net'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
@@ -14,6 +16,9 @@ import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom
 import type { Config } from '../config.ts'
 import { ORDER_STATUSES } from '../schemas/orders.ts'
 import { PET_STATUSES } from '../schemas/pets.ts'
+
+// Required, not imported: an ES import of node:http loads Node's bundled undici (see webhooks/send.ts).
+const { createServer } = createRequire(import.meta.url)('node:http') as typeof Http
 
 export type RefusalReason = 'api_key' | 'auth_failures'
 export type DeliveryOutcome = 'delivered' | 'retry' | 'failed' | 'lease_lost'

@@ -5,10 +5,16 @@
  * that resolves to a private address (or changes to one: DNS rebinding) is refused too.
  */
 import { lookup as dnsLookup, type LookupAddress, type LookupOptions } from 'node:dns'
-import http from 'node:http'
-import https from 'node:https'
-import { RequestFilteringHttpAgent, RequestFilteringHttpsAgent } from 'request-filtering-agent'
+import type * as Http from 'node:http'
+import type * as Https from 'node:https'
+import { createRequire } from 'node:module'
 import { isIpv4Compatible } from './url-policy.ts'
+
+// Required, not imported: an ES import of node:http reads its lazy WebSocket export, which loads
+// Node's bundled undici, about 13 MB the service never uses (test/server.test.ts).
+const require = createRequire(import.meta.url)
+const http = require('node:http') as typeof Http
+const https = require('node:https') as typeof Https
 
 export interface SendResult {
   /** The endpoint answered 2xx. */
@@ -59,11 +65,14 @@ export function sendWebhook(
   if (!options.allowPrivate && isIpv4Compatible(host)) {
     return Promise.resolve(result(null, `address not allowed: ${host}`))
   }
+  if (!options.allowPrivate && filtering === null) {
+    return loadFiltering().then(() => sendWebhook(url, headers, body, options))
+  }
 
   return new Promise((resolve) => {
     let status: number | null = null
     let settled = false
-    let request: http.ClientRequest | undefined
+    let request: Http.ClientRequest | undefined
     const finish = (error: string | null) => {
       if (settled) return
       settled = true
@@ -117,10 +126,19 @@ export function closeWebhookAgents(): void {
   agents.clear()
 }
 
-/** One agent per scheme and policy, shared by every send so that connections are reused. */
-const agents = new Map<string, http.Agent>()
+/**
+ * request-filtering-agent, loaded at the first guarded send: an ES module that imports node:http,
+ * which loads Node's bundled undici (about 13 MB) in every process that loads it.
+ */
+let filtering: typeof import('request-filtering-agent') | null = null
+async function loadFiltering(): Promise<void> {
+  filtering ??= await import('request-filtering-agent')
+}
 
-function agentFor(secure: boolean, allowPrivate: boolean): http.Agent {
+/** One agent per scheme and policy, shared by every send so that connections are reused. */
+const agents = new Map<string, Http.Agent>()
+
+function agentFor(secure: boolean, allowPrivate: boolean): Http.Agent {
   const key = `${secure ? 'https' : 'http'} ${allowPrivate ? 'open' : 'guarded'}`
   let agent = agents.get(key)
   if (!agent) {
@@ -128,6 +146,7 @@ function agentFor(secure: boolean, allowPrivate: boolean): http.Agent {
     if (allowPrivate) agent = secure ? new https.Agent(common) : new http.Agent(common)
     else {
       const guarded = { ...common, lookup: guardedLookup }
+      const { RequestFilteringHttpAgent, RequestFilteringHttpsAgent } = filtering as NonNullable<typeof filtering>
       agent = secure ? new RequestFilteringHttpsAgent(guarded) : new RequestFilteringHttpAgent(guarded)
     }
     agents.set(key, agent)

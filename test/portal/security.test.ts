@@ -304,6 +304,7 @@ describe('The API under /v1 is untouched by the portal', () => {
     const document = (await app.inject({ url: '/v1/openapi.json' })).json()
     assert.deepEqual(Object.keys(document.paths).sort(), [
       '/messages',
+      '/messages/{messageId}',
       '/pets',
       '/pets/{petId}',
       '/store/inventory',

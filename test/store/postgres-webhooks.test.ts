@@ -478,10 +478,11 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
     )
     assert.equal((await store.getMessage(alice, first.id))?.status, 'failed')
     assert.equal((await store.getMessage(alice, second.id))?.status, 'failed')
-    // Redelivered to a disabled endpoint: pending, but not claimed until it is enabled.
-    await store.redeliver(alice, claimed.id)
+    // Nothing is resent to a disabled endpoint (it would stay pending); once enabled again, it is.
+    assert.equal(await store.redeliver(alice, claimed.id), null)
     assert.deepEqual(await store.claimDeliveries(10, 60_000), [])
     await store.updateWebhookEndpoint(alice, gone.id, { enabled: true })
+    assert.equal((await store.redeliver(alice, claimed.id))?.status, 'pending')
     assert.deepEqual(
       (await store.claimDeliveries(10, 60_000)).map((c) => c.id),
       [claimed.id],
