@@ -26,6 +26,7 @@ describe(`Crash safety of webhooks: SIGKILL while delivering, ${KILLS} times (${
     /** Resolves once the server killed last is serving again; a failed request waits for it. */
     let restarted = Promise.resolve()
     const load = messageLoad(
+      t,
       subscription.key,
       CLIENTS,
       () => server,

@@ -6,6 +6,7 @@
  */
 import assert from 'node:assert/strict'
 import type { TestContext } from 'node:test'
+import { setTimeout as pause } from 'node:timers/promises'
 import { openStore } from '../../src/store/index.ts'
 import { newWebhookSecret } from '../../src/webhooks/signing.ts'
 import { cliKey, type ServerProcess } from '../processes.ts'
@@ -64,10 +65,20 @@ export async function subscribed(t: TestContext, databaseUrl: string, email: str
  * `clients` loops of POST /v1/messages, each request to the server `pick` gives; a request the
  * server died under is not acknowledged, and waits for `up()` before the next.
  */
-export function messageLoad(key: string, clients: number, pick: (n: number) => ServerProcess, up: () => Promise<void>) {
+export function messageLoad(
+  t: TestContext,
+  key: string,
+  clients: number,
+  pick: (n: number) => ServerProcess,
+  up: () => Promise<void>,
+) {
   const acknowledged: string[] = []
   let unacknowledged = 0
   let running = true
+  // A test that fails midway must not leave its clients retrying dead servers in a loop for ever.
+  t.after(() => {
+    running = false
+  })
   const client = async (n: number) => {
     for (let i = 0; running; i++) {
       try {
@@ -82,6 +93,8 @@ export function messageLoad(key: string, clients: number, pick: (n: number) => S
       } catch {
         unacknowledged++ // the process died under this request: it was never acknowledged
         await up()
+        // Refused at once while no server listens: not a busy loop meanwhile.
+        await pause(10)
       }
     }
   }
