@@ -288,10 +288,8 @@ describe('Webhook endpoints (experimental)', () => {
     const got = (await call('GET', `/webhook-endpoints/${created.id}`)).json()
     assert.equal(got.secretRotatedAt, rotated.secretRotatedAt)
     assert.equal(got.secret, undefined)
-    // The next delivery is signed with both, the new one first.
-    await call('POST', '/messages', { message: 'signed twice' })
-    const [claimed] = await test.app.store.claimDeliveries(1, 60_000)
-    assert.deepEqual(claimed?.secrets, [rotated.secret, created.secret])
+    // That both secrets then sign, each verifying at a receiver, is test/plugins/webhook-delivery.test.ts's
+    // (claiming here would race the app's own delivery loop for the delivery).
   })
 
   it('listWebhookDeliveries and redeliverWebhook: the recent deliveries; a resend is 202 and pending again', async (t) => {
