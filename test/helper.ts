@@ -26,6 +26,8 @@ export interface TestApp {
   newKey(options?: {
     email?: string
     expiresAt?: string | null
+    /** Space-separated scopes as stored; null (the default): every scope. */
+    scopes?: string | null
   }): Promise<{ secret: string; keyId: string; accountId: number }>
 }
 
@@ -95,7 +97,7 @@ export async function build(
     app,
     config,
     logs,
-    async newKey({ email = `user${++accounts}-${Date.now()}@example.com`, expiresAt = null } = {}) {
+    async newKey({ email = `user${++accounts}-${Date.now()}@example.com`, expiresAt = null, scopes = null } = {}) {
       const account = (await app.store.findAccountByEmail(email)) ?? (await app.store.createAccount(email))
       if (!account) throw new Error('account not created')
       const generated = generateApiKey(config.deployment)
@@ -105,6 +107,7 @@ export async function build(
         prefix: generated.prefix,
         hash: generated.hash,
         expiresAt,
+        scopes,
       })
       return { secret: generated.secret, keyId: key.id, accountId: account.id }
     },

@@ -1,22 +1,12 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { generateApiKey } from '../../src/domain/api-keys.ts'
 import { grantedScopes, parseScopes } from '../../src/domain/scopes.ts'
 import { bearer, build, errorBody, type TestApp } from '../helper.ts'
 
-/** A key of a new account with these scopes (stored text; null: every scope). */
+/** A key of a new account with these scopes (stored text; null: every scope), opted in to orders. */
 async function keyWith(test: TestApp, scopes: string | null) {
-  const account = await test.app.store.createAccount(`scoped-${Math.random()}@example.com`)
-  const generated = generateApiKey(test.config.deployment)
-  await test.app.store.createApiKey({
-    accountId: account?.id as number,
-    name: 'scoped',
-    prefix: generated.prefix,
-    hash: generated.hash,
-    expiresAt: null,
-    scopes,
-  })
-  return { ...bearer(generated.secret), 'animal-store-beta': 'orders' }
+  const { secret } = await test.newKey({ scopes })
+  return { ...bearer(secret), 'animal-store-beta': 'orders' }
 }
 
 describe('Scopes: each operation needs its scope; write implies read', () => {

@@ -106,3 +106,17 @@ export const heading = (html: string) => /<h1[^>]*>([\s\S]*?)<\/h1>/.exec(html)?
 
 let emails = 0
 export const newEmail = () => `dev${++emails}-${process.pid}@example.com`
+
+/** The cells of a page's table rows (its tbody), as text without markup or screen-reader-only text. */
+export function tableRows(page: string): string[][] {
+  const body = /<tbody>([\s\S]*?)<\/tbody>/.exec(page)?.[1] ?? ''
+  return [...body.matchAll(/<tr>([\s\S]*?)<\/tr>/g)].map(([, row]) =>
+    [...(row as string).matchAll(/<t[hd][^>]*>([\s\S]*?)<\/t[hd]>/g)].map(([, cell]) =>
+      (cell as string)
+        .replace(/<span class="visually-hidden">[\s\S]*?<\/span>/g, '')
+        .replace(/<[^>]+>/g, ' ')
+        .replace(/\s+/g, ' ')
+        .trim(),
+    ),
+  )
+}

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import type { FastifyInstance } from 'fastify'
 import { bearer, build } from '../helper.ts'
-import { csrfOf, FormBrowser, heading, newEmail } from './browser.ts'
+import { csrfOf, FormBrowser, heading, newEmail, tableRows } from './browser.ts'
 
 const BETA = { 'animal-store-beta': 'orders' }
 
@@ -44,20 +44,6 @@ async function signedIn(t: Parameters<typeof build>[0]) {
   return { ...test, browser, api: api(test.app, secret) }
 }
 
-/** The rows of the orders table, each as its cells' text without markup. */
-function rows(page: string): string[][] {
-  const body = /<tbody>([\s\S]*?)<\/tbody>/.exec(page)?.[1] ?? ''
-  return [...body.matchAll(/<tr>([\s\S]*?)<\/tr>/g)].map(([, row]) =>
-    [...(row as string).matchAll(/<t[hd][^>]*>([\s\S]*?)<\/t[hd]>/g)].map(([, cell]) =>
-      (cell as string)
-        .replace(/<span class="visually-hidden">[\s\S]*?<\/span>/g, '')
-        .replace(/<[^>]+>/g, '')
-        .replace(/\s+/g, ' ')
-        .trim(),
-    ),
-  )
-}
-
 describe('Portal: orders', () => {
   it('is linked from the navigation; with no orders it says how to place one', async (t) => {
     const { browser } = await signedIn(t)
@@ -84,7 +70,7 @@ describe('Portal: orders', () => {
     const page = await browser.get('/portal/orders')
     assert.equal(page.statusCode, 200)
     assert.ok(!page.body.includes(theirs), "another account's order is listed")
-    const [newest, oldest] = rows(page.body)
+    const [newest, oldest] = tableRows(page.body)
     assert.deepEqual(newest?.slice(0, 3), [second, `Tom (#${tom})`, 'Placed'])
     assert.deepEqual(oldest?.slice(0, 3), [first, `Rex (#${rex})`, 'Completed'])
     // Placed, hold ends (a placed order only), last change: each a <time> with the exact value.
@@ -113,7 +99,7 @@ describe('Portal: orders', () => {
     for (let i = 1; i <= 21; i++) ids.push(await mine.order(await mine.pet(`pet ${i}`)))
     const page = await browser.get('/portal/orders')
     assert.deepEqual(
-      rows(page.body).map((row) => row[0]),
+      tableRows(page.body).map((row) => row[0]),
       ids.slice(1).reverse(),
     )
     const older = /<a href="(\/portal\/orders\?before=\d+)">Older orders<\/a>/.exec(page.body)?.[1]
@@ -122,7 +108,7 @@ describe('Portal: orders', () => {
     const next = await browser.get(older)
     assert.equal(next.statusCode, 200)
     assert.deepEqual(
-      rows(next.body).map((row) => row[0]),
+      tableRows(next.body).map((row) => row[0]),
       [ids[0]],
     )
     assert.match(next.body, /<a href="\/portal\/orders">Newest orders<\/a>/)
@@ -130,7 +116,7 @@ describe('Portal: orders', () => {
     // A hand-edited query is ignored: the newest orders.
     const edited = await browser.get('/portal/orders?before=abc&canceled=<b>')
     assert.equal(edited.statusCode, 200)
-    assert.equal(rows(edited.body)[0]?.[0], ids[20])
+    assert.equal(tableRows(edited.body)[0]?.[0], ids[20])
   })
 })
 
@@ -154,7 +140,7 @@ describe('Portal: cancel an order', () => {
       list.body,
       new RegExp(`Your order for <strong>Rex</strong> \\(#${rex}\\) \\(<code>${order}</code>\\) is canceled`),
     )
-    assert.equal(rows(list.body)[0]?.[2], 'Canceled')
+    assert.equal(tableRows(list.body)[0]?.[2], 'Canceled')
     assert.ok(!list.body.includes(action), 'a canceled order still offers Cancel')
     // The animal can be ordered again.
     await mine.order(rex)
@@ -187,7 +173,7 @@ describe('Portal: cancel an order', () => {
     assert.equal(response.statusCode, 409)
     assert.equal(heading(response.body), 'Orders')
     assert.match(response.body, new RegExp(`Order <code>${order}</code> is completed: it can no longer be canceled\\.`))
-    assert.equal(rows(response.body)[0]?.[2], 'Completed')
+    assert.equal(tableRows(response.body)[0]?.[2], 'Completed')
     assert.equal((await mine.call('GET', `/v1/store/orders/${order}`)).body.status, 'completed')
     assert.equal(await mine.petStatus(rex), 'sold')
   })

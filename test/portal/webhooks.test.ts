@@ -10,7 +10,7 @@ import { describe, it } from 'node:test'
 import type { FastifyInstance } from 'fastify'
 import { bearer, build } from '../helper.ts'
 import { until } from '../wait.ts'
-import { csrfOf, FormBrowser, heading, newEmail } from './browser.ts'
+import { csrfOf, FormBrowser, heading, newEmail, tableRows } from './browser.ts'
 
 const FEATURE = { EXPERIMENTAL_FEATURES: 'webhooks' }
 const URL_1 = 'https://hooks.example.com/animal-store'
@@ -68,20 +68,6 @@ async function press(browser: FormBrowser, action: string, page: string) {
   return browser.post(action, { _csrf: csrfOf(opened.body, action) })
 }
 
-/** The cells of a table's rows, as text without markup. */
-function rows(page: string): string[][] {
-  const body = /<tbody>([\s\S]*?)<\/tbody>/.exec(page)?.[1] ?? ''
-  return [...body.matchAll(/<tr>([\s\S]*?)<\/tr>/g)].map(([, row]) =>
-    [...(row as string).matchAll(/<t[hd][^>]*>([\s\S]*?)<\/t[hd]>/g)].map(([, cell]) =>
-      (cell as string)
-        .replace(/<span class="visually-hidden">[\s\S]*?<\/span>/g, '')
-        .replace(/<[^>]+>/g, ' ')
-        .replace(/\s+/g, ' ')
-        .trim(),
-    ),
-  )
-}
-
 async function sendMessage(app: FastifyInstance, secret: string, message: string) {
   const response = await app.inject({
     method: 'POST',
@@ -137,7 +123,7 @@ describe('Portal: webhook endpoints', () => {
 
     const list = await browser.get('/portal/webhooks')
     assert.ok(!list.body.includes(secret), 'the list shows the secret')
-    const [row] = rows(list.body)
+    const [row] = tableRows(list.body)
     assert.deepEqual(row?.slice(0, 3), [`${URL_1} Order sync`, 'order.placed , order.canceled', 'Enabled'])
     assert.match(list.body, new RegExp(`<time datetime="${stored?.createdAt}">`))
     const detail = await browser.get(`/portal/webhooks/${id}`)
@@ -255,7 +241,7 @@ describe('Portal: manage an endpoint', () => {
     assert.match(after.body, /Disabled: disabled by the account/)
     assert.ok(csrfOf(after.body, `${page}/enable`))
     assert.match(
-      rows((await browser.get('/portal/webhooks')).body)[0]?.[2] ?? '',
+      tableRows((await browser.get('/portal/webhooks')).body)[0]?.[2] ?? '',
       /^Disabled: disabled by the account$/,
     )
 
@@ -354,7 +340,7 @@ describe('Portal: recent deliveries', () => {
 
     const page = `/portal/webhooks/${id}`
     const detail = await browser.get(page)
-    const [row] = rows(detail.body)
+    const [row] = tableRows(detail.body)
     assert.equal(row?.[0], `message.created ${claimed.eventId}`)
     assert.deepEqual(row?.slice(1, 4), ['Failed', String(claimed.attempts), 'HTTP 500'])
     const action = `${page}/deliveries/${claimed.id}/redeliver`
@@ -366,7 +352,7 @@ describe('Portal: recent deliveries', () => {
     assert.equal(delivery?.status, 'pending')
     const after = await browser.get(response.headers.location as string)
     assert.match(after.body, new RegExp(`Delivery <code>${claimed.id}</code> is queued to be sent again`))
-    assert.equal(rows(after.body)[0]?.[1], 'Pending')
+    assert.equal(tableRows(after.body)[0]?.[1], 'Pending')
   })
 
   it('shows the 20 most recent deliveries', async (t) => {
@@ -376,7 +362,7 @@ describe('Portal: recent deliveries', () => {
     for (let i = 0; i < 21; i++) await sendMessage(app, key, `hello ${i}`)
     const all = (await app.store.listDeliveries(accountId, id, 100)) ?? []
     assert.equal(all.length, 21)
-    const shown = rows((await browser.get(`/portal/webhooks/${id}`)).body)
+    const shown = tableRows((await browser.get(`/portal/webhooks/${id}`)).body)
     assert.equal(shown.length, 20)
     assert.ok(!shown.some((row) => row[0]?.includes(all[20]?.eventId as string)), 'the oldest is shown')
   })

@@ -3,7 +3,6 @@ import { describe, it } from 'node:test'
 import Fastify, { type LightMyRequestResponse } from 'fastify'
 import fp from 'fastify-plugin'
 import animalStore, { serverOptions } from '../../src/app.ts'
-import { generateApiKey } from '../../src/domain/api-keys.ts'
 import { bearer, build, errorBody, plain, type TestApp } from '../helper.ts'
 
 describe('Messages: POST /v1/messages (point 7)', () => {
@@ -239,19 +238,7 @@ describe('Messages: GET /v1/messages and /v1/messages/{messageId}', () => {
 
   it('needs messages:read, which messages:write implies', async (t) => {
     const { test } = await withMessages(t, [])
-    const keyWith = async (scopes: string) => {
-      const account = await test.app.store.createAccount(`scoped-${Math.random()}@example.com`)
-      const generated = generateApiKey(test.config.deployment)
-      await test.app.store.createApiKey({
-        accountId: account?.id as number,
-        name: 'scoped',
-        prefix: generated.prefix,
-        hash: generated.hash,
-        expiresAt: null,
-        scopes,
-      })
-      return bearer(generated.secret)
-    }
+    const keyWith = async (scopes: string) => bearer((await test.newKey({ scopes })).secret)
     const writer = await keyWith('messages:write')
     const reader = await keyWith('messages:read')
     const pets = await keyWith('pets:read')

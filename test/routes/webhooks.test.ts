@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { generateApiKey } from '../../src/domain/api-keys.ts'
 import { bearer, build, errorBody, type TestApp } from '../helper.ts'
 import { until } from '../wait.ts'
 
@@ -12,17 +11,8 @@ const NEW = { url: 'https://example.com/hooks', events: ['order.placed', 'messag
 
 /** Headers of a key of a new account with these scopes (stored text; null: every scope), opted in. */
 async function keyWith(test: TestApp, scopes: string | null) {
-  const account = await test.app.store.createAccount(`hooks-${Math.random()}@example.com`)
-  const generated = generateApiKey(test.config.deployment)
-  await test.app.store.createApiKey({
-    accountId: account?.id as number,
-    name: 'scoped',
-    prefix: generated.prefix,
-    hash: generated.hash,
-    expiresAt: null,
-    scopes,
-  })
-  return { ...bearer(generated.secret), ...BETA }
+  const { secret } = await test.newKey({ scopes })
+  return { ...bearer(secret), ...BETA }
 }
 
 async function setUp(t: Parameters<typeof build>[0], env: Record<string, string> = {}) {
