@@ -8,7 +8,7 @@
  */
 import cluster from 'node:cluster'
 import { flushCompileCache } from 'node:module'
-import { type AddressInfo, Server as NetServer } from 'node:net'
+import type { AddressInfo } from 'node:net'
 import { hostname } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
@@ -37,8 +37,6 @@ const LISTEN_BACKLOG = 4096
  */
 const SETTLE_MS = 200
 const SETTLE_TURNS = 3
-/** Once it no longer accepts, the requests on connections just accepted get this long to be read. */
-const ACCEPTED_SETTLE_MS = 50
 
 /** The origin a browser on this machine opens: a wildcard listening address (0.0.0.0, ::) is not one. */
 function browserOrigin({ address, family, port }: AddressInfo): string {
@@ -74,14 +72,11 @@ async function serve(config: Config): Promise<void> {
     app.startDraining()
     await sleep(SETTLE_MS)
     for (let turn = 0; turn < SETTLE_TURNS; turn++) await new Promise(setImmediate)
-    // Stop accepting first (the listening socket alone: http's close would also close the
-    // connections that look idle), then read what the connections just accepted have sent: a
-    // proxy that knows nothing of /readyz (nginx) sends its request the moment it connects, and a
-    // connection closed before Node read it looks idle and is reset, losing a POST. A proxy retries
-    // a refused connection elsewhere, whatever the method.
-    if (app.server.listening) NetServer.prototype.close.call(app.server)
-    for (let turn = 0; turn < SETTLE_TURNS; turn++) await new Promise(setImmediate)
-    await sleep(ACCEPTED_SETTLE_MS)
+    // Stop accepting first, then read what the connections just accepted have sent: a proxy that
+    // knows nothing of /readyz (nginx) sends its request the moment it connects, and a connection
+    // closed before Node read it looks idle and is reset, losing a POST. A proxy retries a refused
+    // connection elsewhere, whatever the method.
+    await app.stopListening()
     grace.close()
   }
   process.on('SIGTERM', stop)

@@ -14,7 +14,8 @@
  *   bounds, so that the client gets its answer, not a reset (lingering-close.ts; decision 74).
  */
 import type { Server } from 'node:http'
-import type { Socket } from 'node:net'
+import { Server as NetServer, type Socket } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
 import { framingError } from './framing.ts'
@@ -29,8 +30,21 @@ declare module 'fastify' {
     readonly draining: boolean
     /** Called at the shutdown signal (src/server.ts), before the server stops listening. */
     startDraining(): void
+    /**
+     * Closes the listening socket alone, then waits until every connection accepted has sent its
+     * first request (at most ACCEPTED_WAIT_MS): only then may app.close() close the idle ones.
+     */
+    stopListening(): Promise<void>
   }
 }
+
+/**
+ * How long after its accept a connection may take to send its first bytes before it counts as idle
+ * (a browser's spare one): nginx sends its request the moment it connects, but a process starved of
+ * CPU reads it late (a fixed 50 ms was too short in CI).
+ */
+const ACCEPTED_WAIT_MS = 2000
+const ACCEPTED_POLL_MS = 5
 
 export default fp<{ config: Config }>(
   async (app, { config }) => {
@@ -62,17 +76,18 @@ export default fp<{ config: Config }>(
       idleMs: config.lingeringTimeoutMs,
       bytes: config.lingeringBytes,
     })
-    const sockets = new Set<Socket>()
+    /** Each open connection, with when it was accepted. */
+    const sockets = new Map<Socket, number>()
     app.server.on('connection', (socket: Socket) => {
       // Node reads the peer's address lazily and has none once the socket is gone: read it now for the logs.
       void socket.remoteAddress
       linger.watch(socket)
-      sockets.add(socket)
+      sockets.set(socket, Date.now())
       socket.once('close', () => sockets.delete(socket))
     })
     // Answers under way end their keep-alive connections, instead of holding the process open.
     const closeAfterAnswers = () => {
-      for (const socket of sockets) {
+      for (const socket of sockets.keys()) {
         const response = responseOn(socket)
         if (response && !response.headersSent) response.setHeader('connection', 'close')
       }
@@ -82,12 +97,25 @@ export default fp<{ config: Config }>(
       draining = true
       closeAfterAnswers()
     })
+    app.decorate('stopListening', async () => {
+      // The listening socket alone: http's close would also close the connections that look idle.
+      if (app.server.listening) NetServer.prototype.close.call(app.server)
+      // A socket no byte has been read from yet looks idle to Node: closing it would reset a
+      // request already sent (a POST behind nginx, which then answers 502 instead of retrying).
+      const unheard = () => {
+        const since = Date.now() - ACCEPTED_WAIT_MS
+        for (const [socket, accepted] of sockets) if (socket.bytesRead === 0 && accepted > since) return true
+        return false
+      }
+      await new Promise(setImmediate)
+      while (unheard()) await sleep(ACCEPTED_POLL_MS)
+    })
     // Node closes idle keep-alive sockets, but not one that sent nothing yet or half a request.
     // Lingering ones are waited for, within half the shutdown's deadline: the rest is for the answers
     // and the database.
     app.addHook('preClose', (done) => {
       linger.endBy(config.shutdownTimeoutMs / 2)
-      for (const socket of sockets) if (!responseOn(socket) && !isLingering(socket)) socket.destroy()
+      for (const socket of sockets.keys()) if (!responseOn(socket) && !isLingering(socket)) socket.destroy()
       closeAfterAnswers()
       done()
     })
