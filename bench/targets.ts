@@ -173,6 +173,7 @@ export const baseEnv = (databaseUrl: string, logLevel = 'info'): Record<string, 
   RATE_LIMIT: '1000000000',
   AUTH_FAILURE_LIMIT: '1000000',
   // The webhooks workload's receiver is a plain http server on 127.0.0.1, in the bench's process.
+  EXPERIMENTAL_FEATURES: 'webhooks',
   WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
   WEBHOOK_ALLOW_HTTP: 'true',
 })

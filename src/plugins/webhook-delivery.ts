@@ -2,11 +2,13 @@
  * Delivers the outbox, on every instance (decision 87). A delivery is claimed under a lease, so
  * that one instance at a time sends it; it is signed (Standard Webhooks), sent, and its outcome
  * recorded under that lease. An instance that dies loses its leases when they run out, and another
- * takes them over: every event reaches its endpoints at least once.
+ * takes them over: every event reaches its endpoints at least once. Where the operator has the
+ * `webhooks` feature off, nothing is sent: deliveries wait, visible in the outbox (decision 96).
  */
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
 import { tracedDeliveries, traceHeaders } from '../observability/tracing.ts'
+import { WEBHOOKS_STABILITY } from '../schemas/webhooks.ts'
 import type { ClaimedDelivery } from '../store/types.ts'
 import { retryDelayMs } from '../webhooks/schedule.ts'
 import { closeWebhookAgents, type SendResult, sendWebhook } from '../webhooks/send.ts'
@@ -35,6 +37,7 @@ declare module 'fastify' {
 export default fp<{ config: Config }>(
   async (app, { config }) => {
     const { store } = app
+    const sends = app.offers(WEBHOOKS_STABILITY)
     const leaseMs = config.webhookTimeoutMs + LEASE_MARGIN_MS
     const sending = new Set<Promise<unknown>>()
     let claiming = false
@@ -89,6 +92,7 @@ export default fp<{ config: Config }>(
 
     /** Claims due deliveries while slots are free, and starts them. One pass at a time. */
     const fill = async (): Promise<void> => {
+      if (!sends) return
       if (claiming) {
         again = true
         return
@@ -158,5 +162,5 @@ export default fp<{ config: Config }>(
       closeWebhookAgents()
     })
   },
-  { name: 'webhook-delivery', dependencies: ['store'] },
+  { name: 'webhook-delivery', dependencies: ['store', 'stability'] },
 )

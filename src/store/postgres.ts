@@ -225,7 +225,9 @@ const SQL = {
   lockRedelivery: `SELECT d.seq, d.message_seq AS "messageSeq" FROM deliveries d
     JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
     WHERE d.id = $1 AND w.account_id = $2 AND w.deleted_at IS NULL AND w.disabled_at IS NULL FOR SHARE OF w`,
-  redeliver: `UPDATE deliveries SET status = 'pending', next_attempt_at = now(), lease = NULL WHERE seq = $1`,
+  // Not while an attempt holds a live lease: a second one would send the event twice at once.
+  redeliver: `UPDATE deliveries SET status = 'pending', next_attempt_at = now(), lease = NULL, retry_base = attempts
+    WHERE seq = $1 AND NOT (status = 'pending' AND lease IS NOT NULL AND next_attempt_at > now()) RETURNING seq`,
   // Any instance may claim: SKIP LOCKED lets them share the due deliveries, each leased to one. A
   // lease moves next_attempt_at to its end, so a delivery whose holder died is due again then.
   claimDeliveries: `WITH due AS (
@@ -237,7 +239,8 @@ const SQL = {
     FROM due, events e, webhook_endpoints w
     WHERE d.seq = due.seq AND e.seq = d.event_seq AND w.seq = d.endpoint_seq
     RETURNING d.id, d.lease, e.id AS "eventId", e.body, w.url, w.secret,
-      CASE WHEN w.previous_secret_until > now() THEN w.previous_secret END AS "previousSecret", d.attempts`,
+      CASE WHEN w.previous_secret_until > now() THEN w.previous_secret END AS "previousSecret",
+      d.attempts - d.retry_base AS attempts`,
   // A 410 disables the endpoint: its lock first, in the order deleteWebhookEndpoint takes them.
   lockDeliveryEndpoint: `SELECT w.seq FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
     WHERE d.id = $1 AND d.lease = $2 FOR UPDATE OF w`,
@@ -662,8 +665,8 @@ export class PostgresStore implements Store {
     return this.#transaction(async (run) => {
       const [found] = await run<{ seq: number; messageSeq: number | null }>('lockRedelivery', [deliveryId, accountId])
       if (!found) return null
-      await run('redeliver', [found.seq])
-      if (found.messageSeq !== null) await run('requeueMessage', [found.messageSeq])
+      const sent = await run('redeliver', [found.seq])
+      if (sent.length > 0 && found.messageSeq !== null) await run('requeueMessage', [found.messageSeq])
       return (await run<Delivery>('getDelivery', [found.seq]))[0] ?? null
     })
   }

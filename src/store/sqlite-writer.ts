@@ -123,21 +123,23 @@ function prepareWrites(db: DatabaseSync) {
       attempts = attempts + 1 WHERE seq = ?`),
     countMessageAttempt: s('UPDATE messages SET attempts = attempts + 1 WHERE seq = ?'),
     requeueMessage: s("UPDATE messages SET status = 'queued' WHERE seq = ? AND status = 'failed'"),
-    redeliver: s(`UPDATE deliveries SET status = 'pending', next_attempt_at = ?, lease = NULL
-      WHERE id = ? AND endpoint_seq IN (SELECT seq FROM webhook_endpoints
-        WHERE account_id = ? AND deleted_at IS NULL AND disabled_at IS NULL)
-      RETURNING message_seq AS messageSeq`),
+    redeliverable: s(`SELECT d.seq, d.message_seq AS messageSeq FROM deliveries d
+      JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
+      WHERE d.id = ? AND w.account_id = ? AND w.deleted_at IS NULL AND w.disabled_at IS NULL`),
+    // Not while an attempt holds a live lease: a second one would send the event twice at once.
+    redeliver: s(`UPDATE deliveries SET status = 'pending', next_attempt_at = ?1, lease = NULL, retry_base = attempts
+      WHERE seq = ?2 AND NOT (status = 'pending' AND lease IS NOT NULL AND next_attempt_at > ?1)`),
     getDelivery: s(`SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = ?`),
     claimDeliveries: s(`UPDATE deliveries SET lease = ?, next_attempt_at = ?, attempts = attempts + 1
       WHERE seq IN (SELECT d.seq FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
         WHERE d.status = 'pending' AND d.next_attempt_at <= ? AND w.disabled_at IS NULL AND w.deleted_at IS NULL
         ORDER BY d.next_attempt_at LIMIT ?)
-      RETURNING id, event_seq AS eventSeq, endpoint_seq AS endpointSeq, attempts`),
+      RETURNING id, event_seq AS eventSeq, endpoint_seq AS endpointSeq, attempts - retry_base AS attempts`),
     claimedEvent: s('SELECT id, body FROM events WHERE seq = ?'),
     claimedEndpoint: s(`SELECT url, secret, CASE WHEN previous_secret_until > ? THEN previous_secret END AS previous
       FROM webhook_endpoints WHERE seq = ?`),
     recordDelivery: s(`UPDATE deliveries SET lease = NULL, last_attempt_at = ?, last_status = ?, last_error = ?,
-      status = ?, next_attempt_at = ?, delivered_at = ? WHERE id = ? AND lease = ? AND status = 'pending'
+      status = ?, next_attempt_at = ?, delivered_at = coalesce(?, delivered_at) WHERE id = ? AND lease = ? AND status = 'pending'
       RETURNING message_seq AS messageSeq, endpoint_seq AS endpointSeq`),
     failUnsubscribed: s("UPDATE messages SET status = 'failed' WHERE status = 'queued' AND fanout = 0"),
     insertSecret: s('INSERT INTO secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING'),
@@ -361,9 +363,10 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       return endpointFromRow(sql.rotateSecret.get(previousUntil, secret, now(), current.seq) as unknown as EndpointRow)
     },
     redeliver(accountId: number, deliveryId: string) {
-      const row = sql.redeliver.get(now(), deliveryId, accountId) as { messageSeq: number | null } | undefined
+      const row = sql.redeliverable.get(deliveryId, accountId) as { seq: number; messageSeq: number | null } | undefined
       if (!row) return null
-      if (row.messageSeq !== null) sql.requeueMessage.run(row.messageSeq)
+      if (sql.redeliver.run(now(), row.seq).changes > 0 && row.messageSeq !== null)
+        sql.requeueMessage.run(row.messageSeq)
       return sql.getDelivery.get(deliveryId)
     },
     claimDeliveries(limit: number, leaseMs: number): ClaimedDelivery[] {

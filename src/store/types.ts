@@ -150,7 +150,7 @@ export interface ClaimedDelivery {
   url: string
   /** The endpoint's current secret, then its previous one while that still signs. */
   secrets: string[]
-  /** Attempts made, this one included. */
+  /** Attempts made, this one included, since the delivery was made or last sent again by hand: its step on the retry schedule. */
   attempts: number
 }
 
@@ -397,8 +397,9 @@ export interface Store {
   /** The endpoint's most recent deliveries, newest first (null: no such endpoint of the account's). */
   listDeliveries(accountId: number, endpointId: string, limit: number): Promise<Delivery[] | null>
   /**
-   * Makes a delivery of the account's pending again, due now (a resend); null when there is none, or
-   * its endpoint is disabled (it would never be sent).
+   * Makes a delivery of the account's pending again, due now, its retry schedule started over (a
+   * resend), and returns it; null when there is none, or its endpoint is disabled (it would never be
+   * sent). A delivery being attempted now (a live lease) is returned unchanged: it is being sent.
    */
   redeliver(accountId: number, deliveryId: string): Promise<Delivery | null>
   /**

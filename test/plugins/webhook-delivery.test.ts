@@ -8,6 +8,7 @@ import { receiver } from '../webhooks/receiver.ts'
 
 /** Loopback receivers, and retries in tenths of a second. */
 const ENV = {
+  EXPERIMENTAL_FEATURES: 'webhooks',
   WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
   WEBHOOK_ALLOW_HTTP: 'true',
   WEBHOOK_RETRY_SCHEDULE: '0.1,0.1,0.1,0.1',
@@ -183,5 +184,59 @@ describe('Webhook delivery: signed, at least once', () => {
       ],
     )
     assert.deepEqual(events[0]?.data, order)
+  })
+
+  it('a resend starts the retry schedule over and keeps deliveredAt; none is sent twice at once', async (t) => {
+    const { test, key, hook, endpoint } = await subscribed(t, { WEBHOOK_RETRY_SCHEDULE: '0.1' })
+    const resend = async (id: string) => {
+      const response = await test.app.inject({
+        method: 'POST',
+        url: `/v1/webhook-endpoints/${endpoint.id}/deliveries/${id}/redeliver`,
+        headers: { ...bearer(key.secret), 'animal-store-beta': 'webhooks' },
+      })
+      assert.equal(response.statusCode, 202, response.body)
+      return response.json() as { status: string; attempts: number; deliveredAt: string | null }
+    }
+    const delivery = async () => ((await test.app.store.listDeliveries(key.accountId, endpoint.id, 1)) ?? [])[0]
+    await send(test, key.secret, 'again and again')
+    const delivered = await until('delivered', async () => {
+      const d = await delivery()
+      return d?.status === 'delivered' ? d : null
+    })
+    // Sent again to a receiver now failing: the first attempt and the schedule's one retry, again.
+    hook.answer = () => 503
+    assert.equal((await resend(delivered.id)).status, 'pending')
+    const failed = await until('failed', async () => {
+      const d = await delivery()
+      return d?.status === 'failed' ? d : null
+    })
+    assert.equal(hook.received.length, 3)
+    assert.equal(failed.attempts, 3)
+    assert.equal(failed.deliveredAt, delivered.deliveredAt)
+    // While an attempt is under way (held by the receiver), a resend changes nothing and sends nothing.
+    hook.answer = () => 200
+    hook.delayMs = () => 1000
+    await resend(delivered.id)
+    await until('attempt under way', () => hook.holding === 1)
+    const during = await resend(delivered.id)
+    assert.equal(during.status, 'pending')
+    assert.equal(during.attempts, 4)
+    await until('delivered again', async () => (await delivery())?.status === 'delivered')
+    assert.equal(hook.received.length, 4)
+    assert.equal(hook.ids().size, 1)
+  })
+
+  it('where the operator has the feature off, nothing is sent: the deliveries wait for it', async (t) => {
+    const off = await subscribed(t, { EXPERIMENTAL_FEATURES: '' })
+    const sent = await send(off.test, off.key.secret, 'paused')
+    // The nudge and two polls (0.5 s apart) come and go: the message stays queued, the delivery waits.
+    await new Promise((resolve) => setTimeout(resolve, 1200))
+    assert.equal(off.hook.received.length, 0)
+    assert.equal((await off.test.app.inject({ url: '/readyz' })).json().outbox.depth, 1)
+    assert.equal((await messageOf(off.test, off.key.accountId, sent.id))?.status, 'queued')
+    // The same database with the feature on sends it.
+    const on = await build(t, { ...ENV, DATABASE_URL: off.test.config.databaseUrl })
+    await until('received', () => off.hook.received.length === 1)
+    await until('delivered', async () => (await messageOf(on, off.key.accountId, sent.id))?.status === 'delivered')
   })
 })

@@ -19,6 +19,7 @@ import { type Receiver, receiver } from './receiver.ts'
  * lease (WEBHOOK_TIMEOUT_SECONDS + 10 s) a killed server held runs out 11 s after its claim.
  */
 export const WEBHOOK_ENV = {
+  EXPERIMENTAL_FEATURES: 'webhooks',
   RATE_LIMIT: '0',
   WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
   WEBHOOK_ALLOW_HTTP: 'true',
