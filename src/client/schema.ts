@@ -2488,7 +2488,13 @@ export interface operations {
         /** @description Opaque position from the `Link: <…>; rel="next"` header of the previous page. */
         cursor?: string
       }
-      header?: never
+      header?: {
+        /**
+         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
+         * @example orders
+         */
+        'animal-store-beta'?: string
+      }
       path?: never
       cookie?: never
     }
@@ -2665,6 +2671,11 @@ export interface operations {
       header?: {
         /** @description 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
         'idempotency-key'?: string
+        /**
+         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
+         * @example orders
+         */
+        'animal-store-beta'?: string
       }
       path?: never
       cookie?: never
@@ -2955,7 +2966,13 @@ export interface operations {
   getOrder: {
     parameters: {
       query?: never
-      header?: never
+      header?: {
+        /**
+         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
+         * @example orders
+         */
+        'animal-store-beta'?: string
+      }
       path: {
         /** @description The identifier of the order (`ord_…`). */
         orderId: string
@@ -3152,7 +3169,13 @@ export interface operations {
   completeOrder: {
     parameters: {
       query?: never
-      header?: never
+      header?: {
+        /**
+         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
+         * @example orders
+         */
+        'animal-store-beta'?: string
+      }
       path: {
         /** @description The identifier of the order (`ord_…`). */
         orderId: string
@@ -3371,7 +3394,13 @@ export interface operations {
   cancelOrder: {
     parameters: {
       query?: never
-      header?: never
+      header?: {
+        /**
+         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
+         * @example orders
+         */
+        'animal-store-beta'?: string
+      }
       path: {
         /** @description The identifier of the order (`ord_…`). */
         orderId: string
@@ -3590,7 +3619,13 @@ export interface operations {
   getInventory: {
     parameters: {
       query?: never
-      header?: never
+      header?: {
+        /**
+         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
+         * @example orders
+         */
+        'animal-store-beta'?: string
+      }
       path?: never
       cookie?: never
     }
@@ -3762,7 +3797,13 @@ export interface operations {
   listWebhookEndpoints: {
     parameters: {
       query?: never
-      header?: never
+      header?: {
+        /**
+         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
+         * @example webhooks
+         */
+        'animal-store-beta'?: string
+      }
       path?: never
       cookie?: never
     }
@@ -3937,6 +3978,11 @@ export interface operations {
       header?: {
         /** @description 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
         'idempotency-key'?: string
+        /**
+         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
+         * @example webhooks
+         */
+        'animal-store-beta'?: string
       }
       path?: never
       cookie?: never
@@ -4205,7 +4251,13 @@ export interface operations {
   getWebhookEndpoint: {
     parameters: {
       query?: never
-      header?: never
+      header?: {
+        /**
+         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
+         * @example webhooks
+         */
+        'animal-store-beta'?: string
+      }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
         endpointId: string
@@ -4402,7 +4454,13 @@ export interface operations {
   deleteWebhookEndpoint: {
     parameters: {
       query?: never
-      header?: never
+      header?: {
+        /**
+         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
+         * @example webhooks
+         */
+        'animal-store-beta'?: string
+      }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
         endpointId: string
@@ -4597,7 +4655,13 @@ export interface operations {
   updateWebhookEndpoint: {
     parameters: {
       query?: never
-      header?: never
+      header?: {
+        /**
+         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
+         * @example webhooks
+         */
+        'animal-store-beta'?: string
+      }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
         endpointId: string
@@ -4843,7 +4907,13 @@ export interface operations {
   rotateWebhookSecret: {
     parameters: {
       query?: never
-      header?: never
+      header?: {
+        /**
+         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
+         * @example webhooks
+         */
+        'animal-store-beta'?: string
+      }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
         endpointId: string
@@ -5043,7 +5113,13 @@ export interface operations {
         /** @description Maximum number of deliveries returned. */
         limit?: number
       }
-      header?: never
+      header?: {
+        /**
+         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
+         * @example webhooks
+         */
+        'animal-store-beta'?: string
+      }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
         endpointId: string
@@ -5240,7 +5316,13 @@ export interface operations {
   redeliverWebhook: {
     parameters: {
       query?: never
-      header?: never
+      header?: {
+        /**
+         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
+         * @example webhooks
+         */
+        'animal-store-beta'?: string
+      }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
         endpointId: string

@@ -236,7 +236,15 @@ describe('Store: orders and inventory (beta)', () => {
     const operations = Object.values(
       document.paths as Record<
         string,
-        Record<string, { operationId: string; 'x-stability'?: string; description: string }>
+        Record<
+          string,
+          {
+            operationId: string
+            'x-stability'?: string
+            description: string
+            parameters?: { in: string; name: string; required?: boolean }[]
+          }
+        >
       >,
     ).flatMap((path) => Object.values(path))
     const store = operations.filter((o) =>
@@ -246,6 +254,9 @@ describe('Store: orders and inventory (beta)', () => {
     for (const operation of store) {
       assert.equal(operation['x-stability'], 'beta', operation.operationId)
       assert.match(operation.description, /^\*\*Beta\*\*/)
+      // Declared, so that a client generated from the document can send it.
+      const optIn = operation.parameters?.find((p) => p.in === 'header' && p.name === 'animal-store-beta')
+      assert.ok(optIn, `${operation.operationId} declares the Animal-Store-Beta header`)
     }
     assert.ok(operations.filter((o) => !store.includes(o)).every((o) => o['x-stability'] === undefined))
   })

@@ -31,6 +31,10 @@ describe('Webhook URL policy', () => {
     ['ftp://example.com/', /must start with https:\/\//],
     ['https://user:pw@example.com/', /username or password/],
     ['https://user@example.com/', /username or password/],
+    // The parser would drop or encode these: the URL shown would not be the one posted to.
+    ['https://example.com/ok\r\nX: y', /spaces or control characters/],
+    [' https://example.com/', /spaces or control characters/],
+    ['https://example.com/\tx', /spaces or control characters/],
     ['https://127.0.0.1/', /127\.0\.0\.1 is a loopback address/],
     ['https://2130706433/', /127\.0\.0\.1 is a loopback address/],
     ['https://0x7f.1/', /127\.0\.0\.1 is a loopback address/],
