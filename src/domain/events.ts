@@ -4,6 +4,12 @@
  * (the resource as the API returns it) (decision 86).
  */
 import type { EventType } from '../schemas/webhooks.ts'
+import type { Scope } from './scopes.ts'
+
+/** An event carries its resource: subscribing to it reads that resource (decision 97). */
+export function scopeToReceive(type: EventType): Scope {
+  return type.startsWith('order.') ? 'orders:read' : 'messages:read'
+}
 
 export function eventBody(type: EventType, timestamp: string, data: unknown): string {
   return JSON.stringify({ type, timestamp, data })

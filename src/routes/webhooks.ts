@@ -7,6 +7,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import { scopeToReceive } from '../domain/events.ts'
 import { ApiError, type ErrorCode } from '../errors.ts'
 import { requestOrigin } from '../http/host.ts'
 import {
@@ -26,6 +27,7 @@ import {
   DeliveriesSchema,
   DeliveryParamsSchema,
   DeliverySchema,
+  type EventType,
   ListDeliveriesQuerySchema,
   MAX_WEBHOOK_ENDPOINTS,
   NewWebhookEndpointSchema,
@@ -65,6 +67,22 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
   if (!app.offers(stability)) return
   app.addHook('onRequest', app.authenticate)
   app.addHook('onRequest', app.rateLimit)
+
+  /** Refuses a subscription to events whose resources the key may not read (decision 97). */
+  function checkEvents(granted: ReadonlySet<string> | null, events: EventType[] | undefined): void {
+    if (granted === null || events === undefined) return
+    for (const type of events) {
+      const scope = scopeToReceive(type)
+      if (granted.has(scope)) continue
+      throw new ApiError(
+        'insufficient_scope',
+        `Receiving ${type} events takes the scope ${scope}, which this API key lacks.`,
+        {
+          'www-authenticate': `Bearer realm="animal-store", error="insufficient_scope", scope="${scope}"`,
+        },
+      )
+    }
+  }
 
   /** Refuses a URL events could never be sent to, with the sentence that says why. */
   function checkUrl(url: string | undefined): void {
@@ -107,6 +125,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
     async function createWebhookEndpoint(request, reply) {
       const { url, events, description = '' } = request.body
       checkUrl(url)
+      checkEvents(request.caller.scopes, events)
       const { accountId } = request.caller
       // Counted before the insert: two creates at once may both pass at 15 (the cap is a guard, not a quota).
       if ((await app.store.listWebhookEndpoints(accountId)).length >= MAX_WEBHOOK_ENDPOINTS) {
@@ -194,6 +213,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
       const { endpointId } = request.params
       const { url, events, description, status } = request.body
       checkUrl(url)
+      checkEvents(request.caller.scopes, events)
       const changes: WebhookEndpointChanges = {
         ...(url !== undefined && { url }),
         ...(events !== undefined && { events }),

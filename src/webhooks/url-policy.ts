@@ -18,9 +18,9 @@ export const MAX_WEBHOOK_URL_LENGTH = 2048
 /** What is wrong with `url` as a webhook endpoint, as a sentence, or null when nothing is. */
 export function webhookUrlProblem(url: string, policy: UrlPolicy): string | null {
   if (url.length > MAX_WEBHOOK_URL_LENGTH) return `The URL is longer than ${MAX_WEBHOOK_URL_LENGTH} characters.`
+  if (!URL.canParse(url)) return 'The URL is not an absolute URL (such as https://example.com/webhooks).'
   // The parser drops tabs and line breaks and trims spaces: the URL shown would not be the one used.
   if (/[\s\p{Cc}]/u.test(url)) return 'The URL must not contain spaces or control characters.'
-  if (!URL.canParse(url)) return 'The URL is not an absolute URL (such as https://example.com/webhooks).'
   const parsed = new URL(url)
   if (parsed.protocol !== 'https:' && !(parsed.protocol === 'http:' && policy.allowHttp)) {
     return policy.allowHttp ? 'The URL must start with https:// or http://.' : 'The URL must start with https://.'

@@ -379,7 +379,7 @@ describe('Webhook endpoints (experimental)', () => {
   it('scopes: webhooks:read lists and reads, webhooks:write is needed to change; write implies read', async (t) => {
     const { test } = await setUp(t)
     const reader = await keyWith(test, 'webhooks:read')
-    const writer = await keyWith(test, 'webhooks:write')
+    const writer = await keyWith(test, 'webhooks:write orders:read messages:read')
     const other = await keyWith(test, 'pets:write orders:write messages:write')
     const created = await test.app.inject({
       method: 'POST',
@@ -412,5 +412,33 @@ describe('Webhook endpoints (experimental)', () => {
       assert.equal(errorBody(response).code, 'insufficient_scope')
       assert.match(response.headers['www-authenticate'] as string, /scope="webhooks:write"/)
     }
+  })
+
+  it('scopes: receiving an event takes the read scope of its resource (orders:read, messages:read)', async (t) => {
+    const { test } = await setUp(t)
+    const hooksOnly = await keyWith(test, 'webhooks:write')
+    const withOrders = await keyWith(test, 'webhooks:write orders:write')
+    const create = (headers: Record<string, string>, events: string[]) =>
+      test.app.inject({ method: 'POST', url: '/v1/webhook-endpoints', headers, payload: { ...NEW, events } })
+    const refused = await create(hooksOnly, ['order.placed'])
+    assert.equal(refused.statusCode, 403)
+    assert.equal(errorBody(refused).code, 'insufficient_scope')
+    assert.match(errorBody(refused).message, /order\.placed.*orders:read/)
+    assert.match(refused.headers['www-authenticate'] as string, /scope="orders:read"/)
+    assert.equal((await create(withOrders, ['message.created'])).statusCode, 403)
+    const created = await create(withOrders, ['order.placed', 'order.expired'])
+    assert.equal(created.statusCode, 201, created.body)
+    // Changing the subscription is judged the same way.
+    const widened = await test.app.inject({
+      method: 'PATCH',
+      url: `/v1/webhook-endpoints/${created.json().id}`,
+      headers: { ...withOrders, 'content-type': 'application/merge-patch+json' },
+      payload: { events: ['message.created'] },
+    })
+    assert.equal(widened.statusCode, 403)
+    assert.match(widened.headers['www-authenticate'] as string, /scope="messages:read"/)
+    // Nothing was created by the refused request.
+    const listed = await test.app.inject({ url: '/v1/webhook-endpoints', headers: withOrders })
+    assert.equal(listed.json().data?.length ?? listed.json().length, 1)
   })
 })
