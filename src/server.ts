@@ -99,6 +99,8 @@ async function serve(config: Config): Promise<void> {
       portal: `${origin}/portal`,
       reference: `${origin}/docs`,
       openapi: `${origin}/v1/openapi.json`,
+      // Its own listener (METRICS_PORT), when on.
+      metrics: app.metricsAddress ? `${browserOrigin(app.metricsAddress)}/metrics` : undefined,
     },
     'serving',
   )

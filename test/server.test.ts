@@ -263,6 +263,14 @@ describe('server: request ids and JSON logs', () => {
     const server = await startLogging(t, { DATABASE_URL: newDatabase(t), HOST: '0.0.0.0' })
     const serving = await server.waitForLog((l) => l.msg === 'serving')
     assert.equal(serving.portal, `http://localhost:${server.port}/portal`)
+    assert.equal(serving.metrics, undefined)
+  })
+
+  it('names the metrics address too when METRICS_PORT is set, and it answers', async (t) => {
+    const server = await startLogging(t, { DATABASE_URL: newDatabase(t), METRICS_PORT: '0' })
+    const serving = await server.waitForLog((l) => l.msg === 'serving')
+    assert.match(String(serving.metrics), /^http:\/\/127\.0\.0\.1:\d+\/metrics$/)
+    assert.match(await (await fetch(String(serving.metrics))).text(), /http_requests_total/)
   })
 
   it('logs JSON lines, one per request with a requestId, and returns that id in X-Request-Id', async (t) => {

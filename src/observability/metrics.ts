@@ -277,8 +277,13 @@ export default fp<{ config: Config }>(
     // ─── THE LISTENER ───
     const server: Server = createServer((request, response) => {
       const path = (request.url ?? '').split('?')[0]
-      if (path !== '/metrics' || (request.method !== 'GET' && request.method !== 'HEAD')) {
-        response.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('Not found: GET /metrics\n')
+      const text = { 'content-type': 'text/plain; charset=utf-8' }
+      if (path !== '/metrics') {
+        response.writeHead(404, text).end('Not found: this listener serves GET /metrics only.\n')
+        return
+      }
+      if (request.method !== 'GET' && request.method !== 'HEAD') {
+        response.writeHead(405, { ...text, allow: 'GET, HEAD' }).end('Method not allowed: GET /metrics.\n')
         return
       }
       register.metrics().then(

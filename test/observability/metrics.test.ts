@@ -146,7 +146,9 @@ describe('Prometheus metrics on METRICS_PORT', () => {
     assert.doesNotMatch(onApi.body, /http_requests_total/)
     const port = app.app.metricsAddress?.port
     assert.equal((await fetch(`http://127.0.0.1:${port}/`)).status, 404)
-    assert.equal((await fetch(`http://127.0.0.1:${port}/metrics`, { method: 'POST' })).status, 404)
+    const posted = await fetch(`http://127.0.0.1:${port}/metrics`, { method: 'POST' })
+    assert.equal(posted.status, 405)
+    assert.equal(posted.headers.get('allow'), 'GET, HEAD')
     assert.equal(app.app.metricsAddress?.address, '127.0.0.1')
   })
 
