@@ -19,7 +19,7 @@ export interface CursorCodec {
 
 /** A pets cursor's filter is its status alone (cursors issued before orders had filters of their own). */
 const issued = (filter: string | undefined) =>
-  !filter ? 'status=(any)' : filter.includes('=') ? filter : `status=${filter}`
+  !filter ? 'the list without filters' : filter.includes('=') ? filter : `status=${filter}`
 
 export function cursorCodec(secret: string): CursorCodec {
   const mac = (payload: string) => createHmac('sha256', secret).update(payload).digest().subarray(0, MAC_BYTES)

@@ -32,7 +32,8 @@ const tags = ['store']
 
 const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, { orderHoldMs }) => {
   if (!app.offers(stability)) return
-  const cursors = cursorCodec(await app.store.secret('cursor', () => randomBytes(32).toString('base64url')))
+  // A key of its own: a pets cursor is no orders cursor, though both are an id and a filter.
+  const cursors = cursorCodec(await app.store.secret('orders-cursor', () => randomBytes(32).toString('base64url')))
   app.addHook('onRequest', app.authenticate)
   app.addHook('onRequest', app.rateLimit)
 

@@ -183,6 +183,16 @@ describe('Store: orders and inventory (beta)', () => {
     const misused = await test.app.inject({ url: `/v1/store/orders?cursor=${cursor}`, headers })
     assert.equal(misused.statusCode, 400)
     assert.equal(errorBody(misused).code, 'invalid_cursor')
+    assert.match(errorBody(misused).message, /issued for status=placed/)
+    const unfiltered = /cursor=([^&>]+)/.exec(
+      (await test.app.inject({ url: '/v1/store/orders?limit=1', headers })).headers.link as string,
+    )?.[1]
+    const withPet = await test.app.inject({ url: `/v1/store/orders?petId=1&cursor=${unfiltered}`, headers })
+    assert.match(errorBody(withPet).message, /issued for the list without filters/)
+    // Nor is an orders cursor one of another list's, though both hold an id and a filter.
+    const asPets = await test.app.inject({ url: `/v1/pets?cursor=${unfiltered}`, headers })
+    assert.equal(asPets.statusCode, 400)
+    assert.equal(errorBody(asPets).code, 'invalid_cursor')
     // An int64 no pet can have (ids run from 1 to 2^53-1) lists nothing; PostgreSQL once answered 500.
     for (const petId of ['0', '-9223372036854775808', '9223372036854775807', '9007199254740992']) {
       const none = await test.app.inject({ url: `/v1/store/orders?petId=${petId}`, headers })
