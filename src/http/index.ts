@@ -43,7 +43,7 @@ declare module 'fastify' {
  * (a browser's spare one): nginx sends its request the moment it connects, but a process starved of
  * CPU reads it late (a fixed 50 ms was too short in CI).
  */
-const ACCEPTED_WAIT_MS = 2000
+const ACCEPTED_WAIT_MS = 1000
 const ACCEPTED_POLL_MS = 5
 
 export default fp<{ config: Config }>(
