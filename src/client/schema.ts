@@ -304,7 +304,7 @@ export interface paths {
     put?: never
     /**
      * Send a delivery again
-     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Sends the event again, now, with the same `webhook-id` and body, and retries it as a new delivery would be; a delivered or failed one included. Any of the 100 most recent deliveries of an enabled endpoint.
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Sends the event again, now, with the same `webhook-id` and body, and retries it as a new delivery would be; a delivered or failed one included. Any of the 100 most recent deliveries of an enabled endpoint. One being attempted right now is returned as it is: it is not sent twice at once.
      */
     post: operations['redeliverWebhook']
     delete?: never

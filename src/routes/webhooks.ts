@@ -322,7 +322,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
         description:
           `Sends the event again, now, with the same \`webhook-id\` and body, and retries it as a new delivery ` +
           `would be; a delivered or failed one included. Any of the ${REDELIVERABLE} most recent deliveries ` +
-          'of an enabled endpoint.',
+          'of an enabled endpoint. One being attempted right now is returned as it is: it is not sent twice at once.',
         tags,
         params: DeliveryParamsSchema,
         querystring: NoQuerySchema,
