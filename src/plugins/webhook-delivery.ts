@@ -147,8 +147,10 @@ export default fp<{ config: Config }>(
     }
     app.decorate('webhookDeliveries', { nudge, inFlight: () => sending.size })
     // A write that succeeded may have stored an event: look for it now rather than at the next poll.
-    app.addHook('onResponse', async (request, reply) => {
+    // Callback-style: it runs on every request, and an async hook costs a promise each time.
+    app.addHook('onResponse', (request, reply, done) => {
       if (request.method !== 'GET' && request.method !== 'HEAD' && reply.statusCode < 300) nudge()
+      done()
     })
     app.addHook('onClose', async () => {
       closing = true
