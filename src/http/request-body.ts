@@ -11,16 +11,26 @@
  *   instead of turning silently into U+FFFD when stored;
  * - a `charset` other than UTF-8, or any `Content-Encoding`, is 415: we would decode it wrongly;
  * - a number that is not an integer but reads as one (`1.0000000000000001` parses to 1) is made
- *   NaN, so that an integer field refuses it instead of storing the rounded value.
+ *   NaN, so that an integer field refuses it instead of storing the rounded value;
+ * - an API operation that reads no body (cancelOrder, DELETE…) refuses one that holds anything
+ *   (`{}` and no body pass), as unknown fields are refused everywhere else (decision 7).
  */
 import { isUtf8 } from 'node:buffer'
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
-import type { preParsingHookHandler } from 'fastify'
+import type { preParsingHookHandler, preValidationHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError } from '../errors.ts'
 
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
+
+const refuseBody: preValidationHookHandler = (request, _reply, done) => {
+  const { body } = request
+  const empty =
+    body === undefined ||
+    (typeof body === 'object' && body !== null && !Array.isArray(body) && Object.keys(body).length === 0)
+  done(empty ? undefined : new ApiError('validation_failed', 'This operation takes no body: send none (or {}).'))
+}
 /** Each charset parameter of a media type, quoted or not (a quote left open matches as empty). */
 const CHARSETS = /;\s*charset\s*=\s*(?:"([^"]*)"|([^";\s]*))/gi
 /** Whether a media type may name a charset at all: the cheap test before CHARSETS. */
@@ -94,6 +104,10 @@ export default fp(
       const methods = ([] as string[]).concat(route.method)
       if (!methods.some((method) => BODY_METHODS.has(method))) return
       route.preParsing = [bodyStart, ...([] as preParsingHookHandler[]).concat(route.preParsing ?? [])]
+      // The API's operations (they have schemas; the portal's forms do not) that read no body.
+      if (route.url.startsWith('/v1/') && route.schema && route.schema.body === undefined) {
+        route.preValidation = [refuseBody, ...([] as preValidationHookHandler[]).concat(route.preValidation ?? [])]
+      }
     })
 
     // Bodies are JSON only: anything else, text/plain included, is 415.

@@ -146,6 +146,30 @@ describe('Requests without a body (point 2)', () => {
   })
 })
 
+describe('Operations that read no body', () => {
+  it('refuse one that holds anything (400 validation_failed); none, or {}, is taken', async (t) => {
+    const test = await build(t)
+    const { secret, accountId } = await test.newKey()
+    const pet = await test.app.store.createPet({ name: 'Rex', categoryId: 1 })
+    const headers = { 'animal-store-beta': 'orders' }
+    const placed = await post(test, secret, '/v1/store/orders', JSON.stringify({ petId: pet.id }), headers)
+    assert.equal(placed.statusCode, 201, placed.body)
+    const cancel = `/v1/store/orders/${placed.json().id}/cancel`
+    for (const payload of ['{"reason":"changed my mind"}', '[]', 'null', '1']) {
+      const refused = await post(test, secret, cancel, payload, headers)
+      assert.equal(refused.statusCode, 400, payload)
+      assert.equal(errorBody(refused).code, 'validation_failed')
+      assert.match(errorBody(refused).message, /takes no body/)
+    }
+    // Nothing was canceled by the refused requests.
+    assert.equal((await test.app.store.getOrder(accountId, placed.json().id))?.status, 'placed')
+    assert.equal((await post(test, secret, cancel, '{}', headers)).statusCode, 200)
+    const again = await test.app.inject({ method: 'POST', url: cancel, headers: { ...bearer(secret), ...headers } })
+    assert.equal(again.statusCode, 200)
+    assert.equal(again.json().status, 'canceled')
+  })
+})
+
 describe('Bodies nobody reads are not drained (point 2)', () => {
   it('a GET with a body, or a request refused before its body arrived, ends its connection with the answer', async (t) => {
     const test = await build(t)
