@@ -31,6 +31,7 @@ export const ERRORS = {
   pending_by_order_only: [409, 'A pet becomes pending only by being ordered: place an order for it.'],
   webhook_endpoint_limit: [409, 'The account has the most webhook endpoints it may have (16): delete one first.'],
   webhook_endpoint_disabled: [409, 'The webhook endpoint is disabled: enable it before redelivering.'],
+  delivery_in_progress: [409, 'The delivery is being attempted right now: send it again once that attempt has ended.'],
   precondition_failed: [
     412,
     'The If-Match or If-None-Match condition does not hold: compare with the current ETag (answers without one match only "*").',

@@ -384,7 +384,12 @@ describe('Typed client: messages and webhook endpoints (experimental)', () => {
     const resent = await client.POST('/webhook-endpoints/{endpointId}/deliveries/{deliveryId}/redeliver', {
       params: { path: { ...path, deliveryId: delivery.id } },
     })
-    assert.equal(resent.response.status, 202)
+    // 409 delivery_in_progress when the app's own delivery loop is attempting it at that moment:
+    // either answer comes from the operation itself, reached with the opt-in header.
+    assert.ok(
+      resent.response.status === 202 || resent.error?.code === 'delivery_in_progress',
+      `redeliver answered ${resent.response.status}`,
+    )
     const deleted = await client.DELETE('/webhook-endpoints/{endpointId}', { params: { path } })
     assert.equal(deleted.response.status, 204)
     try {

@@ -216,7 +216,7 @@ export interface paths {
     put?: never
     /**
      * Add a webhook endpoint
-     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Subscribes a URL to event types. The answer holds the endpoint's signing secret, shown only here (and on rotation). An account has at most 16 endpoints.
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Subscribes a URL to event types. The answer holds the endpoint's signing secret, shown only here (and on rotation). An account has at most 16 endpoints. Receiving an event also takes the read scope of what it carries: `messages:read` for `message.created`, `orders:read` for `order.*`.
      */
     post: operations['createWebhookEndpoint']
     delete?: never
@@ -248,7 +248,7 @@ export interface paths {
     head?: never
     /**
      * Change a webhook endpoint
-     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Changes `url`, `events`, `description` or `status` with a JSON Merge Patch (RFC 7396): the fields sent replace their values, the others stay. `{"status":"disabled"}` stops deliveries (the pending ones fail); `{"status":"enabled"}` resumes them, also after a `410 Gone` disabled the endpoint.
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Changes `url`, `events`, `description` or `status` with a JSON Merge Patch (RFC 7396): the fields sent replace their values, the others stay. `{"status":"disabled"}` stops deliveries (the pending ones fail); `{"status":"enabled"}` resumes them, also after a `410 Gone` disabled the endpoint. Changing `url` or `events`, or enabling, takes the read scope of each event the endpoint then receives.
      */
     patch: operations['updateWebhookEndpoint']
     trace?: never
@@ -304,7 +304,7 @@ export interface paths {
     put?: never
     /**
      * Send a delivery again
-     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Sends the event again, now, with the same `webhook-id` and body, and retries it as a new delivery would be; a delivered or failed one included. Any of the 100 most recent deliveries of an enabled endpoint. One being attempted right now is returned as it is: it is not sent twice at once.
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Sends the event again, now, with the same `webhook-id` and body, and retries it as a new delivery would be; a delivered or failed one included. Any of the 100 most recent deliveries of an enabled endpoint, and not while an attempt of it is under way (it is never sent twice at once).
      */
     post: operations['redeliverWebhook']
     delete?: never
@@ -485,7 +485,7 @@ export interface components {
     }
     Error: {
       /**
-       * @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, invalid_webhook_url, beta_opt_in_required, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, insufficient_scope, not_found, pet_not_found, order_not_found, message_not_found, webhook_endpoint_not_found, delivery_not_found, method_not_allowed, operation_removed, request_timeout, pet_not_available, order_conflict, idempotency_conflict, pet_held, pending_by_order_only, webhook_endpoint_limit, webhook_endpoint_disabled, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported.
+       * @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, invalid_webhook_url, beta_opt_in_required, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, insufficient_scope, not_found, pet_not_found, order_not_found, message_not_found, webhook_endpoint_not_found, delivery_not_found, method_not_allowed, operation_removed, request_timeout, pet_not_available, order_conflict, idempotency_conflict, pet_held, pending_by_order_only, webhook_endpoint_limit, webhook_endpoint_disabled, delivery_in_progress, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported.
        * @example validation_failed
        */
       code: string
@@ -5436,7 +5436,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description `webhook_endpoint_disabled`: enable the endpoint first. */
+      /** @description `webhook_endpoint_disabled`: enable the endpoint first; or `delivery_in_progress`: an attempt is under way. */
       409: {
         headers: {
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */

@@ -7,8 +7,16 @@ import type { EventType } from '../schemas/webhooks.ts'
 import type { Scope } from './scopes.ts'
 
 /** An event carries its resource: subscribing to it reads that resource (decision 97). */
+const SCOPE_TO_RECEIVE: Record<EventType, Scope> = {
+  'message.created': 'messages:read',
+  'order.placed': 'orders:read',
+  'order.completed': 'orders:read',
+  'order.canceled': 'orders:read',
+  'order.expired': 'orders:read',
+}
+
 export function scopeToReceive(type: EventType): Scope {
-  return type.startsWith('order.') ? 'orders:read' : 'messages:read'
+  return SCOPE_TO_RECEIVE[type]
 }
 
 export function eventBody(type: EventType, timestamp: string, data: unknown): string {

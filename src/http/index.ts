@@ -31,8 +31,8 @@ declare module 'fastify' {
     /** Called at the shutdown signal (src/server.ts), before the server stops listening. */
     startDraining(): void
     /**
-     * Closes the listening socket alone, then waits until every connection accepted has sent its
-     * first request (at most ACCEPTED_WAIT_MS): only then may app.close() close the idle ones.
+     * Closes the listening socket alone, then waits until every connection accepted in the last
+     * ACCEPTED_WAIT_MS has sent its first bytes: only then may app.close() close the idle ones.
      */
     stopListening(): Promise<void>
   }
@@ -76,13 +76,13 @@ export default fp<{ config: Config }>(
       idleMs: config.lingeringTimeoutMs,
       bytes: config.lingeringBytes,
     })
-    /** Each open connection, with when it was accepted. */
+    /** Each open connection, with when it was accepted (a monotonic clock: the wall clock may step back). */
     const sockets = new Map<Socket, number>()
     app.server.on('connection', (socket: Socket) => {
       // Node reads the peer's address lazily and has none once the socket is gone: read it now for the logs.
       void socket.remoteAddress
       linger.watch(socket)
-      sockets.set(socket, Date.now())
+      sockets.set(socket, performance.now())
       socket.once('close', () => sockets.delete(socket))
     })
     // Answers under way end their keep-alive connections, instead of holding the process open.
@@ -103,7 +103,7 @@ export default fp<{ config: Config }>(
       // A socket no byte has been read from yet looks idle to Node: closing it would reset a
       // request already sent (a POST behind nginx, which then answers 502 instead of retrying).
       const unheard = () => {
-        const since = Date.now() - ACCEPTED_WAIT_MS
+        const since = performance.now() - ACCEPTED_WAIT_MS
         for (const [socket, accepted] of sockets) if (socket.bytesRead === 0 && accepted > since) return true
         return false
       }

@@ -99,7 +99,8 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
         summary: 'Add a webhook endpoint',
         description:
           `Subscribes a URL to event types. The answer holds the endpoint's signing secret, shown only here ` +
-          `(and on rotation). An account has at most ${MAX_WEBHOOK_ENDPOINTS} endpoints.`,
+          `(and on rotation). An account has at most ${MAX_WEBHOOK_ENDPOINTS} endpoints. Receiving an event also ` +
+          'takes the read scope of what it carries: `messages:read` for `message.created`, `orders:read` for `order.*`.',
         tags,
         headers: IdempotencyHeadersSchema,
         querystring: NoQuerySchema,
@@ -194,7 +195,8 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
         description:
           'Changes `url`, `events`, `description` or `status` with a JSON Merge Patch (RFC 7396): the fields sent ' +
           'replace their values, the others stay. `{"status":"disabled"}` stops deliveries (the pending ones ' +
-          'fail); `{"status":"enabled"}` resumes them, also after a `410 Gone` disabled the endpoint.',
+          'fail); `{"status":"enabled"}` resumes them, also after a `410 Gone` disabled the endpoint. Changing ' +
+          '`url` or `events`, or enabling, takes the read scope of each event the endpoint then receives.',
         tags,
         consumes: ['application/merge-patch+json', 'application/json'],
         params: WebhookEndpointParamsSchema,
@@ -213,7 +215,11 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
       const { endpointId } = request.params
       const { url, events, description, status } = request.body
       checkUrl(url)
-      checkEvents(request.caller.scopes, events)
+      // Where the events go, or which: judged on the subscription the endpoint will have (decision 97).
+      if (url !== undefined || events !== undefined || status === 'enabled') {
+        const current = found(await app.store.getWebhookEndpoint(request.caller.accountId, endpointId), endpointId)
+        checkEvents(request.caller.scopes, events ?? current.events)
+      }
       const changes: WebhookEndpointChanges = {
         ...(url !== undefined && { url }),
         ...(events !== undefined && { events }),
@@ -322,7 +328,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
         description:
           `Sends the event again, now, with the same \`webhook-id\` and body, and retries it as a new delivery ` +
           `would be; a delivered or failed one included. Any of the ${REDELIVERABLE} most recent deliveries ` +
-          'of an enabled endpoint. One being attempted right now is returned as it is: it is not sent twice at once.',
+          'of an enabled endpoint, and not while an attempt of it is under way (it is never sent twice at once).',
         tags,
         params: DeliveryParamsSchema,
         querystring: NoQuerySchema,
@@ -333,7 +339,10 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
             'delivery_not_found',
             '`webhook_endpoint_not_found`, or `delivery_not_found`: no such delivery among its most recent.',
           ),
-          409: documented('webhook_endpoint_disabled', '`webhook_endpoint_disabled`: enable the endpoint first.'),
+          409: documented(
+            'webhook_endpoint_disabled',
+            '`webhook_endpoint_disabled`: enable the endpoint first; or `delivery_in_progress`: an attempt is under way.',
+          ),
         },
       },
       config: { scope: 'webhooks:write', stability },
@@ -348,10 +357,16 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
       if (endpoint.status === 'disabled') {
         throw new ApiError('webhook_endpoint_disabled', `Webhook endpoint ${endpointId} is disabled: enable it first.`)
       }
-      const delivery = await app.store.redeliver(accountId, deliveryId)
-      if (!delivery) throw deliveryNotFound(deliveryId)
+      const redelivered = await app.store.redeliver(accountId, deliveryId)
+      if (!redelivered) throw deliveryNotFound(deliveryId)
+      if (!redelivered.resent) {
+        throw new ApiError(
+          'delivery_in_progress',
+          `Delivery ${deliveryId} is being attempted right now: send it again once that attempt has ended.`,
+        )
+      }
       app.webhookDeliveries.nudge()
-      return reply.code(202).send(delivery)
+      return reply.code(202).send(redelivered.delivery)
     },
   )
 }

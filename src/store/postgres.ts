@@ -661,13 +661,14 @@ export class PostgresStore implements Store {
     return this.#query<Delivery>('listDeliveries', [endpoint.seq, limit])
   }
 
-  redeliver(accountId: number, deliveryId: string): Promise<Delivery | null> {
+  redeliver(accountId: number, deliveryId: string): Promise<{ delivery: Delivery; resent: boolean } | null> {
     return this.#transaction(async (run) => {
       const [found] = await run<{ seq: number; messageSeq: number | null }>('lockRedelivery', [deliveryId, accountId])
       if (!found) return null
-      const sent = await run('redeliver', [found.seq])
-      if (sent.length > 0 && found.messageSeq !== null) await run('requeueMessage', [found.messageSeq])
-      return (await run<Delivery>('getDelivery', [found.seq]))[0] ?? null
+      const resent = (await run('redeliver', [found.seq])).length > 0
+      if (resent && found.messageSeq !== null) await run('requeueMessage', [found.messageSeq])
+      const [delivery] = await run<Delivery>('getDelivery', [found.seq])
+      return delivery ? { delivery, resent } : null
     })
   }
 

@@ -127,8 +127,8 @@ function prepareWrites(db: DatabaseSync) {
       JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
       WHERE d.id = ? AND w.account_id = ? AND w.deleted_at IS NULL AND w.disabled_at IS NULL`),
     // Not while an attempt holds a live lease: a second one would send the event twice at once.
-    redeliver: s(`UPDATE deliveries SET status = 'pending', next_attempt_at = ?1, lease = NULL, retry_base = attempts
-      WHERE seq = ?2 AND NOT (status = 'pending' AND lease IS NOT NULL AND next_attempt_at > ?1)`),
+    redeliver: s(`UPDATE deliveries SET status = 'pending', next_attempt_at = ?, lease = NULL, retry_base = attempts
+      WHERE seq = ? AND NOT (status = 'pending' AND lease IS NOT NULL AND next_attempt_at > ?)`),
     getDelivery: s(`SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = ?`),
     claimDeliveries: s(`UPDATE deliveries SET lease = ?, next_attempt_at = ?, attempts = attempts + 1
       WHERE seq IN (SELECT d.seq FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
@@ -365,9 +365,10 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
     redeliver(accountId: number, deliveryId: string) {
       const row = sql.redeliverable.get(deliveryId, accountId) as { seq: number; messageSeq: number | null } | undefined
       if (!row) return null
-      if (sql.redeliver.run(now(), row.seq).changes > 0 && row.messageSeq !== null)
-        sql.requeueMessage.run(row.messageSeq)
-      return sql.getDelivery.get(deliveryId)
+      const at = now()
+      const resent = sql.redeliver.run(at, row.seq, at).changes > 0
+      if (resent && row.messageSeq !== null) sql.requeueMessage.run(row.messageSeq)
+      return { delivery: sql.getDelivery.get(deliveryId), resent }
     },
     claimDeliveries(limit: number, leaseMs: number): ClaimedDelivery[] {
       const at = now()

@@ -518,8 +518,8 @@ export class SqliteStore implements Store {
     })
   }
 
-  redeliver(accountId: number, deliveryId: string): Promise<Delivery | null> {
-    return this.#write('redeliver', accountId, deliveryId) as Promise<Delivery | null>
+  redeliver(accountId: number, deliveryId: string): Promise<{ delivery: Delivery; resent: boolean } | null> {
+    return this.#write('redeliver', accountId, deliveryId) as Promise<{ delivery: Delivery; resent: boolean } | null>
   }
 
   claimDeliveries(limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {

@@ -398,10 +398,11 @@ export interface Store {
   listDeliveries(accountId: number, endpointId: string, limit: number): Promise<Delivery[] | null>
   /**
    * Makes a delivery of the account's pending again, due now, its retry schedule started over (a
-   * resend), and returns it; null when there is none, or its endpoint is disabled (it would never be
-   * sent). A delivery being attempted now (a live lease) is returned unchanged: it is being sent.
+   * resend): `resent`. Null when there is none, or its endpoint is disabled (it would never be
+   * sent). A delivery being attempted now (a live lease) is left as it is (`resent: false`): a second
+   * attempt at once would send the event twice in parallel.
    */
-  redeliver(accountId: number, deliveryId: string): Promise<Delivery | null>
+  redeliver(accountId: number, deliveryId: string): Promise<{ delivery: Delivery; resent: boolean } | null>
   /**
    * Leases up to `limit` deliveries that are due (never delivered, not failed, next attempt at or
    * before now, no live lease) to the caller for `leaseMs`, counting the attempt. Across instances

@@ -188,12 +188,14 @@ describe('Webhook delivery: signed, at least once', () => {
 
   it('a resend starts the retry schedule over and keeps deliveredAt; none is sent twice at once', async (t) => {
     const { test, key, hook, endpoint } = await subscribed(t, { WEBHOOK_RETRY_SCHEDULE: '0.1' })
-    const resend = async (id: string) => {
-      const response = await test.app.inject({
+    const redeliver = (id: string) =>
+      test.app.inject({
         method: 'POST',
         url: `/v1/webhook-endpoints/${endpoint.id}/deliveries/${id}/redeliver`,
         headers: { ...bearer(key.secret), 'animal-store-beta': 'webhooks' },
       })
+    const resend = async (id: string) => {
+      const response = await redeliver(id)
       assert.equal(response.statusCode, 202, response.body)
       return response.json() as { status: string; attempts: number; deliveredAt: string | null }
     }
@@ -218,10 +220,11 @@ describe('Webhook delivery: signed, at least once', () => {
     hook.delayMs = () => 1000
     await resend(delivered.id)
     await until('attempt under way', () => hook.holding === 1)
-    const during = await resend(delivered.id)
-    assert.equal(during.status, 'pending')
-    assert.equal(during.attempts, 4)
+    const during = await redeliver(delivered.id)
+    assert.equal(during.statusCode, 409, during.body)
+    assert.equal(during.json().code, 'delivery_in_progress')
     await until('delivered again', async () => (await delivery())?.status === 'delivered')
+    // The refused resend sent nothing: four attempts in all, one at a time.
     assert.equal(hook.received.length, 4)
     assert.equal(hook.ids().size, 1)
   })

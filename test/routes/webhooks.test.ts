@@ -438,7 +438,31 @@ describe('Webhook endpoints (experimental)', () => {
     assert.equal(widened.statusCode, 403)
     assert.match(widened.headers['www-authenticate'] as string, /scope="messages:read"/)
     // Nothing was created by the refused request.
+    // Nor can a key point an endpoint whose events it may not read somewhere else, or enable it.
+    const owner = await test.newKey({ email: 'owner@example.com' })
+    const all = { ...bearer(owner.secret), ...BETA }
+    const full = await test.app.inject({ method: 'POST', url: '/v1/webhook-endpoints', headers: all, payload: NEW })
+    assert.equal(full.statusCode, 201, full.body)
+    const narrow = await test.newKey({ email: 'owner@example.com', scopes: 'webhooks:write' })
+    const hooksOnlyOfThatAccount = { ...bearer(narrow.secret), ...BETA }
+    for (const payload of [{ url: 'https://attacker.example/hook' }, { status: 'enabled' }]) {
+      const moved = await test.app.inject({
+        method: 'PATCH',
+        url: `/v1/webhook-endpoints/${full.json().id}`,
+        headers: { ...hooksOnlyOfThatAccount, 'content-type': 'application/merge-patch+json' },
+        payload,
+      })
+      assert.equal(moved.statusCode, 403, JSON.stringify(payload))
+    }
+    const renamed = await test.app.inject({
+      method: 'PATCH',
+      url: `/v1/webhook-endpoints/${full.json().id}`,
+      headers: { ...hooksOnlyOfThatAccount, 'content-type': 'application/merge-patch+json' },
+      payload: { description: 'renamed' },
+    })
+    assert.equal(renamed.statusCode, 200, renamed.body)
+    // Nothing was created by the refused requests.
     const listed = await test.app.inject({ url: '/v1/webhook-endpoints', headers: withOrders })
-    assert.equal(listed.json().data?.length ?? listed.json().length, 1)
+    assert.equal(listed.json().length, 1)
   })
 })

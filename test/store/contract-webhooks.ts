@@ -220,10 +220,16 @@ export function webhooksContract(open: OpenStore): void {
 
     // A resend makes a failed delivery pending again.
     const resent = await store.redeliver(alice, one.id)
-    assert.equal(resent?.status, 'pending')
+    assert.deepEqual([resent?.resent, resent?.delivery.status], [true, 'pending'])
     assert.equal(await store.redeliver(alice + 1000, one.id), null)
     const [third] = await store.claimDeliveries(10, LEASE_MS)
     assert.equal(third?.id, one.id)
+    // The schedule started over: this is its first step again, though the delivery has had more.
+    assert.equal(third?.attempts, 1)
+    // While that attempt holds its lease, a resend changes nothing: no second attempt at once.
+    const during = await store.redeliver(alice, one.id)
+    assert.deepEqual([during?.resent, during?.delivery.status], [false, 'pending'])
+    assert.deepEqual(await store.claimDeliveries(10, LEASE_MS), [])
   })
 
   it('webhooks: every attempt failing fails the message; 410 disables the endpoint and fails what it had', async (t) => {

@@ -406,11 +406,11 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
     const bob = await account('bob@example.com')
     assert.equal(await store.redeliver(bob, third.id), null)
     assert.equal(await store.redeliver(alice, 'dlv_nope'), null)
-    const redelivered = await store.redeliver(alice, third.id)
+    const redelivered = (await store.redeliver(alice, third.id))?.delivery
     assert.deepEqual([redelivered?.id, redelivered?.status, redelivered?.attempts], [third.id, 'pending', 1])
     assert.match(redelivered?.nextAttemptAt ?? '', ISO)
     assert.equal((await store.getMessage(alice, doomed.id))?.status, 'queued')
-    const resent = await store.redeliver(alice, second.id)
+    const resent = (await store.redeliver(alice, second.id))?.delivery
     assert.equal(resent?.deliveredAt, deliveredAt)
     assert.equal((await store.getMessage(alice, message.id))?.status, 'delivered')
     assert.equal((await store.claimDeliveries(10, 60_000)).length, 2)
@@ -482,7 +482,7 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
     assert.equal(await store.redeliver(alice, claimed.id), null)
     assert.deepEqual(await store.claimDeliveries(10, 60_000), [])
     await store.updateWebhookEndpoint(alice, gone.id, { enabled: true })
-    assert.equal((await store.redeliver(alice, claimed.id))?.status, 'pending')
+    assert.equal((await store.redeliver(alice, claimed.id))?.delivery.status, 'pending')
     assert.deepEqual(
       (await store.claimDeliveries(10, 60_000)).map((c) => c.id),
       [claimed.id],

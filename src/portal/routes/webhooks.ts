@@ -229,10 +229,17 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
         }
         return endpointPage(request, reply, 409, endpoint, notice)
       }
-      const delivery = await app.store.redeliver(accountId(request), deliveryId)
-      if (!delivery) return portal.send(request, reply, 404, deliveryNotFound)
+      const redelivered = await app.store.redeliver(accountId(request), deliveryId)
+      if (!redelivered) return portal.send(request, reply, 404, deliveryNotFound)
+      if (!redelivered.resent) {
+        const notice = {
+          kind: 'error' as const,
+          text: 'This delivery is being sent right now: send it again once that attempt has ended.',
+        }
+        return endpointPage(request, reply, 409, endpoint, notice)
+      }
       app.webhookDeliveries.nudge()
-      return reply.redirect(`/portal/webhooks/${endpointId}?resent=${delivery.id}`, 303)
+      return reply.redirect(`/portal/webhooks/${endpointId}?resent=${redelivered.delivery.id}`, 303)
     },
   )
 }
