@@ -164,10 +164,16 @@ export function traceHeaders(): Record<string, string> {
   return headers
 }
 
+/** The active span's W3C traceparent, or null (no span, or tracing off): what an event keeps. */
+export function activeTraceparent(): string | null {
+  return traceHeaders().traceparent ?? null
+}
+
 /**
  * Each delivery attempt as a span of its own (`webhook deliver`), active while it runs: its POST
- * carries it (traceHeaders) and its outcome's store call is under it. Each is the root of a trace:
- * the delivery loop may have been started by any request (a nudge), which is not the event's.
+ * carries it (traceHeaders) and its outcome's store call is under it. Its parent is the span that
+ * made the event (the `traceparent` kept with it), so a delivery continues the trace of the
+ * request that caused it, on any instance and however late; an event kept none starts a trace.
  */
 export function tracedDeliveries(
   attempt: (delivery: ClaimedDelivery) => Promise<SendResult>,
@@ -189,7 +195,9 @@ export function tracedDeliveries(
     return tracer.startActiveSpan(
       'webhook deliver',
       { kind: SpanKind.CLIENT, attributes },
-      ROOT_CONTEXT,
+      delivery.traceparent === null
+        ? ROOT_CONTEXT
+        : propagation.extract(ROOT_CONTEXT, { traceparent: delivery.traceparent }),
       async (span): Promise<SendResult> => {
         let result: SendResult
         try {

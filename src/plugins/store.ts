@@ -1,7 +1,7 @@
 import type { FastifyReply } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
-import { tracedStore } from '../observability/tracing.ts'
+import { activeTraceparent, tracedStore } from '../observability/tracing.ts'
 import { openStore, type Store } from '../store/index.ts'
 import { PetCache, type Read } from '../store/pet-cache.ts'
 
@@ -26,6 +26,8 @@ export default fp<{ config: Config }>(
       databaseUrl: config.databaseUrl,
       poolSize: config.databasePoolSize,
       timeoutMs: config.databaseTimeoutMs,
+      // With tracing on, an event keeps the trace of the request that made it, for its deliveries.
+      ...(config.otelTracesUrl !== null && { traceparent: activeTraceparent }),
     })
     // With tracing on, each call made for a request is a span of its trace.
     const store = config.otelTracesUrl === null ? opened : tracedStore(opened, config.databaseUrl)

@@ -12,6 +12,11 @@ export interface StoreOptions {
    * for tools that only use what is there, so that a mistyped DATABASE_URL creates nothing.
    */
   existing?: boolean
+  /**
+   * With tracing on: the traceparent of the span active when a write makes an event, kept with the
+   * event so that its deliveries continue the request's trace. Unset: none is kept.
+   */
+  traceparent?: () => string | null
 }
 
 /** Opens the store named by DATABASE_URL, applying pending migrations. */

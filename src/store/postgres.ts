@@ -60,6 +60,8 @@ export interface PostgresOptions {
   timeoutMs: number
   /** Refuse a schema with no migrations applied instead of migrating it (StoreOptions). */
   existing?: boolean
+  /** The active trace to keep with an event (StoreOptions). */
+  traceparent?: () => string | null
 }
 
 const PET_COLUMNS = 'id, name, category_id AS "categoryId", status'
@@ -189,8 +191,8 @@ const SQL = {
   activeEndpoints: `SELECT seq, events FROM webhook_endpoints
     WHERE account_id = $1 AND deleted_at IS NULL AND disabled_at IS NULL ORDER BY seq FOR SHARE`,
   // The event, a delivery (ids $6) to each endpoint ($5), and the message's fanout, in one statement.
-  insertEvent: `WITH event AS (INSERT INTO events (id, account_id, type, body, created_at)
-      VALUES ($1, $2, $3, $4, now()) RETURNING seq),
+  insertEvent: `WITH event AS (INSERT INTO events (id, account_id, type, body, created_at, traceparent)
+      VALUES ($1, $2, $3, $4, now(), $8) RETURNING seq),
     fanout AS (UPDATE messages SET fanout = cardinality($5::bigint[]) WHERE seq = $7)
     INSERT INTO deliveries (id, event_seq, endpoint_seq, message_seq, status, next_attempt_at, created_at)
     SELECT t.id, event.seq, t.endpoint, $7, 'pending', now(), now()
@@ -240,7 +242,7 @@ const SQL = {
     WHERE d.seq = due.seq AND e.seq = d.event_seq AND w.seq = d.endpoint_seq
     RETURNING d.id, d.lease, e.id AS "eventId", e.body, w.url, w.secret,
       CASE WHEN w.previous_secret_until > now() THEN w.previous_secret END AS "previousSecret",
-      d.attempts - d.retry_base AS attempts`,
+      d.attempts - d.retry_base AS attempts, e.traceparent`,
   // A 410 disables the endpoint: its lock first, in the order deleteWebhookEndpoint takes them.
   lockDeliveryEndpoint: `SELECT w.seq FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
     WHERE d.id = $1 AND d.lease = $2 FOR UPDATE OF w`,
@@ -293,6 +295,8 @@ export class PostgresStore implements Store {
   #drained: (() => void) | null = null
   /** Failed statements and transactions, for the metrics (stats()). */
   #errors = 0
+  /** The active trace to keep with an event (StoreOptions.traceparent); none without tracing. */
+  #traceparent: () => string | null = () => null
 
   private constructor(pool: Pool) {
     this.#pool = pool
@@ -331,6 +335,7 @@ export class PostgresStore implements Store {
     // a listener its 'error' event would crash the process.
     pool.on('error', () => {})
     const store = new PostgresStore(pool)
+    if (options.traceparent) store.#traceparent = options.traceparent
     try {
       await store.#migrate(options.existing ?? false)
     } catch (error) {
@@ -856,7 +861,9 @@ export class PostgresStore implements Store {
     const timestamp = 'updatedAt' in data ? data.updatedAt : data.createdAt
     const ids = endpoints.map(() => randomId('dlv'))
     const body = eventBody(type, timestamp, data)
-    await run('insertEvent', [randomId('evt'), accountId, type, body, endpoints, ids, messageSeq])
+    // The active trace, when tracing is on: the deliveries continue it.
+    const traceparent = this.#traceparent()
+    await run('insertEvent', [randomId('evt'), accountId, type, body, endpoints, ids, messageSeq, traceparent])
     return endpoints.length
   }
 

@@ -101,7 +101,8 @@ function prepareWrites(db: DatabaseSync) {
     // ─── webhooks
     subscribedEndpoints: s(`SELECT seq FROM webhook_endpoints WHERE account_id = ? AND deleted_at IS NULL
       AND disabled_at IS NULL AND instr(' ' || events || ' ', ' ' || ? || ' ') > 0`),
-    insertEvent: s('INSERT INTO events (id, account_id, type, body, created_at) VALUES (?, ?, ?, ?, ?) RETURNING seq'),
+    insertEvent: s(`INSERT INTO events (id, account_id, type, body, created_at, traceparent) VALUES (?, ?, ?, ?, ?, ?)
+      RETURNING seq`),
     insertDelivery:
       s(`INSERT INTO deliveries (id, event_seq, endpoint_seq, message_seq, status, next_attempt_at, created_at)
       VALUES (?, ?, ?, ?, 'pending', ?, ?)`),
@@ -135,7 +136,7 @@ function prepareWrites(db: DatabaseSync) {
         WHERE d.status = 'pending' AND d.next_attempt_at <= ? AND w.disabled_at IS NULL AND w.deleted_at IS NULL
         ORDER BY d.next_attempt_at LIMIT ?)
       RETURNING id, event_seq AS eventSeq, endpoint_seq AS endpointSeq, attempts - retry_base AS attempts`),
-    claimedEvent: s('SELECT id, body FROM events WHERE seq = ?'),
+    claimedEvent: s('SELECT id, body, traceparent FROM events WHERE seq = ?'),
     claimedEndpoint: s(`SELECT url, secret, CASE WHEN previous_secret_until > ? THEN previous_secret END AS previous
       FROM webhook_endpoints WHERE seq = ?`),
     recordDelivery: s(`UPDATE deliveries SET lease = NULL, last_attempt_at = ?, last_status = ?, last_error = ?,
@@ -170,15 +171,21 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
    * Stores an event and one delivery per endpoint of the account subscribed to its type, in the
    * caller's transaction; returns how many endpoints. None: no event is stored at all.
    */
-  const emit = (accountId: number, type: EventType, at: string, data: unknown, messageSeq: number | null = null) => {
+  const emit = (
+    accountId: number,
+    type: EventType,
+    at: string,
+    data: unknown,
+    messageSeq: number | null = null,
+    traceparent: string | null = null,
+  ) => {
     const endpoints = sql.subscribedEndpoints.all(accountId, type) as { seq: number }[]
     if (endpoints.length === 0) return 0
     // Due at once: `at` says when the change happened, which a sweep may give ahead of the clock.
     const clock = now()
     const queued = at < clock ? at : clock
-    const { seq } = sql.insertEvent.get(randomId('evt'), accountId, type, eventBody(type, at, data), queued) as {
-      seq: number
-    }
+    const body = eventBody(type, at, data)
+    const { seq } = sql.insertEvent.get(randomId('evt'), accountId, type, body, queued, traceparent) as { seq: number }
     for (const endpoint of endpoints) {
       sql.insertDelivery.run(randomId('dlv'), seq, endpoint.seq, messageSeq, queued, queued)
     }
@@ -226,18 +233,29 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       const { version: moved, ...updated } = row
       return { updated: { pet: updated, version: moved } }
     },
-    placeOrder(accountId: number, petId: number, expiresAt: string, idempotency: IdempotencyRef | null) {
+    placeOrder(
+      accountId: number,
+      petId: number,
+      expiresAt: string,
+      idempotency: IdempotencyRef | null,
+      traceparent: string | null = null,
+    ) {
       const at = now()
       expireHeld(petId, at)
       if (sql.holdPet.run(petId).changes === 0) {
         return { refused: sql.petExists.get(petId) ? 'pet_not_available' : 'pet_not_found' } as PlaceOrderResult
       }
       const order = sql.insertOrder.get(randomId('ord'), accountId, petId, at, expiresAt, at) as unknown as Order
-      emit(accountId, 'order.placed', at, order)
+      emit(accountId, 'order.placed', at, order, null, traceparent)
       complete(idempotency, 201, order)
       return { placed: order } as PlaceOrderResult
     },
-    transitionOrder(accountId: number, id: string, to: 'completed' | 'canceled'): TransitionResult {
+    transitionOrder(
+      accountId: number,
+      id: string,
+      to: 'completed' | 'canceled',
+      traceparent: string | null = null,
+    ): TransitionResult {
       const at = now()
       const found = sql.getOrder.get(id, accountId) as (Order & { seq: number }) | undefined
       if (!found) return { refused: 'not_found' }
@@ -249,7 +267,7 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       if (current.status !== 'placed') return { refused: 'conflict', order: current }
       const updated = sql.setOrderStatus.get(to, at, seq) as unknown as Order
       sql.releasePet.run(to === 'completed' ? 'sold' : 'available', order.petId)
-      emit(accountId, to === 'completed' ? 'order.completed' : 'order.canceled', at, updated)
+      emit(accountId, to === 'completed' ? 'order.completed' : 'order.canceled', at, updated, null, traceparent)
       return { order: updated, changed: true }
     },
     expireOrders(at: string): Order[] {
@@ -298,14 +316,19 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
     touchApiKeys(usages: { id: string; at: string }[]): void {
       for (const { id, at } of usages) sql.touchKey.run(at, id, at)
     },
-    createMessage(accountId: number, text: string, idempotency: IdempotencyRef | null): Message {
+    createMessage(
+      accountId: number,
+      text: string,
+      idempotency: IdempotencyRef | null,
+      traceparent: string | null = null,
+    ): Message {
       const at = now()
       const fanout = (sql.subscribedEndpoints.all(accountId, 'message.created') as unknown[]).length
       const row = sql.insertMessage.get(randomId('msg'), accountId, text, at, fanout) as unknown as Message & {
         seq: number
       }
       const { seq, ...message } = row
-      if (fanout > 0) emit(accountId, 'message.created', at, message, seq)
+      if (fanout > 0) emit(accountId, 'message.created', at, message, seq, traceparent)
       complete(idempotency, 202, message)
       return message
     },
@@ -381,14 +404,15 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
         attempts: number
       }[]
       return rows.map(({ id, eventSeq, endpointSeq, attempts }) => {
-        const event = sql.claimedEvent.get(eventSeq) as { id: string; body: string }
+        const event = sql.claimedEvent.get(eventSeq) as { id: string; body: string; traceparent: string | null }
         const endpoint = sql.claimedEndpoint.get(at, endpointSeq) as {
           url: string
           secret: string
           previous: string | null
         }
         const secrets = endpoint.previous === null ? [endpoint.secret] : [endpoint.secret, endpoint.previous]
-        return { id, lease, eventId: event.id, body: event.body, url: endpoint.url, secrets, attempts }
+        const { traceparent } = event
+        return { id, lease, eventId: event.id, body: event.body, url: endpoint.url, secrets, attempts, traceparent }
       })
     },
     recordDelivery(outcome: DeliveryOutcome): boolean {

@@ -195,6 +195,8 @@ export class SqliteStore implements Store {
   #versionRead = false
   /** Told of each writer batch (the metrics), if anyone listens. */
   #onBatch: WriterBatchListener | null = null
+  /** The active trace to keep with an event (StoreOptions.traceparent); none without tracing. */
+  #traceparent: () => string | null = () => null
 
   private constructor(path: string) {
     makeFolders(dirname(path))
@@ -214,7 +216,10 @@ export class SqliteStore implements Store {
   }
 
   /** Opens (creating it if needed) and migrates the database file, and starts its writer thread. */
-  static async open(url: string, { existing = false }: { existing?: boolean } = {}): Promise<SqliteStore> {
+  static async open(
+    url: string,
+    { existing = false, traceparent }: { existing?: boolean; traceparent?: () => string | null } = {},
+  ): Promise<SqliteStore> {
     const path = sqlitePath(url)
     // Each connection to :memory: would be a database of its own: the writer could not share it.
     if (path === ':memory:') throw new Error('DATABASE_URL sqlite::memory: is not supported; give a file path')
@@ -227,6 +232,7 @@ export class SqliteStore implements Store {
         throw new DatabaseNotSetUpError(`The SQLite file ${path} holds no Animal Store tables: check DATABASE_URL`)
       }
       store = new SqliteStore(path)
+      if (traceparent) store.#traceparent = traceparent
       await store.#ready
       return store
     } catch (error) {
@@ -342,7 +348,14 @@ export class SqliteStore implements Store {
   // ─── ORDERS ────────────────────────────────────────────────────────────────────────────────
 
   placeOrder(order: PlaceOrder, idempotency?: IdempotencyRef): Promise<PlaceOrderResult> {
-    return this.#write('placeOrder', order.accountId, order.petId, order.expiresAt, idempotency ?? null)
+    return this.#write(
+      'placeOrder',
+      order.accountId,
+      order.petId,
+      order.expiresAt,
+      idempotency ?? null,
+      this.#traceparent(),
+    )
   }
 
   getOrder(accountId: number, id: string): Promise<Order | null> {
@@ -368,7 +381,7 @@ export class SqliteStore implements Store {
   }
 
   transitionOrder(accountId: number, id: string, to: 'completed' | 'canceled'): Promise<TransitionResult> {
-    return this.#write('transitionOrder', accountId, id, to)
+    return this.#write('transitionOrder', accountId, id, to, this.#traceparent())
   }
 
   expireOrders(now: string): Promise<Order[]> {
@@ -448,7 +461,7 @@ export class SqliteStore implements Store {
   // ─── MESSAGES ──────────────────────────────────────────────────────────────────────────────
 
   createMessage(accountId: number, text: string, idempotency?: IdempotencyRef): Promise<Message> {
-    return this.#write('createMessage', accountId, text, idempotency ?? null)
+    return this.#write('createMessage', accountId, text, idempotency ?? null, this.#traceparent())
   }
 
   getMessage(accountId: number, id: string): Promise<Message | null> {

@@ -152,6 +152,8 @@ export interface ClaimedDelivery {
   secrets: string[]
   /** Attempts made, this one included, since the delivery was made or last sent again by hand: its step on the retry schedule. */
   attempts: number
+  /** The W3C traceparent of the request that made the event, when tracing was on: its attempts continue that trace. */
+  traceparent: string | null
 }
 
 export interface DeliveryOutcome {

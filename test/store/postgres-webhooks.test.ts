@@ -334,6 +334,8 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
       url: 'https://example.com/hook',
       secrets: ['whsec_a'],
       attempts: 1,
+      // Without tracing, no trace is kept with the event.
+      traceparent: null,
     })
     assert.deepEqual(await store.claimDeliveries(10, 60_000), [], 'leased: not due')
     assert.equal(await store.deliveriesDue(), false)
