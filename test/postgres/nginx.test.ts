@@ -11,6 +11,7 @@
  */
 import assert from 'node:assert/strict'
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { Agent, request } from 'node:http'
 import { connect } from 'node:net'
@@ -180,6 +181,16 @@ describe('Behind nginx (deploy/nginx/animal-store.conf), two instances on one Po
       (await fromA('POST', '/v1/pets', json(key), JSON.stringify({ name: 'Fido', categoryId: 1 }))).status,
       201,
     )
+    // With an Idempotency-Key (nginx's @idempotent location): created once, replayed the second time.
+    const keyed = { ...json(key), 'idempotency-key': 'nginx-once' }
+    const once = await fromA('POST', '/v1/pets', keyed, JSON.stringify({ name: 'Once', categoryId: 1 }))
+    const again = await fromA('POST', '/v1/pets', keyed, JSON.stringify({ name: 'Once', categoryId: 1 }))
+    assert.deepEqual([once.status, again.status, again.headers['idempotent-replayed']], [201, 201, 'true'])
+    assert.equal(again.body, once.body)
+    // A body over the limit is refused by nginx itself, as the API would (413, the Error body).
+    const big = await fromA('POST', '/v1/pets', json(key), JSON.stringify({ name: 'x'.repeat(200_000), categoryId: 1 }))
+    assert.equal(big.status, 413)
+    assert.equal(JSON.parse(big.body).code, 'payload_too_large')
 
     const page = await fromA('GET', '/v1/pets?limit=1', json(key))
     assert.equal(page.status, 200)
@@ -211,7 +222,7 @@ describe('Behind nginx (deploy/nginx/animal-store.conf), two instances on one Po
     t.diagnostic(`bad keys from 127.0.0.2: ${statuses.join(' ')}; from 127.0.0.3: ${other.join(' ')}`)
   })
 
-  it('restarting each instance in turn (SIGTERM, start on the same port) under load fails no request', async (t) => {
+  it('restarting each instance in turn (SIGTERM, start on the same port) under load fails no request (POSTs with an Idempotency-Key)', async (t) => {
     const { env, key, ports, start, instances, nginx } = await deployment(t)
     // Steady load, not saturation: the restarted instance must get a share of two shared cores to start.
     const CLIENTS = 4
@@ -227,8 +238,11 @@ describe('Behind nginx (deploy/nginx/animal-store.conf), two instances on one Po
         const post = i % 2 === 0
         const what = post ? 'POST /v1/pets' : 'GET /v1/pets?limit=5'
         try {
+          // With an Idempotency-Key, as the README asks of clients that retry: nginx may then resend
+          // a POST reset by a stopping instance (decision 94).
+          const idempotent = { ...json(key), 'idempotency-key': randomUUID() }
           const answer = post
-            ? await send('POST', '/v1/pets', json(key), JSON.stringify({ name: `load-${c}-${i}`, categoryId: 1 }))
+            ? await send('POST', '/v1/pets', idempotent, JSON.stringify({ name: `load-${c}-${i}`, categoryId: 1 }))
             : await send('GET', '/v1/pets?limit=5', json(key))
           if (answer.status < 200 || answer.status > 299) {
             failures.push(`${what} (${phase}): ${answer.status} ${answer.body.slice(0, 200)}`)
