@@ -24,6 +24,7 @@ import { ApiError } from '../errors.ts'
 
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
 
+/** For an API operation that reads no body: none, or `{}`, passes; anything else is 400 (decision 7). */
 const refuseBody: preValidationHookHandler = (request, _reply, done) => {
   const { body } = request
   const empty =

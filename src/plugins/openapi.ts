@@ -19,6 +19,7 @@ import {
   WebhookEndpointPatchSchema,
   WebhookEndpointSchema,
 } from '../schemas/webhooks.ts'
+import { BETA_HEADER, type Stability } from './stability.ts'
 
 /** The one path under /v1 served without a key. */
 export const OPENAPI_PATH = '/v1/openapi.json'
@@ -45,6 +46,25 @@ const WEBHOOK_COMPONENTS = [
   WebhookEndpointPatchSchema,
   DeliverySchema,
 ]
+
+/**
+ * Declares `Animal-Store-Beta` on a beta or experimental operation, so that a client generated
+ * from the document can send it. In the document only: validating it would cost every request a
+ * headers check, and its absence already gets the 400 that names it (stability.ts). Optional there.
+ */
+function withOptInHeader(schema: Record<string, unknown>, stability: Stability | undefined): Record<string, unknown> {
+  if (!stability) return schema
+  const headers = schema.headers as { properties?: object } | undefined
+  const optIn = {
+    type: 'string',
+    description: `Opts in to this ${stability.level} operation: \`${stability.feature}\` (a comma-separated list of features may name others too).`,
+    examples: [stability.feature],
+  }
+  return {
+    ...schema,
+    headers: { type: 'object', ...headers, properties: { ...headers?.properties, [BETA_HEADER]: optIn } },
+  }
+}
 
 /** Replaces every embedded schema that has an `$id` by a reference to its component. */
 function toRefs(schema: unknown): unknown {
@@ -110,7 +130,10 @@ export default fp<{ config: Config }>(
       },
       // Name shared schemas by their $id (Pet, NewPet, Error, …) in components.schemas.
       refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
-      transform: ({ schema, url }) => ({ schema: toRefs(schema) as typeof schema, url }),
+      transform: ({ schema, url, route }) => ({
+        schema: toRefs(withOptInHeader(schema as Record<string, unknown>, route.config?.stability)) as typeof schema,
+        url,
+      }),
     })
 
     let document: string | undefined

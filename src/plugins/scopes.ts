@@ -15,6 +15,13 @@ declare module 'fastify' {
   }
 }
 
+/** 403 `insufficient_scope` with the RFC 6750 §3.1 challenge naming `scope`. */
+export function insufficientScope(scope: Scope, message = `This API key lacks the scope ${scope}.`): ApiError {
+  return new ApiError('insufficient_scope', message, {
+    'www-authenticate': `Bearer realm="animal-store", error="insufficient_scope", scope="${scope}"`,
+  })
+}
+
 export default fp(
   async (app) => {
     app.addHook('onRoute', (route) => {
@@ -23,9 +30,7 @@ export default fp(
       const { default: _, ...forbidden } = errorResponses(403)
       const response = { ...(route.schema?.response as object), ...forbidden }
       route.schema = { ...route.schema, security: [{ bearerAuth: [scope] }], response }
-      const refusal = new ApiError('insufficient_scope', `This API key lacks the scope ${scope}.`, {
-        'www-authenticate': `Bearer realm="animal-store", error="insufficient_scope", scope="${scope}"`,
-      })
+      const refusal = insufficientScope(scope)
       // After the key check (the route's plugin hooks run first), so request.caller is set.
       const authorize: onRequestHookHandler = (request, _reply, done) => {
         const granted = request.caller.scopes

@@ -40,21 +40,8 @@ export default fp<{ config: Config }>(
       const stability = route.config?.stability
       if (!stability) return
       const badge = stability.level === 'beta' ? '**Beta**' : '**Experimental**'
-      // Declared, so that a client generated from the document can send it (optional there: its
-      // absence gets the 400 below, which names the header, before any validation).
-      const headers = route.schema?.headers as { properties?: object; [key: string]: unknown } | undefined
-      const optInHeader = {
-        type: 'string',
-        description: `Opts in to this ${stability.level} operation: \`${stability.feature}\` (a comma-separated list of features may name others too).`,
-        examples: [stability.feature],
-      }
       route.schema = {
         ...route.schema,
-        headers: {
-          type: 'object',
-          ...headers,
-          properties: { ...headers?.properties, [BETA_HEADER]: optInHeader },
-        },
         'x-stability': stability.level,
         description:
           `${badge}: send \`Animal-Store-Beta: ${stability.feature}\`; it may still change (see the compatibility policy). ${route.schema?.description ?? ''}`.trim(),

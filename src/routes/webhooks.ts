@@ -10,6 +10,7 @@ import fp from 'fastify-plugin'
 import { scopeToReceive } from '../domain/events.ts'
 import { ApiError, type ErrorCode } from '../errors.ts'
 import { requestOrigin } from '../http/host.ts'
+import { insufficientScope } from '../plugins/scopes.ts'
 import {
   DEFAULT_PAGE_SIZE,
   ErrorSchema,
@@ -74,13 +75,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
     for (const type of events) {
       const scope = scopeToReceive(type)
       if (granted.has(scope)) continue
-      throw new ApiError(
-        'insufficient_scope',
-        `Receiving ${type} events takes the scope ${scope}, which this API key lacks.`,
-        {
-          'www-authenticate': `Bearer realm="animal-store", error="insufficient_scope", scope="${scope}"`,
-        },
-      )
+      throw insufficientScope(scope, `Receiving ${type} events takes the scope ${scope}, which this API key lacks.`)
     }
   }
 
@@ -217,8 +212,9 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
       checkUrl(url)
       // Where the events go, or which: judged on the subscription the endpoint will have (decision 97).
       if (url !== undefined || events !== undefined || status === 'enabled') {
-        const current = found(await app.store.getWebhookEndpoint(request.caller.accountId, endpointId), endpointId)
-        checkEvents(request.caller.scopes, events ?? current.events)
+        const { accountId } = request.caller
+        const receives = events ?? found(await app.store.getWebhookEndpoint(accountId, endpointId), endpointId).events
+        checkEvents(request.caller.scopes, receives)
       }
       const changes: WebhookEndpointChanges = {
         ...(url !== undefined && { url }),

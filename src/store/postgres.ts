@@ -41,6 +41,7 @@ import {
   type PetPage,
   type PlaceOrder,
   type PlaceOrderResult,
+  type Redelivery,
   type Session,
   type Store,
   type StoredWebhookEndpoint,
@@ -666,7 +667,7 @@ export class PostgresStore implements Store {
     return this.#query<Delivery>('listDeliveries', [endpoint.seq, limit])
   }
 
-  redeliver(accountId: number, deliveryId: string): Promise<{ delivery: Delivery; resent: boolean } | null> {
+  redeliver(accountId: number, deliveryId: string): Promise<Redelivery | null> {
     return this.#transaction(async (run) => {
       const [found] = await run<{ seq: number; messageSeq: number | null }>('lockRedelivery', [deliveryId, accountId])
       if (!found) return null

@@ -48,6 +48,7 @@ import {
   type PetPage,
   type PlaceOrder,
   type PlaceOrderResult,
+  type Redelivery,
   type Session,
   type Store,
   type StoredWebhookEndpoint,
@@ -531,8 +532,8 @@ export class SqliteStore implements Store {
     })
   }
 
-  redeliver(accountId: number, deliveryId: string): Promise<{ delivery: Delivery; resent: boolean } | null> {
-    return this.#write('redeliver', accountId, deliveryId) as Promise<{ delivery: Delivery; resent: boolean } | null>
+  redeliver(accountId: number, deliveryId: string): Promise<Redelivery | null> {
+    return this.#write('redeliver', accountId, deliveryId) as Promise<Redelivery | null>
   }
 
   claimDeliveries(limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {

@@ -156,6 +156,12 @@ export interface ClaimedDelivery {
   traceparent: string | null
 }
 
+/** A resend's result: the delivery as it is now, and whether it was made due again (Store.redeliver). */
+export interface Redelivery {
+  delivery: Delivery
+  resent: boolean
+}
+
 export interface DeliveryOutcome {
   id: string
   lease: string
@@ -404,7 +410,7 @@ export interface Store {
    * sent). A delivery being attempted now (a live lease) is left as it is (`resent: false`): a second
    * attempt at once would send the event twice in parallel.
    */
-  redeliver(accountId: number, deliveryId: string): Promise<{ delivery: Delivery; resent: boolean } | null>
+  redeliver(accountId: number, deliveryId: string): Promise<Redelivery | null>
   /**
    * Leases up to `limit` deliveries that are due (never delivered, not failed, next attempt at or
    * before now, no live lease) to the caller for `leaseMs`, counting the attempt. Across instances
