@@ -34,6 +34,9 @@ export const LOG_LEVEL_VALUES: Record<string, number> = {
   fatal: 60,
 }
 
+/** The experimental features an operator can turn on (src/plugins/stability.ts refuses a route naming another). */
+export const EXPERIMENTAL_FEATURE_NAMES = ['webhooks']
+
 /** Each variable, its default and, as `description`, what a valid value looks like (used in start-up errors). */
 export const EnvSchema = Type.Object({
   PORT: Type.Integer({ minimum: 0, maximum: 65_535, default: 8080, description: 'an integer from 0 to 65535' }),
@@ -144,9 +147,10 @@ export const EnvSchema = Type.Object({
   }),
   ORDER_HOLD_SECONDS: Seconds(1800, 30 * 86_400, 1),
   EXPERIMENTAL_FEATURES: Type.String({
-    pattern: '^([a-z][a-z0-9-]*(,[a-z][a-z0-9-]*)*)?$',
+    // A name that is none of them would start a service without the feature the operator meant.
+    pattern: `^((${EXPERIMENTAL_FEATURE_NAMES.join('|')})(,(${EXPERIMENTAL_FEATURE_NAMES.join('|')}))*)?$`,
     default: '',
-    description: 'empty, or a comma-separated list of experimental feature names (e.g. webhooks)',
+    description: `empty, or a comma-separated list of experimental features, of: ${EXPERIMENTAL_FEATURE_NAMES.join(', ')}`,
   }),
   // Webhook endpoints on private or loopback addresses, and over plain http: for development only
   // (a receiver on this machine); in production they would let customers probe our network.

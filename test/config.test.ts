@@ -102,6 +102,10 @@ describe('Configuration: read and validated once (point 9)', () => {
   })
 
   const bad: [string, string][] = [
+    // A feature that does not exist: a typo would start the service without the one meant.
+    ['EXPERIMENTAL_FEATURES', 'webhook'],
+    ['EXPERIMENTAL_FEATURES', 'webhooks,orders'],
+    ['EXPERIMENTAL_FEATURES', 'Webhooks'],
     ['PORT', 'abc'],
     ['PORT', '70000'],
     ['PORT', '80.5'],

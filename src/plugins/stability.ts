@@ -7,7 +7,7 @@
  */
 import type { onRequestHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
-import type { Config } from '../config.ts'
+import { type Config, EXPERIMENTAL_FEATURE_NAMES } from '../config.ts'
 import { ApiError } from '../errors.ts'
 
 export type Stability = { level: 'beta' | 'experimental'; feature: string }
@@ -39,6 +39,9 @@ export default fp<{ config: Config }>(
     app.addHook('onRoute', (route) => {
       const stability = route.config?.stability
       if (!stability) return
+      if (stability.level === 'experimental' && !EXPERIMENTAL_FEATURE_NAMES.includes(stability.feature)) {
+        throw new Error(`Experimental feature "${stability.feature}" is missing from EXPERIMENTAL_FEATURE_NAMES`)
+      }
       const badge = stability.level === 'beta' ? '**Beta**' : '**Experimental**'
       route.schema = {
         ...route.schema,

@@ -123,15 +123,14 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
       checkUrl(url)
       checkEvents(request.caller.scopes, events)
       const { accountId } = request.caller
-      // Counted before the insert: two creates at once may both pass at 15 (the cap is a guard, not a quota).
-      if ((await app.store.listWebhookEndpoints(accountId)).length >= MAX_WEBHOOK_ENDPOINTS) {
+      const endpoint = { accountId, url, events, description, secret: newWebhookSecret(), max: MAX_WEBHOOK_ENDPOINTS }
+      const created = await app.store.createWebhookEndpoint(endpoint, request.idempotency ?? undefined)
+      if (!created) {
         throw new ApiError(
           'webhook_endpoint_limit',
           `This account has ${MAX_WEBHOOK_ENDPOINTS} webhook endpoints, the most it may have: delete one first.`,
         )
       }
-      const endpoint = { accountId, url, events, description, secret: newWebhookSecret() }
-      const created = await app.store.createWebhookEndpoint(endpoint, request.idempotency ?? undefined)
       return reply.code(201).header('location', endpointLocation(created, request)).send(created)
     },
   )

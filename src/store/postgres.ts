@@ -198,6 +198,9 @@ const SQL = {
     INSERT INTO deliveries (id, event_seq, endpoint_seq, message_seq, status, next_attempt_at, created_at)
     SELECT t.id, event.seq, t.endpoint, $7, 'pending', now(), now()
     FROM event, unnest($5::bigint[], $6::text[]) AS t(endpoint, id)`,
+  // The account's row lock makes creates for one account take turns, so that the count holds.
+  lockAccount: 'SELECT id FROM accounts WHERE id = $1 FOR UPDATE',
+  countEndpoints: 'SELECT count(*)::int AS count FROM webhook_endpoints WHERE account_id = $1 AND deleted_at IS NULL',
   insertEndpoint: `INSERT INTO webhook_endpoints (id, account_id, url, events, description, secret, created_at)
     VALUES ($1, $2, $3, $4, $5, $6, now()) RETURNING ${ENDPOINT_COLUMNS}`,
   listEndpoints: `SELECT ${ENDPOINT_COLUMNS} FROM webhook_endpoints WHERE account_id = $1 AND deleted_at IS NULL
@@ -605,15 +608,19 @@ export class PostgresStore implements Store {
   async createWebhookEndpoint(
     endpoint: NewWebhookEndpoint,
     idempotency?: IdempotencyRef,
-  ): Promise<StoredWebhookEndpoint> {
-    const { accountId, url, events, description, secret } = endpoint
+  ): Promise<StoredWebhookEndpoint | null> {
+    const { accountId, url, events, description, secret, max } = endpoint
     const values = [randomId('we'), accountId, url, storedEvents(events), description, secret]
-    if (!idempotency) {
-      return endpointFromRow((await this.#query<EndpointRow>('insertEndpoint', values, 'write'))[0] as EndpointRow)
-    }
     return this.#transaction(async (run) => {
+      if (max !== undefined) {
+        await run('lockAccount', [accountId])
+        const [{ count } = { count: 0 }] = await run<{ count: number }>('countEndpoints', [accountId])
+        if (count >= max) return null
+      }
       const stored = endpointFromRow((await run<EndpointRow>('insertEndpoint', values))[0] as EndpointRow)
-      await run('completeIdempotency', [201, JSON.stringify(stored), idempotency.scope, idempotency.key])
+      if (idempotency) {
+        await run('completeIdempotency', [201, JSON.stringify(stored), idempotency.scope, idempotency.key])
+      }
       return stored
     })
   }

@@ -106,6 +106,7 @@ function prepareWrites(db: DatabaseSync) {
     insertDelivery:
       s(`INSERT INTO deliveries (id, event_seq, endpoint_seq, message_seq, status, next_attempt_at, created_at)
       VALUES (?, ?, ?, ?, 'pending', ?, ?)`),
+    countEndpoints: s('SELECT count(*) AS count FROM webhook_endpoints WHERE account_id = ? AND deleted_at IS NULL'),
     insertEndpoint: s(`INSERT INTO webhook_endpoints (id, account_id, url, events, description, secret, created_at)
       VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING ${ENDPOINT_COLUMNS}`),
     getEndpoint: s(`SELECT seq, ${ENDPOINT_COLUMNS} FROM webhook_endpoints
@@ -338,8 +339,11 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       events: EventType[],
       description: string,
       secret: string,
+      max: number | null,
       idempotency: IdempotencyRef | null,
-    ): StoredWebhookEndpoint {
+    ): StoredWebhookEndpoint | null {
+      // Writes take turns (one writer, and BEGIN IMMEDIATE between processes): this count holds.
+      if (max !== null && (sql.countEndpoints.get(accountId) as { count: number }).count >= max) return null
       const row = sql.insertEndpoint.get(
         randomId('we'),
         accountId,

@@ -487,9 +487,12 @@ export class SqliteStore implements Store {
 
   // ─── WEBHOOKS ──────────────────────────────────────────────────────────────────────────────
 
-  createWebhookEndpoint(endpoint: NewWebhookEndpoint, idempotency?: IdempotencyRef): Promise<StoredWebhookEndpoint> {
-    const { accountId, url, events, description, secret } = endpoint
-    return this.#write('createWebhookEndpoint', accountId, url, events, description, secret, idempotency ?? null)
+  createWebhookEndpoint(
+    endpoint: NewWebhookEndpoint,
+    idempotency?: IdempotencyRef,
+  ): Promise<StoredWebhookEndpoint | null> {
+    const { accountId, url, events, description, secret, max = null } = endpoint
+    return this.#write('createWebhookEndpoint', accountId, url, events, description, secret, max, idempotency ?? null)
   }
 
   listWebhookEndpoints(accountId: number): Promise<StoredWebhookEndpoint[]> {

@@ -123,6 +123,8 @@ export interface NewWebhookEndpoint {
   description: string
   /** `whsec_…`: kept, since every delivery is signed with it. */
   secret: string
+  /** The most endpoints the account may have: at that many, nothing is stored (none: no cap). */
+  max?: number
 }
 
 /** An endpoint as the account sees it, with its secret(s) for the portal and the owner's reads. */
@@ -377,10 +379,15 @@ export interface Store {
 
   // ─── WEBHOOKS ────────────────────────────────────────────────────────────────────────────────
   /**
-   * Stores an endpoint. With an idempotency reference, the claim is completed with the endpoint,
-   * its secret included (the 201 a retry replays), in the same transaction.
+   * Stores an endpoint, or nothing (null) when the account has `max` already: counted in the same
+   * transaction, so creates at once on any instances never pass the cap together. With an
+   * idempotency reference, the claim is completed with the endpoint, its secret included (the
+   * 201 a retry replays), in the same transaction.
    */
-  createWebhookEndpoint(endpoint: NewWebhookEndpoint, idempotency?: IdempotencyRef): Promise<StoredWebhookEndpoint>
+  createWebhookEndpoint(
+    endpoint: NewWebhookEndpoint,
+    idempotency?: IdempotencyRef,
+  ): Promise<StoredWebhookEndpoint | null>
   /** The account's endpoints (deleted ones are gone), newest first. */
   listWebhookEndpoints(accountId: number): Promise<StoredWebhookEndpoint[]>
   getWebhookEndpoint(accountId: number, id: string): Promise<StoredWebhookEndpoint | null>

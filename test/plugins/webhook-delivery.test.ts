@@ -27,6 +27,7 @@ async function subscribed(t: TestContext, env: Record<string, string> = {}, even
     description: '',
     secret,
   })
+  assert.ok(endpoint)
   return { test, key, hook, secret, endpoint }
 }
 

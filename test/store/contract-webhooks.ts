@@ -8,6 +8,13 @@ import type { OpenStore } from './contract.ts'
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'
 const LEASE_MS = 60_000
 
+/** An endpoint stored with no cap: always stored. */
+async function createEndpoint(store: Store, ...args: Parameters<Store['createWebhookEndpoint']>) {
+  const created = await store.createWebhookEndpoint(...args)
+  assert.ok(created)
+  return created
+}
+
 async function account(store: Store, email: string): Promise<number> {
   const created = await store.createAccount(email)
   assert.ok(created)
@@ -15,29 +22,55 @@ async function account(store: Store, email: string): Promise<number> {
 }
 
 export function webhooksContract(open: OpenStore): void {
+  it('webhooks: an account has at most `max` endpoints, however many creates come at once', async (t) => {
+    const store = await open(t)
+    const alice = await account(store, 'alice@example.com')
+    const bob = await account(store, 'bob@example.com')
+    const create = (accountId: number, i: number) =>
+      store.createWebhookEndpoint({
+        accountId,
+        url: `https://a.example/${i}`,
+        events: ['order.placed'],
+        description: '',
+        secret: SECRET,
+        max: 16,
+      })
+    const results = await Promise.all(Array.from({ length: 40 }, (_, i) => create(alice, i)))
+    assert.equal(results.filter((r) => r !== null).length, 16)
+    assert.equal((await store.listWebhookEndpoints(alice)).length, 16)
+    // Another account's cap is its own; a deleted endpoint no longer counts.
+    assert.ok(await create(bob, 0))
+    const [oldest] = (await store.listWebhookEndpoints(alice)).slice(-1)
+    assert.ok(oldest && (await store.deleteWebhookEndpoint(alice, oldest.id)))
+    assert.ok(await create(alice, 40))
+    assert.equal(await create(alice, 41), null)
+  })
+
   it('webhooks: endpoints are the account’s own, newest first; update, rotate, delete', async (t) => {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')
     const bob = await account(store, 'bob@example.com')
-    const first = await store.createWebhookEndpoint({
+    const first = await createEndpoint(store, {
       accountId: alice,
       url: 'https://a.example/hook',
       events: ['order.placed', 'message.created', 'order.placed'],
       description: 'first',
       secret: SECRET,
     })
+    assert.ok(first)
     assert.match(first.id, /^we_/)
     assert.deepEqual(first.events, ['message.created', 'order.placed'])
     assert.equal(first.status, 'enabled')
     assert.equal(first.secret, SECRET)
     assert.equal(first.secretRotatedAt, null)
-    const second = await store.createWebhookEndpoint({
+    const second = await createEndpoint(store, {
       accountId: alice,
       url: 'https://b.example/hook',
       events: ['order.expired'],
       description: '',
       secret: SECRET,
     })
+    assert.ok(second)
     assert.deepEqual(
       (await store.listWebhookEndpoints(alice)).map((e) => e.id),
       [second.id, first.id],
@@ -83,7 +116,8 @@ export function webhooksContract(open: OpenStore): void {
     const past = new Date(Date.now() - 60_000).toISOString()
     const claim = { scope: 'key_a', key: 'we1', fingerprint: 'f1', expiresAt: future, staleBefore: past }
     assert.deepEqual(await store.claimIdempotencyKey(claim), { state: 'claimed' })
-    const created = await store.createWebhookEndpoint(
+    const created = await createEndpoint(
+      store,
       { accountId: alice, url: 'https://a.example/hook', events: ['order.placed'], description: '', secret: SECRET },
       claim,
     )
@@ -107,14 +141,14 @@ export function webhooksContract(open: OpenStore): void {
     assert.equal((await store.getMessage(bob, lonely.id))?.status, 'failed')
     assert.equal(await store.failUnsubscribedMessages(), 0)
 
-    const a = await store.createWebhookEndpoint({
+    const a = await createEndpoint(store, {
       accountId: alice,
       url: 'https://a.example/hook',
       events: ['message.created'],
       description: '',
       secret: SECRET,
     })
-    const b = await store.createWebhookEndpoint({
+    const b = await createEndpoint(store, {
       accountId: alice,
       url: 'https://b.example/hook',
       events: ['message.created', 'order.placed'],
@@ -122,7 +156,7 @@ export function webhooksContract(open: OpenStore): void {
       secret: SECRET,
     })
     // Subscribed to something else: gets nothing.
-    await store.createWebhookEndpoint({
+    await createEndpoint(store, {
       accountId: alice,
       url: 'https://c.example/hook',
       events: ['order.placed'],
@@ -157,7 +191,7 @@ export function webhooksContract(open: OpenStore): void {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')
     for (const url of ['https://a.example/hook', 'https://b.example/hook']) {
-      await store.createWebhookEndpoint({
+      await createEndpoint(store, {
         accountId: alice,
         url,
         events: ['message.created'],
@@ -235,7 +269,7 @@ export function webhooksContract(open: OpenStore): void {
   it('webhooks: every attempt failing fails the message; 410 disables the endpoint and fails what it had', async (t) => {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')
-    const endpoint = await store.createWebhookEndpoint({
+    const endpoint = await createEndpoint(store, {
       accountId: alice,
       url: 'https://a.example/hook',
       events: ['message.created'],
@@ -271,7 +305,7 @@ export function webhooksContract(open: OpenStore): void {
   it('webhooks: a lease that ran out is taken over; concurrent claims never share a delivery', async (t) => {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')
-    await store.createWebhookEndpoint({
+    await createEndpoint(store, {
       accountId: alice,
       url: 'https://a.example/hook',
       events: ['message.created'],
@@ -302,7 +336,7 @@ export function webhooksContract(open: OpenStore): void {
   it('webhooks: order transitions are events of the order’s account', async (t) => {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')
-    await store.createWebhookEndpoint({
+    await createEndpoint(store, {
       accountId: alice,
       url: 'https://a.example/hook',
       events: ['order.placed', 'order.completed', 'order.canceled', 'order.expired'],

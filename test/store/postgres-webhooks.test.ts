@@ -26,14 +26,17 @@ async function setUp(t: TestContext) {
   const schema = schemaOf(url)
   const sql = (text: string) => postgres(text.replaceAll('$schema', schema))
   const account = async (email: string) => (await store.createAccount(email))?.id as number
-  const endpoint = (accountId: number, events: Parameters<typeof store.createWebhookEndpoint>[0]['events']) =>
-    store.createWebhookEndpoint({
+  const endpoint = async (accountId: number, events: Parameters<typeof store.createWebhookEndpoint>[0]['events']) => {
+    const created = await store.createWebhookEndpoint({
       accountId,
       url: 'https://example.com/hook',
       events,
       description: '',
       secret: 'whsec_a',
     })
+    assert.ok(created)
+    return created
+  }
   const outcome = (claimed: ClaimedDelivery, changes: Partial<DeliveryOutcome> = {}): DeliveryOutcome => ({
     id: claimed.id,
     lease: claimed.lease,
@@ -161,6 +164,7 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
       description: 'first',
       secret: 'whsec_one',
     })
+    assert.ok(first)
     assert.match(first.id, /^we_[0-9A-Za-z]{16}$/)
     assert.match(first.createdAt, ISO)
     assert.deepEqual(first, {

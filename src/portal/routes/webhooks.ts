@@ -118,11 +118,6 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
         const error = { field: 'events', message: 'Choose at least one event to send.' }
         return refused(request, reply, 400, { ...form, error })
       }
-      const existing = await app.store.listWebhookEndpoints(accountId(request))
-      if (existing.length >= MAX_WEBHOOK_ENDPOINTS) {
-        const message = `You have ${existing.length} endpoints, the most an account may have. Delete one to add another.`
-        return refused(request, reply, 409, { ...form, error: { field: '', message } })
-      }
       const secret = newWebhookSecret()
       const endpoint = await app.store.createWebhookEndpoint({
         accountId: accountId(request),
@@ -130,7 +125,12 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
         events,
         description,
         secret,
+        max: MAX_WEBHOOK_ENDPOINTS,
       })
+      if (!endpoint) {
+        const message = `You have ${MAX_WEBHOOK_ENDPOINTS} endpoints, the most an account may have. Delete one to add another.`
+        return refused(request, reply, 409, { ...form, error: { field: '', message } })
+      }
       return portal.send(request, reply, 201, (c) => newWebhookPage(c, endpoint, secret))
     },
   )
