@@ -22,6 +22,11 @@ const CONCURRENCY = 32
 const LEASE_MARGIN_MS = 10_000
 /** A write that may have made an event starts a pass this soon (many writes, one pass). */
 const NUDGE_MS = 20
+/**
+ * At shutdown, attempts under way get this share of SHUTDOWN_TIMEOUT_SECONDS to be answered; then
+ * they are cut short and recorded as not delivered (retried later), so that the process exits in time.
+ */
+const SHUTDOWN_SHARE = 0.3
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -47,6 +52,7 @@ export default fp<{ config: Config }>(
     let again = false
     let closing = false
     let nudged: NodeJS.Timeout | null = null
+    const shutDown = new AbortController()
 
     const attempt = async (delivery: ClaimedDelivery): Promise<SendResult> => {
       const started = new Date()
@@ -57,6 +63,7 @@ export default fp<{ config: Config }>(
       const result = await sendWebhook(delivery.url, headers, delivery.body, {
         timeoutMs: config.webhookTimeoutMs,
         allowPrivate: config.webhookAllowPrivate,
+        signal: shutDown.signal,
       })
       const gone = result.status === 410
       const delay = result.delivered || gone ? null : retryDelayMs(delivery.attempts, config.webhookRetryScheduleMs)
@@ -157,10 +164,12 @@ export default fp<{ config: Config }>(
       clearInterval(timer)
       if (nudged !== null) clearTimeout(nudged)
       // Attempts under way, including those a pass claimed as closing began, finish and are
-      // recorded (each is bounded by WEBHOOK_TIMEOUT_SECONDS) before the store closes.
+      // recorded before the store closes; those still unanswered after their share are cut short.
+      const cut = setTimeout(() => shutDown.abort(), config.shutdownTimeoutMs * SHUTDOWN_SHARE)
       await polling
       await passing
       while (sending.size > 0) await Promise.allSettled([...sending])
+      clearTimeout(cut)
       closeWebhookAgents()
     })
   },

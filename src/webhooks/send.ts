@@ -32,6 +32,8 @@ export interface SendOptions {
   timeoutMs: number
   /** Connect to private, loopback and other non-public addresses too (development only). */
   allowPrivate: boolean
+  /** Ends the attempt at once, unanswered (the instance is shutting down). */
+  signal?: AbortSignal
 }
 
 export const USER_AGENT = 'AnimalStore-Webhooks/1'
@@ -77,6 +79,7 @@ export function sendWebhook(
       if (settled) return
       settled = true
       clearTimeout(timer)
+      options.signal?.removeEventListener('abort', abort)
       // Once the status is known it is the outcome, whatever then happens to the body.
       resolve(result(status, status === null ? error : null))
     }
@@ -84,6 +87,12 @@ export function sendWebhook(
       finish('timeout')
       request?.destroy()
     }, options.timeoutMs)
+    const abort = () => {
+      finish('canceled: the instance shut down')
+      request?.destroy()
+    }
+    if (options.signal?.aborted) return abort()
+    options.signal?.addEventListener('abort', abort, { once: true })
     try {
       const secure = target.protocol === 'https:'
       request = (secure ? https : http).request(target, {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { describe, it, type TestContext } from 'node:test'
 import type { EventType } from '../../src/schemas/webhooks.ts'
 import { newWebhookSecret } from '../../src/webhooks/signing.ts'
-import { bearer, build, type TestApp } from '../helper.ts'
+import { bearer, build, type TestApp, testDatabaseUrl } from '../helper.ts'
 import { until } from '../wait.ts'
 import { receiver } from '../webhooks/receiver.ts'
 
@@ -228,6 +228,29 @@ describe('Webhook delivery: signed, at least once', () => {
     // The refused resend sent nothing: four attempts in all, one at a time.
     assert.equal(hook.received.length, 4)
     assert.equal(hook.ids().size, 1)
+  })
+
+  it('a shutdown cuts an unanswered attempt short in time, records it, and another instance sends it again', async (t) => {
+    const DATABASE_URL = await testDatabaseUrl(t)
+    // An attempt may take 30 s; the shutdown, 2 s in all.
+    const env = { DATABASE_URL, WEBHOOK_TIMEOUT_SECONDS: '30', SHUTDOWN_TIMEOUT_SECONDS: '2' }
+    const { test, key, hook, endpoint } = await subscribed(t, env)
+    hook.delayMs = (n) => (n === 1 ? 60_000 : 0)
+    const sent = await send(test, key.secret, 'in flight at shutdown')
+    await until('the attempt under way', () => hook.received.length === 1)
+    const started = performance.now()
+    await test.app.close()
+    const closedMs = performance.now() - started
+    assert.ok(closedMs < 2000, `closed in ${Math.round(closedMs)} ms, past SHUTDOWN_TIMEOUT_SECONDS`)
+    const next = await build(t, { ...ENV, ...env })
+    const [cut] = (await next.app.store.listDeliveries(key.accountId, endpoint.id, 10)) ?? []
+    assert.equal(cut?.attempts, 1)
+    assert.match(String(cut?.lastError), /canceled/)
+    await until('delivered by the next instance', async () => {
+      return (await messageOf(next, key.accountId, sent.id))?.status === 'delivered'
+    })
+    assert.equal(hook.ids().size, 1)
+    assert.equal(hook.received.length, 2)
   })
 
   it('where the operator has the feature off, nothing is sent: the deliveries wait for it', async (t) => {
