@@ -191,6 +191,26 @@ describe('Behind nginx (deploy/nginx/animal-store.conf), two instances on one Po
     const big = await fromA('POST', '/v1/pets', json(key), JSON.stringify({ name: 'x'.repeat(200_000), categoryId: 1 }))
     assert.equal(big.status, 413)
     assert.equal(JSON.parse(big.body).code, 'payload_too_large')
+    // Headers up to the API's 16 KiB pass through; past them nginx answers with the Error body too.
+    const padded = (bytes: number) => ({ ...json(key), 'x-padding': 'p'.repeat(bytes) })
+    assert.equal((await fromA('GET', '/v1/pets?limit=1', padded(12_000))).status, 200)
+    const huge = await fromA('GET', '/v1/pets?limit=1', padded(20_000))
+    assert.deepEqual([huge.status, JSON.parse(huge.body).code], [431, 'headers_too_large'])
+    const longTarget = await fromA('GET', `/v1/pets?limit=1&q=${'q'.repeat(20_000)}`, json(key))
+    assert.deepEqual([longTarget.status, JSON.parse(longTarget.body).code], [431, 'headers_too_large'])
+    // A request nginx cannot parse (a header line without a colon): 400, with the Error body.
+    const raw = await new Promise<string>((resolve, reject) => {
+      const socket = connect(nginx.port, '127.0.0.1', () =>
+        socket.end('GET /v1/pets HTTP/1.1\r\nHost: x\r\nno colon\r\n\r\n'),
+      )
+      let text = ''
+      socket.setEncoding('utf8').on('data', (chunk: string) => {
+        text += chunk
+      })
+      socket.on('end', () => resolve(text)).on('error', reject)
+    })
+    assert.match(raw, /^HTTP\/1\.1 400 /)
+    assert.equal(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)).code, 'bad_request')
 
     const page = await fromA('GET', '/v1/pets?limit=1', json(key))
     assert.equal(page.status, 200)
@@ -220,6 +240,14 @@ describe('Behind nginx (deploy/nginx/animal-store.conf), two instances on one Po
     // And a good key from the blocked address is still served.
     assert.equal((await fromA('GET', '/v1/pets', json(key))).status, 200)
     t.diagnostic(`bad keys from 127.0.0.2: ${statuses.join(' ')}; from 127.0.0.3: ${other.join(' ')}`)
+
+    // With no instance up, nginx's 502 becomes the API's 503, in its Error body.
+    await Promise.all(instances.map((instance) => instance.stop()))
+    const down = await fromB('GET', '/v1/pets', json(key))
+    assert.deepEqual(
+      [down.status, JSON.parse(down.body).code, down.headers['retry-after']],
+      [503, 'service_unavailable', '5'],
+    )
   })
 
   it('restarting each instance in turn (SIGTERM, start on the same port) under load fails no request (POSTs with an Idempotency-Key)', async (t) => {
