@@ -9,8 +9,11 @@ import { Webhook } from 'standardwebhooks'
 const secret = process.env.WEBHOOK_SECRET
 // biome-ignore lint/style/noProcessEnv: as above
 const port = Number(process.env.RECEIVER_PORT ?? 4000)
-if (!secret) {
-  console.error('Set WEBHOOK_SECRET to the endpoint’s secret first: export WEBHOOK_SECRET=whsec_…')
+// Not a secret (the endpoint was not created, say): every delivery would be refused, silently.
+if (!secret?.startsWith('whsec_')) {
+  console.error(
+    `WEBHOOK_SECRET must be the endpoint’s secret (whsec_…), not ${JSON.stringify(secret ?? '')}: export WEBHOOK_SECRET=whsec_…`,
+  )
   process.exit(1)
 }
 const webhook = new Webhook(secret)
