@@ -63,10 +63,12 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
     },
     async function placeOrder(request, reply) {
       const { petId } = request.body
-      const expiresAt = new Date(Date.now() + orderHoldMs).toISOString()
       // Forgotten whatever the outcome: a write that failed for want of the database may have committed.
       const result = await app.store
-        .placeOrder({ accountId: request.caller.accountId, petId, expiresAt }, request.idempotency ?? undefined)
+        .placeOrder(
+          { accountId: request.caller.accountId, petId, holdMs: orderHoldMs },
+          request.idempotency ?? undefined,
+        )
         .finally(() => app.petCache.forget(petId))
       if ('refused' in result) {
         throw result.refused === 'pet_not_found'

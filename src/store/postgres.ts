@@ -127,7 +127,7 @@ const SQL = {
   petExists: 'SELECT 1 FROM pets WHERE id = $1',
   placedOrderFor: "SELECT 1 FROM orders WHERE pet_id = $1 AND status = 'placed'",
   insertOrder: `INSERT INTO orders (id, account_id, pet_id, status, created_at, expires_at, updated_at)
-    VALUES ($1, $2, $3, 'placed', now(), $4, now()) RETURNING ${ORDER_COLUMNS}`,
+    VALUES ($1, $2, $3, 'placed', now(), now() + $4::float8 * interval '1 millisecond', now()) RETURNING ${ORDER_COLUMNS}`,
   getOrder: `SELECT ${ORDER_COLUMNS} FROM orders WHERE id = $1 AND account_id = $2`,
   lockOrder: `SELECT seq, ${ORDER_COLUMNS}, expires_at <= now() AS due FROM orders
     WHERE id = $1 AND account_id = $2 FOR UPDATE`,
@@ -454,7 +454,7 @@ export class PostgresStore implements Store {
         const exists = (await run('petExists', [order.petId])).length > 0
         return { refused: exists ? 'pet_not_available' : 'pet_not_found' }
       }
-      const values = [randomId('ord'), order.accountId, order.petId, order.expiresAt]
+      const values = [randomId('ord'), order.accountId, order.petId, order.holdMs]
       const placed = (await run<Order>('insertOrder', values))[0] as Order
       await this.#emit(run, order.accountId, 'order.placed', placed)
       if (idempotency) {

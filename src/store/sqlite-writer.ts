@@ -237,11 +237,12 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
     placeOrder(
       accountId: number,
       petId: number,
-      expiresAt: string,
+      holdMs: number,
       idempotency: IdempotencyRef | null,
       traceparent: string | null = null,
     ) {
       const at = now()
+      const expiresAt = new Date(Date.parse(at) + holdMs).toISOString()
       expireHeld(petId, at)
       if (sql.holdPet.run(petId).changes === 0) {
         return { refused: sql.petExists.get(petId) ? 'pet_not_available' : 'pet_not_found' } as PlaceOrderResult

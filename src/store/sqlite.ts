@@ -353,7 +353,7 @@ export class SqliteStore implements Store {
       'placeOrder',
       order.accountId,
       order.petId,
-      order.expiresAt,
+      order.holdMs,
       idempotency ?? null,
       this.#traceparent(),
     )

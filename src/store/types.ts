@@ -68,8 +68,8 @@ export type UpdatePetResult =
 export interface PlaceOrder {
   accountId: number
   petId: number
-  /** When the hold ends, unless the order is completed or canceled first. */
-  expiresAt: string
+  /** How long the hold lasts from the order's creation (its expiresAt − createdAt), unless completed or canceled first. */
+  holdMs: number
 }
 
 export type PlaceOrderResult =

@@ -1,5 +1,8 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
+import Fastify from 'fastify'
+import { loadConfig } from '../../src/config.ts'
+import stability from '../../src/plugins/stability.ts'
 import { bearer, build, errorBody, type TestApp } from '../helper.ts'
 import { until } from '../wait.ts'
 
@@ -273,7 +276,8 @@ describe('Store: orders and inventory (beta)', () => {
 })
 
 describe('Stability: experimental operations', () => {
-  const experimental = { level: 'experimental', feature: 'gizmos' } as const
+  // A test route under the one experimental feature there is (EXPERIMENTAL_FEATURE_NAMES).
+  const experimental = { level: 'experimental', feature: 'webhooks' } as const
   const withGizmo = (test: TestApp['app']) =>
     test.register(async (scope) => {
       if (!scope.offers(experimental)) return
@@ -285,7 +289,7 @@ describe('Stability: experimental operations', () => {
     const { secret } = await test.newKey()
     const response = await test.app.inject({
       url: '/v1/gizmos',
-      headers: { ...bearer(secret), 'animal-store-beta': 'gizmos' },
+      headers: { ...bearer(secret), 'animal-store-beta': 'webhooks' },
     })
     assert.equal(response.statusCode, 404)
     assert.equal(errorBody(response).code, 'not_found')
@@ -293,13 +297,24 @@ describe('Stability: experimental operations', () => {
   })
 
   it('enabled by EXPERIMENTAL_FEATURES: offered, marked experimental, and still opt-in per request', async (t) => {
-    const test = await build(t, { EXPERIMENTAL_FEATURES: 'gizmos' }, { setup: (app) => void withGizmo(app) })
-    const response = await test.app.inject({ url: '/v1/gizmos', headers: { 'animal-store-beta': 'gizmos' } })
+    const test = await build(t, { EXPERIMENTAL_FEATURES: 'webhooks' }, { setup: (app) => void withGizmo(app) })
+    const response = await test.app.inject({ url: '/v1/gizmos', headers: { 'animal-store-beta': 'webhooks' } })
     assert.equal(response.statusCode, 200)
     const refused = await test.app.inject({ url: '/v1/gizmos' })
     assert.equal(refused.statusCode, 400)
-    assert.match(errorBody(refused).message, /experimental: send the header "Animal-Store-Beta: gizmos"/)
+    assert.match(errorBody(refused).message, /experimental: send the header "Animal-Store-Beta: webhooks"/)
     const document = (await test.app.inject({ url: '/v1/openapi.json' })).json()
     assert.equal(document.paths['/gizmos'].get['x-stability'], 'experimental')
+  })
+
+  it('a route under an experimental feature operators cannot name does not start', async (t) => {
+    const app = Fastify()
+    t.after(() => app.close())
+    await app.register(stability, { config: loadConfig({}) })
+    const unnamed = { level: 'experimental', feature: 'gizmos' } as const
+    await assert.rejects(async () => {
+      app.get('/v1/gizmos', { config: { stability: unnamed } }, async () => ({}))
+      await app.ready()
+    }, /"gizmos" is missing from EXPERIMENTAL_FEATURE_NAMES/)
   })
 })

@@ -697,8 +697,7 @@ describe('updatePet: PATCH /v1/pets/{petId} (JSON Merge Patch) and the pet ETag'
     assert.equal(errorBody(pending).code, 'pending_by_order_only')
     assert.equal((await get()).json().status, 'available')
     // An order holds the pet (through the store: the order routes are another change).
-    const expiresAt = new Date(Date.now() + 3_600_000).toISOString()
-    const placed = await app.app.store.placeOrder({ accountId, petId: pet.id, expiresAt })
+    const placed = await app.app.store.placeOrder({ accountId, petId: pet.id, holdMs: 3_600_000 })
     assert.ok('placed' in placed)
     for (const status of ['available', 'sold']) {
       const held = await patch({ status, name: 'Max' })

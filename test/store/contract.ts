@@ -286,18 +286,19 @@ export function storeContract(name: string, open: OpenStore): void {
       const account = (await store.createAccount('buyer@example.com')) as { id: number }
       const pet = await store.createPet({ name: 'Rex', categoryId: 1 })
       const sold = await store.createPet({ name: 'Old', categoryId: 1, status: 'sold' })
-      const expiresAt = new Date(Date.now() + 60_000).toISOString()
-      const result = await store.placeOrder({ accountId: account.id, petId: pet.id, expiresAt })
+      const holdMs = 60_000
+      const result = await store.placeOrder({ accountId: account.id, petId: pet.id, holdMs })
       assert.ok('placed' in result)
       const order = result.placed
       assert.match(order.id, /^ord_[0-9A-Za-z]{16,}$/)
       assert.equal(order.petId, pet.id)
       assert.equal(order.status, 'placed')
-      assert.equal(order.expiresAt, expiresAt)
       assert.match(order.createdAt, ISO)
+      // The hold is measured from the order's own creation time, to the millisecond.
+      assert.equal(Date.parse(order.expiresAt) - Date.parse(order.createdAt), holdMs)
       assert.equal(order.updatedAt, order.createdAt)
       assert.equal((await store.getPet(pet.id))?.status, 'pending')
-      const again = { accountId: account.id, petId: pet.id, expiresAt }
+      const again = { accountId: account.id, petId: pet.id, holdMs }
       assert.deepEqual(await store.placeOrder(again), { refused: 'pet_not_available' })
       assert.deepEqual(await store.placeOrder({ ...again, petId: sold.id }), { refused: 'pet_not_available' })
       assert.deepEqual(await store.placeOrder({ ...again, petId: sold.id + 1000 }), { refused: 'pet_not_found' })
@@ -310,9 +311,8 @@ export function storeContract(name: string, open: OpenStore): void {
       const store = await open(t)
       const account = (await store.createAccount('race@example.com')) as { id: number }
       const pet = await store.createPet({ name: 'Rex', categoryId: 1 })
-      const expiresAt = new Date(Date.now() + 60_000).toISOString()
       const results = await Promise.all(
-        Array.from({ length: 20 }, () => store.placeOrder({ accountId: account.id, petId: pet.id, expiresAt })),
+        Array.from({ length: 20 }, () => store.placeOrder({ accountId: account.id, petId: pet.id, holdMs: 60_000 })),
       )
       assert.equal(results.filter((r) => 'placed' in r).length, 1)
       assert.equal(results.filter((r) => 'refused' in r && r.refused === 'pet_not_available').length, 19)
@@ -323,10 +323,10 @@ export function storeContract(name: string, open: OpenStore): void {
     it('orders: complete sells the pet, cancel frees it; repeats are no change; other moves conflict', async (t) => {
       const store = await open(t)
       const account = (await store.createAccount('t@example.com')) as { id: number }
-      const expiresAt = new Date(Date.now() + 60_000).toISOString()
+      const holdMs = 60_000
       const place = async () => {
         const pet = await store.createPet({ name: 'Rex', categoryId: 1 })
-        const result = await store.placeOrder({ accountId: account.id, petId: pet.id, expiresAt })
+        const result = await store.placeOrder({ accountId: account.id, petId: pet.id, holdMs })
         assert.ok('placed' in result)
         return result.placed
       }
@@ -353,20 +353,20 @@ export function storeContract(name: string, open: OpenStore): void {
     it('orders: an ended hold expires by the sweep or at the next move, and frees the pet', async (t) => {
       const store = await open(t)
       const account = (await store.createAccount('e@example.com')) as { id: number }
-      const past = new Date(Date.now() - 1000).toISOString()
+      const ended = -1000
       const a = await store.createPet({ name: 'A', categoryId: 1 })
       const b = await store.createPet({ name: 'B', categoryId: 1 })
       const c = await store.createPet({ name: 'C', categoryId: 1 })
       const placed = []
       for (const pet of [a, b, c]) {
-        const result = await store.placeOrder({ accountId: account.id, petId: pet.id, expiresAt: past })
+        const result = await store.placeOrder({ accountId: account.id, petId: pet.id, holdMs: ended })
         assert.ok('placed' in result)
         placed.push(result.placed)
       }
       // b: a move of an order whose hold ended finds it expired; c: a new order for its pet wins.
       const moved = await store.transitionOrder(account.id, (placed[1] as { id: string }).id, 'completed')
       assert.ok('refused' in moved && moved.refused === 'conflict' && moved.order.status === 'expired')
-      const reordered = await store.placeOrder({ accountId: account.id, petId: c.id, expiresAt: past })
+      const reordered = await store.placeOrder({ accountId: account.id, petId: c.id, holdMs: ended })
       assert.ok('placed' in reordered)
       const swept = await store.expireOrders(new Date().toISOString())
       assert.deepEqual(swept.map((o) => o.petId).sort(), [a.id, c.id].sort())
@@ -379,16 +379,16 @@ export function storeContract(name: string, open: OpenStore): void {
       const store = await open(t)
       const account = (await store.createAccount('l@example.com')) as { id: number }
       const other = (await store.createAccount('m@example.com')) as { id: number }
-      const expiresAt = new Date(Date.now() + 60_000).toISOString()
+      const holdMs = 60_000
       const ids: string[] = []
       for (let i = 0; i < 5; i++) {
         const pet = await store.createPet({ name: `p${i}`, categoryId: 1 })
-        const result = await store.placeOrder({ accountId: account.id, petId: pet.id, expiresAt })
+        const result = await store.placeOrder({ accountId: account.id, petId: pet.id, holdMs })
         assert.ok('placed' in result)
         ids.push(result.placed.id)
       }
       const otherPet = await store.createPet({ name: 'o', categoryId: 1 })
-      await store.placeOrder({ accountId: other.id, petId: otherPet.id, expiresAt })
+      await store.placeOrder({ accountId: other.id, petId: otherPet.id, holdMs })
       await store.transitionOrder(account.id, ids[0] as string, 'canceled')
       const first = await store.listOrders({ accountId: account.id, limit: 3 })
       assert.deepEqual(
@@ -428,8 +428,8 @@ export function storeContract(name: string, open: OpenStore): void {
       assert.deepEqual(await store.updatePet(pet.id, { status: 'pending' }), { refused: 'held' })
       assert.deepEqual(await store.updatePet(pet.id + 1000, { name: 'x' }), { refused: 'not_found' })
       const account = (await store.createAccount('p@example.com')) as { id: number }
-      const expiresAt = new Date(Date.now() + 60_000).toISOString()
-      assert.ok('placed' in (await store.placeOrder({ accountId: account.id, petId: pet.id, expiresAt })))
+      const holdMs = 60_000
+      assert.ok('placed' in (await store.placeOrder({ accountId: account.id, petId: pet.id, holdMs })))
       assert.deepEqual(await store.updatePet(pet.id, { status: 'sold' }), { refused: 'held' })
       const held = await store.updatePet(pet.id, { categoryId: 2 })
       assert.ok('updated' in held && held.updated.pet.status === 'pending' && held.updated.pet.categoryId === 2)

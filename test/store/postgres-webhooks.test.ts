@@ -248,8 +248,8 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
         account: string
         body: string
       }[]
-    const place = async (accountId: number, petId: number, expiresAt = future()) => {
-      const result = await store.placeOrder({ accountId, petId, expiresAt })
+    const place = async (accountId: number, petId: number, holdMs = 3_600_000) => {
+      const result = await store.placeOrder({ accountId, petId, holdMs })
       assert.ok('placed' in result)
       return result.placed
     }
@@ -276,7 +276,7 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
     assert.equal(JSON.parse((await events())[1]?.body as string).data.status, 'completed')
 
     // Bob's expired hold on p4 expires when Alice orders p4: Bob's event, then Alice's.
-    const bobs = await place(bob, p4, new Date(Date.now() + 50).toISOString())
+    const bobs = await place(bob, p4, 50)
     await sleep(100)
     const alices = await place(alice, p4)
     const [expiredInPlace, placedAfter] = (await events()).slice(4)
@@ -290,7 +290,7 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
     assert.equal(placedAfter?.body, eventBody('order.placed', alices.updatedAt, alices))
 
     // An expired hold met by transitionOrder.
-    const short = await place(alice, p5, new Date(Date.now() + 50).toISOString())
+    const short = await place(alice, p5, 50)
     await sleep(100)
     const refused = await store.transitionOrder(alice, short.id, 'completed')
     assert.ok('refused' in refused && refused.refused === 'conflict')
@@ -300,8 +300,8 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
     // The sweep: one event per expired order, for its own account (none for Carol's).
     await store.transitionOrder(alice, alices.id, 'canceled')
     const before = (await events()).length
-    const a = await place(alice, p4, new Date(Date.now() + 50).toISOString())
-    const b = await place(bob, p5, new Date(Date.now() + 50).toISOString())
+    const a = await place(alice, p4, 50)
+    const b = await place(bob, p5, 50)
     await sleep(100)
     const swept = await store.expireOrders(new Date().toISOString())
     assert.deepEqual(swept.map((o) => o.id).sort(), [a.id, b.id].sort())
