@@ -128,9 +128,10 @@ async function supervise(config: Config): Promise<void> {
     worker.once('listening', () => (listening = true))
     worker.on('exit', async (code, signal) => {
       if (stopping) return
-      // A worker that never got to listen (port taken, database gone) would fail again: stop, as one
-      // process does, and let the supervisor decide (decision 30).
-      if (!listening) {
+      // A worker that gave up before it listened (port taken, database gone) would fail again: stop,
+      // as one process does, and let the supervisor decide (decision 30). One killed by a signal
+      // while starting (SIGKILL, the OOM killer) says nothing of the next one: start another.
+      if (!listening && signal === null) {
         return stop(`worker ${worker.process.pid} could not start (${signal ?? code}); stopping workers`, 1)
       }
       log(40, `worker ${worker.process.pid} exited (${signal ?? code}); starting another`)

@@ -1,10 +1,12 @@
 import assert from 'node:assert/strict'
+import { execFileSync } from 'node:child_process'
 import type { AddressInfo } from 'node:net'
 import { createServer } from 'node:net'
 import { hostname } from 'node:os'
 import { describe, it } from 'node:test'
 import { testDatabaseUrl } from './helper.ts'
-import { cliKey, runServer, startServer } from './processes.ts'
+import { cliKey, freePort, runServer, startServer } from './processes.ts'
+import { until } from './wait.ts'
 
 describe('WORKERS: several processes on one machine (scale-out point 4)', () => {
   it('serves one port from WORKERS processes that all write safely to the database, and stops them all on SIGTERM', async (t) => {
@@ -60,6 +62,46 @@ describe('WORKERS: several processes on one machine (scale-out point 4)', () => 
     assert.match(exit.stdout, /could not start/)
     // Nothing sent a signal: the log must not say one came.
     assert.doesNotMatch(exit.stdout, /received SIG/)
+  })
+
+  it('a worker killed while it starts is replaced, as one killed later is: the service stays up', async (t) => {
+    // A port of its own: with port 0, workers that listen after all others died get a new one.
+    const env = {
+      DATABASE_URL: await testDatabaseUrl(t),
+      WORKERS: '2',
+      LOG_LEVEL: 'info',
+      PORT: String(await freePort()),
+    }
+    const server = await startServer(t, env)
+    const workers = () =>
+      execFileSync('pgrep', ['-P', String(server.child.pid)], { encoding: 'utf8' })
+        .trim()
+        .split('\n')
+        .map(Number)
+    const before = new Set(workers())
+    const [first] = before
+    process.kill(first as number, 'SIGKILL')
+    // Its replacement is forked at once (or after CRASH_LOOP_MS): kill it before it listens.
+    const replacement = await until('a replacement forked', () =>
+      workers().find((pid) => pid !== first && !before.has(pid)),
+    )
+    process.kill(replacement, 'SIGKILL')
+    await server.waitForLog((line) => String(line.msg).includes(`worker ${replacement} exited (SIGKILL)`), 15_000)
+    const answered = await until(
+      'served by a third worker too',
+      async () => {
+        const now = workers()
+        return now.length === 2 && now.every((pid) => pid !== first && pid !== replacement) ? now : null
+      },
+      { timeoutMs: 20_000 },
+    )
+    const health = await fetch(`${server.url}/healthz`).then(
+      (r) => r.status,
+      (e: Error) => String(e.cause ?? e),
+    )
+    assert.equal(health, 200, server.output())
+    assert.equal(await server.stop('SIGTERM'), 0, server.output())
+    t.diagnostic(`killed ${first}, then its replacement ${replacement} while starting; now ${answered.join(', ')}`)
   })
 
   it('a SIGTERM while the workers are still starting stops them all and exits 0', async (t) => {
