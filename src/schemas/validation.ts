@@ -112,6 +112,12 @@ function describe(part: string, error: ErrorObject): string {
       return `${field} must be at most ${p.limit} characters long`
     case 'pattern':
       return `${field} is invalid${schema.description ? `: ${schema.description}` : ''}`
+    case 'minItems':
+      return `${field} must have at least ${p.limit} item${p.limit === 1 ? '' : 's'}`
+    case 'maxItems':
+      return `${field} must have at most ${p.limit} item${p.limit === 1 ? '' : 's'}`
+    case 'uniqueItems':
+      return `${field} must not repeat an item (items ${Math.min(Number(p.i), Number(p.j))} and ${Math.max(Number(p.i), Number(p.j))} are the same)`
     default:
       return `${field} ${error.message ?? 'is invalid'}`
   }

@@ -143,6 +143,14 @@ describe('Webhook endpoints (experimental)', () => {
       assert.equal(response.statusCode, 400, JSON.stringify(body))
       assert.equal(errorBody(response).code, 'validation_failed', JSON.stringify(body))
     }
+    // Said in words, not the validator's ("must NOT have fewer than 1 items").
+    const messageFor = async (events: unknown[]) =>
+      errorBody(await call('POST', '/webhook-endpoints', { ...NEW, events })).message
+    assert.equal(await messageFor([]), 'body.events must have at least 1 item')
+    assert.equal(
+      await messageFor(['order.placed', 'order.placed']),
+      'body.events must not repeat an item (items 0 and 1 are the same)',
+    )
     assert.equal((await call('POST', '/webhook-endpoints', { ...NEW, description: 'x'.repeat(200) })).statusCode, 201)
   })
 
