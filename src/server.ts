@@ -19,6 +19,8 @@ import { openStore } from './store/index.ts'
 
 /** A worker that dies sooner than this after starting is restarted only after a pause. */
 const CRASH_LOOP_MS = 5000
+/** Workers in a row killed before they listened (an OOM kill at every start, say): then stop. */
+const EARLY_KILLS = 3
 
 /**
  * Log lines are buffered and written in chunks of about 4 KiB, at least every second: one write per line
@@ -121,7 +123,8 @@ async function supervise(config: Config): Promise<void> {
     if (level < threshold) return
     console.log(JSON.stringify({ level, time: Date.now(), pid: process.pid, hostname: host, msg: message }))
   }
-  const fork = () => {
+  /** `earlyKills`: how many workers in a row before this one were killed before they listened. */
+  const fork = (earlyKills = 0) => {
     const worker = cluster.fork()
     const started = Date.now()
     let listening = false
@@ -130,13 +133,14 @@ async function supervise(config: Config): Promise<void> {
       if (stopping) return
       // A worker that gave up before it listened (port taken, database gone) would fail again: stop,
       // as one process does, and let the supervisor decide (decision 30). One killed by a signal
-      // while starting (SIGKILL, the OOM killer) says nothing of the next one: start another.
-      if (!listening && signal === null) {
+      // while starting (SIGKILL, the OOM killer) may not recur: start another, unless EARLY_KILLS in a row were.
+      const kills = listening ? 0 : earlyKills + 1
+      if (!listening && (signal === null || kills >= EARLY_KILLS)) {
         return stop(`worker ${worker.process.pid} could not start (${signal ?? code}); stopping workers`, 1)
       }
       log(40, `worker ${worker.process.pid} exited (${signal ?? code}); starting another`)
       if (Date.now() - started < CRASH_LOOP_MS) await sleep(CRASH_LOOP_MS)
-      if (!stopping) fork()
+      if (!stopping) fork(kills)
     })
   }
 

@@ -87,6 +87,8 @@ describe('WORKERS: several processes on one machine (scale-out point 4)', () => 
     )
     process.kill(replacement, 'SIGKILL')
     await server.waitForLog((line) => String(line.msg).includes(`worker ${replacement} exited (SIGKILL)`), 15_000)
+    // Killed before it listened: else this is the case of a worker that dies later.
+    assert.ok(!server.logs().some((line) => line.pid === replacement && line.msg === 'serving'), server.output())
     const answered = await until(
       'served by a third worker too',
       async () => {

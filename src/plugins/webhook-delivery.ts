@@ -5,6 +5,7 @@
  * takes them over: every event reaches its endpoints at least once. Where the operator has the
  * `webhooks` feature off, nothing is sent: deliveries wait, visible in the outbox (decision 96).
  */
+import { setMaxListeners } from 'node:events'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
 import { tracedDeliveries, traceHeaders } from '../observability/tracing.ts'
@@ -53,6 +54,9 @@ export default fp<{ config: Config }>(
     let closing = false
     let nudged: NodeJS.Timeout | null = null
     const shutDown = new AbortController()
+    // Each attempt in flight listens to it: more than the default 10 is no leak.
+    setMaxListeners(CONCURRENCY + 1, shutDown.signal)
+    let cut: NodeJS.Timeout | null = null
 
     const attempt = async (delivery: ClaimedDelivery): Promise<SendResult> => {
       const started = new Date()
@@ -66,7 +70,10 @@ export default fp<{ config: Config }>(
         signal: shutDown.signal,
       })
       const gone = result.status === 410
-      const delay = result.delivered || gone ? null : retryDelayMs(delivery.attempts, config.webhookRetryScheduleMs)
+      // Cut short by the shutdown: not the endpoint's failure, so never its last one; due again at once.
+      const shutOut = shutDown.signal.aborted && result.status === null
+      const delay =
+        result.delivered || gone ? null : shutOut ? 0 : retryDelayMs(delivery.attempts, config.webhookRetryScheduleMs)
       const recorded = await store.recordDelivery({
         id: delivery.id,
         lease: delivery.lease,
@@ -110,7 +117,8 @@ export default fp<{ config: Config }>(
       try {
         do {
           again = false
-          while (!closing && sending.size < CONCURRENCY && (await store.deliveriesDue())) {
+          // Once attempts are being cut short, none is claimed: it would be cut at once, and claimed again.
+          while (!closing && !shutDown.signal.aborted && sending.size < CONCURRENCY && (await store.deliveriesDue())) {
             const claimed = await store.claimDeliveries(CONCURRENCY - sending.size, leaseMs)
             if (claimed.length === 0) break
             for (const delivery of claimed) {
@@ -159,17 +167,21 @@ export default fp<{ config: Config }>(
       if (request.method !== 'GET' && request.method !== 'HEAD' && reply.statusCode < 300) nudge()
       done()
     })
+    // Counted from when the shutdown begins, not from onClose, which runs once requests have drained.
+    app.addHook('preClose', (done) => {
+      cut = setTimeout(() => shutDown.abort(), config.shutdownTimeoutMs * SHUTDOWN_SHARE)
+      done()
+    })
     app.addHook('onClose', async () => {
       closing = true
       clearInterval(timer)
       if (nudged !== null) clearTimeout(nudged)
       // Attempts under way, including those a pass claimed as closing began, finish and are
       // recorded before the store closes; those still unanswered after their share are cut short.
-      const cut = setTimeout(() => shutDown.abort(), config.shutdownTimeoutMs * SHUTDOWN_SHARE)
       await polling
       await passing
       while (sending.size > 0) await Promise.allSettled([...sending])
-      clearTimeout(cut)
+      if (cut !== null) clearTimeout(cut)
       closeWebhookAgents()
     })
   },

@@ -198,8 +198,9 @@ const SQL = {
     INSERT INTO deliveries (id, event_seq, endpoint_seq, message_seq, status, next_attempt_at, created_at)
     SELECT t.id, event.seq, t.endpoint, $7, 'pending', now(), now()
     FROM event, unnest($5::bigint[], $6::text[]) AS t(endpoint, id)`,
-  // The account's row lock makes creates for one account take turns, so that the count holds.
-  lockAccount: 'SELECT id FROM accounts WHERE id = $1 FOR UPDATE',
+  // The account's row lock makes creates for one account take turns, so that the count holds
+  // (NO KEY: inserts that only reference the account, checked under KEY SHARE, do not wait).
+  lockAccount: 'SELECT id FROM accounts WHERE id = $1 FOR NO KEY UPDATE',
   countEndpoints: 'SELECT count(*)::int AS count FROM webhook_endpoints WHERE account_id = $1 AND deleted_at IS NULL',
   insertEndpoint: `INSERT INTO webhook_endpoints (id, account_id, url, events, description, secret, created_at)
     VALUES ($1, $2, $3, $4, $5, $6, now()) RETURNING ${ENDPOINT_COLUMNS}`,

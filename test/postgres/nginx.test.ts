@@ -248,6 +248,9 @@ describe('Behind nginx (deploy/nginx/animal-store.conf), two instances on one Po
       [down.status, JSON.parse(down.body).code, down.headers['retry-after']],
       [503, 'service_unavailable', '5'],
     )
+    // A keyed POST goes through @idempotent (one error_page already): the same answer.
+    const keyedDown = await fromB('POST', '/v1/pets', { ...json(key), 'idempotency-key': 'down' }, '{}')
+    assert.deepEqual([keyedDown.status, JSON.parse(keyedDown.body).code], [503, 'service_unavailable'])
   })
 
   it('restarting each instance in turn (SIGTERM, start on the same port) under load fails no request (POSTs with an Idempotency-Key)', async (t) => {
