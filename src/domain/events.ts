@@ -3,8 +3,17 @@
  * each retry sends the same bytes. Standard Webhooks' payload shape: `type`, `timestamp`, `data`
  * (the resource as the API returns it) (decision 86).
  */
-import type { EventType } from '../schemas/webhooks.ts'
 import type { Scope } from './scopes.ts'
+
+/** What an endpoint can subscribe to; each event's `data` is the resource as the API returns it. */
+export const EVENT_TYPES = [
+  'message.created',
+  'order.placed',
+  'order.completed',
+  'order.canceled',
+  'order.expired',
+] as const
+export type EventType = (typeof EVENT_TYPES)[number]
 
 /** An event carries its resource: subscribing to it reads that resource (decision 97). */
 const SCOPE_TO_RECEIVE: Record<EventType, Scope> = {

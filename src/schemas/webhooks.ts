@@ -1,22 +1,15 @@
 import Type from 'typebox'
+import { EVENT_TYPES } from '../domain/events.ts'
 import type { Stability } from '../plugins/stability.ts'
 import { PageLimit } from './common.ts'
+
+export { EVENT_TYPES, type EventType } from '../domain/events.ts'
 
 /** Every webhook operation, and its schemas in the document, exist only where the operator offers them. */
 export const WEBHOOKS_STABILITY: Stability = { level: 'experimental', feature: 'webhooks' }
 
 /** Endpoints one account may have at once. */
 export const MAX_WEBHOOK_ENDPOINTS = 16
-
-/** What an endpoint can subscribe to; each event's `data` is the resource as the API returns it. */
-export const EVENT_TYPES = [
-  'message.created',
-  'order.placed',
-  'order.completed',
-  'order.canceled',
-  'order.expired',
-] as const
-export type EventType = (typeof EVENT_TYPES)[number]
 
 const timestamp = (description: string) =>
   Type.String({
