@@ -1,37 +1,86 @@
 /**
- * `npm test`: the whole suite on SQLite, then again on PostgreSQL.
+ * `npm test`: the whole suite, on SQLite and on PostgreSQL, the two halves side by side.
+ * `npm run test:quick`: the edit loop's tier: unit, route and store-contract tests, SQLite only.
+ * `npm test -- test/x.test.ts …`: just those files, on both databases.
+ *
+ * A file that never reaches the test database (it imports neither test/helper.ts nor
+ * test/processes.ts, directly or through another test module) runs once, in the SQLite half.
  *
  * The PostgreSQL half uses TEST_POSTGRES_URL (default postgres://postgres@127.0.0.1:5432/test),
- * each test in a schema of its own. When TEST_POSTGRES_URL is set the server must answer (CI sets
- * it); when it is not set and no server answers at the default address, that half is skipped and
- * the run says so.
+ * each test in a schema of its own; a missing database on a server that answers is created. When
+ * TEST_POSTGRES_URL is set the server must answer (CI sets it); when it is not set and no server
+ * answers at the default address, that half is not run and the run says so.
  *
  * The whole suite measures coverage of src/ with Node's own (--experimental-test-coverage), in
  * each half, and fails a half below COVERAGE_FLOOR. It counts the code the test processes run and
  * the code of the child processes they start (the server, the CLI), which inherit the runner's
  * NODE_V8_COVERAGE and write their share when they exit; a child killed with SIGKILL writes none.
- * A run of named files (`npm test -- test/x.test.ts`) measures nothing: a part cannot meet a floor
- * set for the whole. Each half also writes an lcov report to coverage/<database>.lcov.info.
+ * A run of named files, or the quick tier, measures nothing: a part cannot meet a floor set for the
+ * whole. Each half also writes an lcov report to coverage/<database>.lcov.info.
  */
-import { spawnSync } from 'node:child_process'
-import { globSync, mkdirSync } from 'node:fs'
+import { spawn } from 'node:child_process'
+import { createWriteStream, globSync, mkdirSync, readFileSync } from 'node:fs'
+import { dirname, join, relative, resolve } from 'node:path'
+
+type Database = 'sqlite' | 'postgres'
 
 const DEFAULT_POSTGRES_URL = 'postgres://postgres@127.0.0.1:5432/test'
 const explicit = process.env.TEST_POSTGRES_URL
 const postgresUrl = explicit || DEFAULT_POSTGRES_URL
-const only = process.argv.slice(2) // `npm test -- test/routes/pets.test.ts` runs just those files
+const args = process.argv.slice(2)
+const quick = args.includes('--quick')
+const only = args.filter((arg) => arg !== '--quick') // `npm test -- test/routes/pets.test.ts` runs just those
 
-const all = (only.length > 0 ? only : globSync('test/**/*.test.ts')).sort()
-/** Percentages measured on both halves (see the README's "Developing"), rounded down, less a point or two. */
+/** The edit loop's tier: what runs in-process against the app and the store, no server processes. */
+const QUICK = [
+  'test/domain/',
+  'test/routes/',
+  'test/plugins/',
+  'test/store/sqlite.test.ts',
+  'test/webhooks/',
+  'test/errors.test.ts',
+  'test/config.test.ts',
+]
+/** Percentages measured on both halves (see docs/testing.md), rounded down, less a point or two. */
 const COVERAGE_FLOOR = { lines: 96, branches: 91, functions: 92 }
-const coverage = only.length === 0 && process.env.TEST_COVERAGE !== '0'
+const coverage = only.length === 0 && !quick && process.env.TEST_COVERAGE !== '0'
+/** Files each half runs at once: most tests wait on sockets, timers and child processes, not the CPU. */
+const CONCURRENCY = Number(process.env.TEST_CONCURRENCY) || 3
 
-const OTHER_STORE = {
+const OTHER_STORE: Record<Database, string[]> = {
   sqlite: ['src/store/postgres.ts'],
   postgres: ['src/store/sqlite.ts', 'src/store/sqlite-writer.ts'],
 }
+const ONLY_FOR: Record<Database, string[]> = {
+  sqlite: ['test/store/sqlite.test.ts'],
+  postgres: ['test/store/postgres.test.ts', 'test/store/postgres-webhooks.test.ts', 'test/postgres/'],
+}
 
-function coverageArgs(database: 'sqlite' | 'postgres'): string[] {
+let all = (only.length > 0 ? only : globSync('test/**/*.test.ts')).map((file) => relative('.', file)).sort()
+if (quick) all = all.filter((file) => QUICK.some((prefix) => file.startsWith(prefix)))
+
+/** Whether `file` reaches the test database: it imports test/helper.ts or test/processes.ts, at any depth. */
+function usesDatabase(file: string, seen = new Set<string>()): boolean {
+  if (seen.has(file)) return false
+  seen.add(file)
+  const source = readFileSync(file, 'utf8')
+  for (const [, specifier] of source.matchAll(/(?:from|import\()\s*'(\.{1,2}\/[^']+\.ts)'/g)) {
+    const target = relative('.', resolve(dirname(file), specifier as string))
+    if (!target.startsWith('test/')) continue
+    if (target === join('test', 'helper.ts') || target === join('test', 'processes.ts')) return true
+    if (usesDatabase(target, seen)) return true
+  }
+  return false
+}
+
+function files(database: Database): string[] {
+  const other = ONLY_FOR[database === 'sqlite' ? 'postgres' : 'sqlite']
+  return all.filter(
+    (file) => !other.some((prefix) => file.startsWith(prefix)) && (database === 'sqlite' || usesDatabase(file)),
+  )
+}
+
+function coverageArgs(database: Database): string[] {
   if (!coverage) return []
   mkdirSync('coverage', { recursive: true })
   return [
@@ -50,59 +99,91 @@ function coverageArgs(database: 'sqlite' | 'postgres'): string[] {
   ]
 }
 
-const onlyFor = {
-  sqlite: ['test/store/sqlite.test.ts'],
-  postgres: ['test/store/postgres.test.ts', 'test/store/postgres-webhooks.test.ts', 'test/postgres/'],
-}
-const files = (database: 'sqlite' | 'postgres') => {
-  const other = onlyFor[database === 'sqlite' ? 'postgres' : 'sqlite']
-  return all.filter((file) => !other.some((prefix) => file.startsWith(prefix)))
-}
+const title = (database: Database) => (database === 'sqlite' ? 'SQLite' : `PostgreSQL (${postgresUrl})`)
 
-function run(database: 'sqlite' | 'postgres'): boolean {
-  // Named files all of the other database: nothing to run here (node --test given none runs all).
-  if (files(database).length === 0) return true
-  console.log(`\n━━━ ${database === 'sqlite' ? 'SQLite' : `PostgreSQL (${postgresUrl})`} ━━━\n`)
+/**
+ * Runs one half. The first half streams to the terminal; the other is written to a log and printed
+ * whole once it ends, so that the two never interleave.
+ */
+function run(database: Database, live: boolean): Promise<{ ok: boolean; print: () => void }> {
+  const list = files(database)
+  if (list.length === 0) return Promise.resolve({ ok: true, print: () => {} })
   const env = { ...process.env, TEST_DATABASE: database, TEST_POSTGRES_URL: postgresUrl }
-  const result = spawnSync(
+  const heading = `\n━━━ ${title(database)}: ${list.length} files ━━━\n`
+  const log = join('coverage', `${database}.log`)
+  if (live) console.log(heading)
+  else mkdirSync('coverage', { recursive: true })
+  const child = spawn(
     process.execPath,
-    ['--test', '--test-concurrency=2', ...coverageArgs(database), ...files(database)],
-    {
-      env,
-      stdio: 'inherit',
-    },
+    ['--test', `--test-concurrency=${CONCURRENCY}`, ...coverageArgs(database), ...list],
+    { env, stdio: live ? 'inherit' : ['ignore', 'pipe', 'pipe'] },
   )
-  return result.status === 0
+  if (!live) {
+    const out = createWriteStream(log)
+    child.stdout?.pipe(out)
+    child.stderr?.pipe(out)
+  }
+  return new Promise((done) => {
+    child.on('close', (code) =>
+      done({
+        ok: code === 0,
+        print: () => {
+          if (live) return
+          console.log(heading)
+          process.stdout.write(readFileSync(log))
+        },
+      }),
+    )
+  })
 }
 
-async function postgresAnswers(): Promise<string | null> {
+/** Null when the PostgreSQL half can run; else why not. Creates the database when only it is missing. */
+async function postgresReady(): Promise<string | null> {
   const pg = await import('pg').catch(() => null)
   if (!pg) return "the optional dependency 'pg' is not installed"
-  const client = new pg.default.Client({ connectionString: postgresUrl, connectionTimeoutMillis: 3000 })
-  try {
+  const connect = async (url: string) => {
+    const client = new pg.default.Client({ connectionString: url, connectionTimeoutMillis: 3000 })
     await client.connect()
-    await client.query('SELECT 1')
+    return client
+  }
+  try {
+    const client = await connect(postgresUrl)
+    await client.end()
     return null
   } catch (error) {
-    return String(error)
-  } finally {
-    await client.end().catch(() => {})
+    // 3D000: the server answers, the database is not there. Make it, from the server's own database.
+    if ((error as { code?: string }).code !== '3D000') return String(error)
+    const url = new URL(postgresUrl)
+    const name = decodeURIComponent(url.pathname.slice(1))
+    url.pathname = '/postgres'
+    try {
+      const admin = await connect(url.toString())
+      await admin.query(`CREATE DATABASE "${name.replaceAll('"', '""')}"`).finally(() => admin.end())
+      console.log(`━━━ Created the PostgreSQL database "${name}" for the tests.`)
+      return null
+    } catch (createError) {
+      return `the database "${name}" does not exist and could not be created (${createError}); create it with: createdb ${name}`
+    }
   }
 }
 
-const sqliteOk = run('sqlite')
-const problem = await postgresAnswers()
+const problem = quick ? 'not in the quick tier' : await postgresReady()
+const halves: Promise<{ ok: boolean; print: () => void }>[] = [run('sqlite', true)]
 let postgresOk = true
-if (problem && !explicit) {
-  console.log(
-    `\n━━━ PostgreSQL half NOT RUN: no server answered at ${postgresUrl} (${problem}).\n` +
-      '    Only the SQLite half ran. To run the PostgreSQL half, start PostgreSQL or set\n' +
-      '    TEST_POSTGRES_URL=postgres://user@host:port/database and run npm test again.\n',
-  )
+if (problem && (quick || !explicit)) {
+  if (!quick) {
+    console.log(
+      `\n━━━ PostgreSQL half NOT RUN: ${postgresUrl} did not answer (${problem}).\n` +
+        '    Only the SQLite half runs. To run the PostgreSQL half, start PostgreSQL or set\n' +
+        '    TEST_POSTGRES_URL=postgres://user@host:port/database and run npm test again.\n',
+    )
+  }
 } else if (problem) {
   console.log(`\n━━━ PostgreSQL half FAILED: TEST_POSTGRES_URL=${postgresUrl} does not answer (${problem}).\n`)
   postgresOk = false
 } else {
-  postgresOk = run('postgres')
+  halves.push(run('postgres', false))
 }
-process.exitCode = sqliteOk && postgresOk ? 0 : 1
+const results = await Promise.all(halves)
+for (const result of results) result.print()
+process.exitCode = results.every((result) => result.ok) && postgresOk ? 0 : 1

@@ -174,8 +174,8 @@ describe('Messages: GET /v1/messages and /v1/messages/{messageId}', () => {
 
   it('filters by status, the cursor keeping the filter; a cursor of another filter or list is 400', async (t) => {
     const { test, secret } = await withMessages(t, ['old1', 'old2', 'old3'])
-    // No endpoint subscribes to message.created: the sweep fails them.
-    assert.equal(await test.app.store.failUnsubscribedMessages(), 3)
+    // No endpoint subscribes to message.created: the sweep fails them (the app's own sweep may be first).
+    await test.app.store.failUnsubscribedMessages()
     for (const message of ['new1', 'new2']) {
       await test.app.inject({ method: 'POST', url: '/v1/messages', headers: bearer(secret), payload: { message } })
     }
