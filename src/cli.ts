@@ -56,7 +56,7 @@ const USAGE = `Usage: animal-store <command>
                                                   while the service runs (PostgreSQL: use pg_dump).
   help                                            Show this help.
 
-Uses DATABASE_URL and DEPLOYMENT like the server (see README).
+Uses DATABASE_URL and DEPLOYMENT like the server (see docs/configuration.md).
 Exit status: 0 done, 1 failed (the reason on stderr), 2 the command line is wrong.`
 
 /** Thrown for a command that cannot be done (no such account, bad password input): one line, exit 1. */

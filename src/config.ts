@@ -272,7 +272,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   // Workers share their listening ports (node:cluster): each scrape would reach one worker at random,
   // and each worker's numbers are its own.
   if (e.METRICS_PORT !== undefined && Number(e.WORKERS) > 1) {
-    throw new ConfigError('Invalid configuration: METRICS_PORT cannot be used with WORKERS above 1 (see README)')
+    throw new ConfigError(
+      'Invalid configuration: METRICS_PORT cannot be used with WORKERS above 1 (see docs/configuration.md)',
+    )
   }
   return toConfig(e as Env, trustProxy, retrySchedule)
 }

@@ -1,7 +1,7 @@
 /**
  * Every error the API can return, declared once: its `code`, HTTP status and default message.
- * The README's error table and the OpenAPI `Error.code` enum are generated from this list
- * (test/errors.test.ts keeps the README in step). Clients branch on `code`, never on `message`.
+ * The OpenAPI `Error.code` enum is generated from this list, and the error table of docs/api.md
+ * follows it (test/errors.test.ts keeps the two in step). Clients branch on `code`, never on `message`.
  */
 export const ERRORS = {
   bad_request: [400, 'The request is malformed.'],

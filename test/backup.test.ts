@@ -1,7 +1,7 @@
 /**
  * `animal-store backup <file>`, run for real: the CLI as a child process beside a real server
  * process writing to the same SQLite file under concurrent POST /v1/pets, then a new server
- * started on the copy, restored as the README says. SQLite only: PostgreSQL is backed up with
+ * started on the copy, restored as docs/operations.md says. SQLite only: PostgreSQL is backed up with
  * pg_dump, which the CLI only names.
  */
 import assert from 'node:assert/strict'
@@ -67,7 +67,7 @@ describe('CLI: backup under load (SQLite)', { skip: SQLITE_ONLY }, () => {
     assert.deepEqual(readdirSync(join(dir, 'backups')), ['copy.db'], 'the backup left other files')
     await server.stop('SIGTERM')
 
-    // Restore as the README says: the copy at the DATABASE_URL path, with no -wal or -shm beside it.
+    // Restore as docs/operations.md says: the copy at the DATABASE_URL path, with no -wal or -shm beside it.
     const restoredPath = join(tempDir(t), 'restored.db')
     copyFileSync(target, restoredPath)
     const restoredEnv = { DATABASE_URL: `sqlite:${restoredPath}`, RATE_LIMIT: '0' }

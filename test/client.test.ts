@@ -1,6 +1,6 @@
 /**
  * The typed client (animal-store/client): generated from the served OpenAPI document and kept
- * current, shown in the README by a quickstart that runs verbatim, able to walk every page, and
+ * current, shown in docs/client.md by a quickstart that runs verbatim, able to walk every page, and
  * opting in to the beta operations (orders) by itself.
  */
 import assert from 'node:assert/strict'
@@ -21,15 +21,17 @@ import {
 import { CLIENT_TYPES_FILE, generateClientTypes, servedDocument } from '../scripts/generate-client.ts'
 import { bearer, build, errorBody, testDatabaseUrl } from './helper.ts'
 import { cliKey, ROOT, runNode, startServer } from './processes.ts'
-import { assertShows, codeBlocks, readmeSection } from './readme.ts'
+import { assertShows, codeBlocks, docSection } from './readme.ts'
 import { until } from './wait.ts'
 
-/** A README section of the typed client (client-quickstart, client-orders): its code and promised output. */
-function readmeQuickstart(section = 'client-quickstart'): { code: string; output: string[] } {
-  const blocks = codeBlocks(readmeSection(section))
+const CLIENT_PAGE = 'docs/client.md'
+
+/** A section of docs/client.md (client-quickstart, client-orders): its code and promised output. */
+function pageQuickstart(section = 'client-quickstart'): { code: string; output: string[] } {
+  const blocks = codeBlocks(docSection(CLIENT_PAGE, section))
   const code = blocks.find((block) => block.lang === 'ts')?.body
   const output = blocks.find((block) => block.lang === 'text')?.body
-  assert.ok(code && output, `the README section ${section} lacks its code or its output`)
+  assert.ok(code && output, `the ${CLIENT_PAGE} section ${section} lacks its code or its output`)
   return { code, output: output.trimEnd().split('\n') }
 }
 
@@ -40,12 +42,12 @@ describe('Typed client: generated from the served OpenAPI document', () => {
   })
 })
 
-describe('Typed client: the README quickstart', () => {
-  it('the README shows examples/quickstart.ts verbatim', () => {
-    assert.equal(readmeQuickstart().code, readFileSync(join(ROOT, 'examples/quickstart.ts'), 'utf8'))
+describe('Typed client: the quickstart of docs/client.md', () => {
+  it('docs/client.md shows examples/quickstart.ts verbatim', () => {
+    assert.equal(pageQuickstart().code, readFileSync(join(ROOT, 'examples/quickstart.ts'), 'utf8'))
   })
 
-  it('runs with npx node examples/quickstart.ts against a fresh server and prints what the README says', {
+  it('runs with npx node examples/quickstart.ts against a fresh server and prints what docs/client.md says', {
     timeout: 60_000,
   }, async (t) => {
     const databaseUrl = await testDatabaseUrl(t)
@@ -53,16 +55,16 @@ describe('Typed client: the README quickstart', () => {
     const apiKey = await cliKey({ DATABASE_URL: databaseUrl })
     const run = await runNode(['examples/quickstart.ts'], { API_KEY: apiKey, ANIMAL_STORE_URL: `${server.url}/v1` })
     assert.equal(run.code, 0, run.stderr)
-    assertShows(run.stdout, readmeQuickstart().output, 'the quickstart')
+    assertShows(run.stdout, pageQuickstart().output, 'the quickstart')
   })
 })
 
-describe('Typed client: the README orders example', () => {
-  it('the README shows examples/orders.ts verbatim', () => {
-    assert.equal(readmeQuickstart('client-orders').code, readFileSync(join(ROOT, 'examples/orders.ts'), 'utf8'))
+describe('Typed client: the orders example of docs/client.md', () => {
+  it('docs/client.md shows examples/orders.ts verbatim', () => {
+    assert.equal(pageQuickstart('client-orders').code, readFileSync(join(ROOT, 'examples/orders.ts'), 'utf8'))
   })
 
-  it('runs with npx node examples/orders.ts against a fresh server and prints what the README says', {
+  it('runs with npx node examples/orders.ts against a fresh server and prints what docs/client.md says', {
     timeout: 60_000,
   }, async (t) => {
     const databaseUrl = await testDatabaseUrl(t)
@@ -70,7 +72,7 @@ describe('Typed client: the README orders example', () => {
     const apiKey = await cliKey({ DATABASE_URL: databaseUrl })
     const run = await runNode(['examples/orders.ts'], { API_KEY: apiKey, ANIMAL_STORE_URL: `${server.url}/v1` })
     assert.equal(run.code, 0, run.stderr)
-    assertShows(run.stdout, readmeQuickstart('client-orders').output, 'the orders example')
+    assertShows(run.stdout, pageQuickstart('client-orders').output, 'the orders example')
   })
 })
 

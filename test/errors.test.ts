@@ -5,11 +5,11 @@ import { EnvSchema } from '../src/config.ts'
 import { ApiError, ERRORS, toApiError } from '../src/errors.ts'
 import { DatabaseUnavailableError } from '../src/store/types.ts'
 
-const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
+const page = (name: string) => readFileSync(new URL(`../docs/${name}`, import.meta.url), 'utf8')
 
-describe('Error catalogue: one fixed set of codes, in the code and in the README (point 2)', () => {
-  it('the README error table lists exactly the codes of src/errors.ts, with their statuses', () => {
-    const rows = [...readme.matchAll(/^\| `([a-z_]+)` +\| (\d{3}) +\|/gm)].map(([, code, status]) => [
+describe('Error catalogue: one fixed set of codes, in the code and in docs/api.md (point 2)', () => {
+  it('the error table of docs/api.md lists exactly the codes of src/errors.ts, with their statuses', () => {
+    const rows = [...page('api.md').matchAll(/^\| `([a-z_]+)` +\| (\d{3}) +\|/gm)].map(([, code, status]) => [
       code,
       Number(status),
     ])
@@ -19,9 +19,10 @@ describe('Error catalogue: one fixed set of codes, in the code and in the README
     )
   })
 
-  it('the README configuration table lists every environment variable', () => {
+  it('docs/configuration.md lists every environment variable in its tables', () => {
+    const configuration = page('configuration.md')
     for (const name of Object.keys(EnvSchema.properties)) {
-      assert.match(readme, new RegExp(`^\\| \`${name}\` +\\|`, 'm'), name)
+      assert.match(configuration, new RegExp(`^\\| \`${name}\` +\\|`, 'm'), name)
     }
   })
 

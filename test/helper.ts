@@ -117,7 +117,7 @@ export async function build(
 export const bearer = (secret: string) => ({ authorization: `Bearer ${secret}` })
 
 /**
- * The log lines of `response`'s request show a database outage as the README says: one
+ * The log lines of `response`'s request show a database outage as docs/operations.md says: one
  * `database unavailable` line at warn, without a stack, and nothing at error. Returns that line.
  */
 export function loggedAsOutage(logs: Record<string, unknown>[], response: LightMyRequestResponse) {

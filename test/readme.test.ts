@@ -1,6 +1,7 @@
 /**
  * The README is the front door: this runs its quickstart section, verbatim but for the port,
- * against a fresh server process, and checks every output it shows.
+ * against a fresh server process, and checks every output it shows; and the same for the webhooks
+ * walkthrough of docs/webhooks.md.
  */
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
@@ -9,16 +10,17 @@ import { describe, it } from 'node:test'
 import { promisify } from 'node:util'
 import { tempDir } from './helper.ts'
 import { freePort, ROOT, startServer } from './processes.ts'
-import { assertShows, codeBlocks, readmeSection } from './readme.ts'
+import { assertShows, codeBlocks, docSection } from './readme.ts'
 
 interface Step {
   command: string
   expected: string[]
 }
 
-function quickstart(section = 'quickstart'): Step[] {
+/** The commands of a marked section of `page`, each with the output it shows. */
+function quickstart(section = 'quickstart', page = 'README.md'): Step[] {
   const steps: Step[] = []
-  for (const { lang, body } of codeBlocks(readmeSection(section))) {
+  for (const { lang, body } of codeBlocks(docSection(page, section))) {
     if (lang === 'sh') steps.push({ command: body, expected: [] })
     else if (lang === 'text') (steps.at(-1) as Step).expected = body.trimEnd().split('\n')
   }
@@ -53,10 +55,10 @@ describe('README quickstart (point 12)', () => {
     })
   })
 
-  it('the webhooks quickstart: a message reaches the local receiver, verified, and is delivered', {
+  it('the webhooks quickstart of docs/webhooks.md: a message reaches the local receiver, verified, and is delivered', {
     timeout: 90_000,
   }, async (t) => {
-    const [start, ...steps] = quickstart('webhooks-quickstart')
+    const [start, ...steps] = quickstart('webhooks-quickstart', 'docs/webhooks.md')
     // The first block starts the service: its settings, before `npm start`, are the server's.
     const settings = Object.fromEntries(
       (start?.command.trim().replace(/ npm start$/, '') ?? '').split(' ').map((pair) => pair.split('=')),
@@ -67,7 +69,7 @@ describe('README quickstart (point 12)', () => {
     const server = await startServer(t, { ...serverEnv, ...settings }, { ready: '/readyz' })
     const receiverPort = await freePort()
     const run = promisify(execFile)
-    // The README's receiver stops after one delivery; should none come, it must not outlive the test.
+    // The page's receiver stops after one delivery; should none come, it must not outlive the test.
     t.after(() => run('pkill', ['-f', 'examples/webhook-receiver.ts']).catch(() => {}))
     const env = { ...process.env, ...serverEnv, RECEIVER_PORT: String(receiverPort) }
     await run('npx', ['animal-store', 'accounts', 'create', 'hooks@example.com'], { cwd: ROOT, env })
@@ -92,7 +94,7 @@ describe('README quickstart (point 12)', () => {
           .replaceAll(`127.0.0.1:${server.port}`, '127.0.0.1:8080')
           .replaceAll(`127.0.0.1:${receiverPort}`, '127.0.0.1:4000'),
         step.expected,
-        `README: \`${step.command.trim()}\``,
+        `docs/webhooks.md: \`${step.command.trim()}\``,
       )
     })
   })

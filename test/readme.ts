@@ -1,18 +1,24 @@
 /**
- * The parts of the README that tests run: a marked section (`<!-- name:start -->` … `<!-- name:end -->`),
- * its fenced code blocks, and a check that a run printed what the README says it prints.
+ * The parts of the README and of the docs pages that tests run: a marked section
+ * (`<!-- name:start -->` … `<!-- name:end -->`), its fenced code blocks, and a check that a run
+ * printed what the page says it prints.
  */
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { ROOT } from './processes.ts'
 
+/** The text between `<!-- name:start -->` and `<!-- name:end -->` in `page` (a path from the root: `docs/webhooks.md`). */
+export function docSection(page: string, name: string): string {
+  const text = readFileSync(join(ROOT, page), 'utf8')
+  const section = text.split(`<!-- ${name}:start -->`)[1]?.split(`<!-- ${name}:end -->`)[0]
+  assert.ok(section, `${page} has no ${name} section`)
+  return section
+}
+
 /** The text between `<!-- name:start -->` and `<!-- name:end -->` in the README. */
 export function readmeSection(name: string): string {
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
-  const section = readme.split(`<!-- ${name}:start -->`)[1]?.split(`<!-- ${name}:end -->`)[0]
-  assert.ok(section, `README has no ${name} section`)
-  return section
+  return docSection('README.md', name)
 }
 
 /** The fenced code blocks of `markdown`, in order: their language and their text. */

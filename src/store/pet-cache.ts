@@ -1,5 +1,5 @@
 /**
- * A read-through cache of pet reads, beside the store (decisions 47 and 70). A read the store
+ * A read-through cache of pet reads, beside the store (decision 79). A read the store
  * answered is kept, with the JSON the route made of it, for as long as nothing it holds may have
  * changed, as far as this process can tell without a round-trip:
  * - where the store has a petsVersion (SQLite: it moves with any commit by any process), while it
@@ -17,7 +17,7 @@ const CACHED_PETS = 10_000
 
 /**
  * The longest a pet changed by another instance may be served as it was, where the store cannot
- * tell that it changed (the README's freshness bound, decision 79).
+ * tell that it changed (the freshness bound of docs/store.md, decision 79).
  */
 export const FRESH_MS = 1000
 

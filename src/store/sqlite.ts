@@ -331,7 +331,7 @@ export class SqliteStore implements Store {
   petsVersion(): number {
     // data_version moves with any other connection's commit (our writer's or another process's).
     // Read once per turn of the event loop: a request served in a turn arrived before it began,
-    // so it sees every write acknowledged before it was sent (decision 47).
+    // so it sees every write acknowledged before it was sent (decision 79).
     if (!this.#versionRead) {
       this.#versionRead = true
       setImmediate(() => {

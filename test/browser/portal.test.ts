@@ -1,6 +1,6 @@
 /**
  * The client developer's path in a real browser (headless Chromium) against a real server process,
- * following the README's portal walkthrough: sign up, create a key and see it once, use it with the
+ * following the portal walkthrough of docs/accounts.md: sign up, create a key and see it once, use it with the
  * typed client, see the message and the orders in the portal (and cancel one), revoke the key and
  * see the API refuse it, then read and try the API reference. Screenshots of every page go to test-output/browser/<database>/.
  */
@@ -46,7 +46,7 @@ async function checkPage(browser: Awaited<ReturnType<typeof launch>>, name: stri
 
 const viewports = Object.keys(VIEWPORTS) as ViewportName[]
 
-describe('Browser: the portal walkthrough of the README', () => {
+describe('Browser: the portal walkthrough of docs/accounts.md', () => {
   for (const viewport of viewports)
     it(`sign up, create a key, see it once, use it, revoke it, and the API refuses it (${viewport})`, {
       timeout: 120_000,

@@ -13,7 +13,7 @@ async function document(t: Parameters<typeof build>[0], env: Record<string, stri
   return response.json()
 }
 
-/** The scope each operation needs (decision 76). */
+/** The scope each operation needs (decision 77). */
 const SCOPE_OF: Record<string, string> = {
   listPets: 'pets:read',
   getPet: 'pets:read',

@@ -1,5 +1,5 @@
 /**
- * Behind a real reverse proxy: Debian's nginx, with the configuration the README gives
+ * Behind a real reverse proxy: Debian's nginx, with the configuration docs/operations.md gives
  * (deploy/nginx/animal-store.conf), in front of two instances on one PostgreSQL database started
  * with TRUST_PROXY=127.0.0.1. Links carry nginx's address, the client's address reaches the log and
  * the limiter for bad keys, and restarting each instance in turn under load fails no request.
@@ -24,7 +24,7 @@ import { cliKey, freePort, ROOT, type ServerProcess, startServer } from '../proc
 import { until } from '../wait.ts'
 
 const CONF = join(ROOT, 'deploy/nginx/animal-store.conf')
-/** The proxy's address as the instances see it: what the README tells operators to set. */
+/** The proxy's address as the instances see it: what docs/operations.md tells operators to set. */
 const TRUST_PROXY = '127.0.0.1'
 const AUTH_FAILURE_LIMIT = 2
 
@@ -269,7 +269,7 @@ describe('Behind nginx (deploy/nginx/animal-store.conf), two instances on one Po
         const post = i % 2 === 0
         const what = post ? 'POST /v1/pets' : 'GET /v1/pets?limit=5'
         try {
-          // With an Idempotency-Key, as the README asks of clients that retry: nginx may then resend
+          // With an Idempotency-Key, as docs/operations.md asks of clients that retry: nginx may then resend
           // a POST reset by a stopping instance (decision 94).
           const idempotent = { ...json(key), 'idempotency-key': randomUUID() }
           const answer = post

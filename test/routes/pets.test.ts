@@ -422,7 +422,7 @@ describe('listPets and getPet stay fresh while responses are cached', () => {
       db.close()
     } else await postgres(rename, app.config.databaseUrl)
     // A request arrives in a later turn of the event loop than the commit, as over a socket
-    // (petsVersion is read once per turn; decision 47).
+    // (petsVersion is read once per turn; decision 79).
     await new Promise((resolve) => setImmediate(resolve))
     const renamed = async () =>
       (await names('/v1/pets?limit=2')).join() === 'renamed,b' &&
