@@ -1,13 +1,14 @@
 /**
  * Builds the real app on a real database, the way src/server.ts does, for `app.inject` tests.
- * Each call gets its own fresh database (see testDatabaseUrl), removed when the test ends.
+ * `build(t)` gives a test an app and a fresh database of its own (see testDatabaseUrl), removed
+ * when the test ends; `suiteApp()` gives the tests of a suite one app to share.
  */
 import { randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import type { TestContext } from 'node:test'
+import { after, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify, { type FastifyInstance, type LightMyRequestResponse } from 'fastify'
 import fp from 'fastify-plugin'
@@ -39,7 +40,7 @@ export const POSTGRES_URL = process.env.TEST_POSTGRES_URL || 'postgres://postgre
  * A DATABASE_URL to a fresh, empty database of this run's kind, removed after the test:
  * a SQLite file in a temporary folder, or a PostgreSQL schema of its own (via search_path).
  */
-export async function testDatabaseUrl(t: TestContext): Promise<string> {
+export async function testDatabaseUrl(t: Cleanup): Promise<string> {
   if (DATABASE === 'sqlite') return `sqlite:${join(tempDir(t), 'test.db')}`
   const schema = `test_${randomUUID().replaceAll('-', '')}`
   await postgres(`CREATE SCHEMA ${schema}`)
@@ -60,7 +61,10 @@ export async function postgres(sql: string, url = POSTGRES_URL): Promise<unknown
   }
 }
 
-export function tempDir(t: TestContext): string {
+/** What to undo when a test (a TestContext) or a suite (see suiteApp) ends. */
+export type Cleanup = Pick<TestContext, 'after'>
+
+export function tempDir(t: Cleanup): string {
   const dir = mkdtempSync(join(tmpdir(), 'animal-store-test-'))
   t.after(() => rmSync(dir, { recursive: true, force: true }))
   return dir
@@ -75,7 +79,7 @@ export interface BuildOptions {
 
 /** `env` overrides the configuration (as environment variables would). */
 export async function build(
-  t: TestContext,
+  t: Cleanup,
   env: Record<string, string> = {},
   options: BuildOptions = {},
 ): Promise<TestApp> {
@@ -111,6 +115,24 @@ export async function build(
       })
       return { secret: generated.secret, keyId: key.id, accountId: account.id }
     },
+  }
+}
+
+/**
+ * One app for the tests of a suite, for tests that only add what they look at (their own keys,
+ * accounts, messages) and so cannot disturb one another: building an app costs more than most
+ * tests. Call it in a describe() body; each test awaits the getter. Built at the first call, closed
+ * (and its database removed) after the suite's last test.
+ */
+export function suiteApp(env: Record<string, string> = {}, options: BuildOptions = {}): () => Promise<TestApp> {
+  const undo: (() => unknown)[] = []
+  let app: Promise<TestApp> | undefined
+  after(async () => {
+    for (const step of undo.reverse()) await step()
+  })
+  return () => {
+    app ??= build({ after: (step: () => unknown) => void undo.push(step) } as Cleanup, env, options)
+    return app
   }
 }
 

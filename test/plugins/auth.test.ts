@@ -3,7 +3,7 @@ import { rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
 import { generateApiKey } from '../../src/domain/api-keys.ts'
-import { bearer, build, errorBody, tempDir } from '../helper.ts'
+import { bearer, build, errorBody, suiteApp, tempDir } from '../helper.ts'
 
 const OPERATIONS = [
   { method: 'GET', url: '/v1/pets' },
@@ -25,16 +25,19 @@ function assertRefused(response: { statusCode: number; headers: Record<string, u
 }
 
 describe('Authentication: HTTP bearer API keys (point 3)', () => {
+  // Each test makes its own keys: one app serves them all.
+  const shared = suiteApp()
+  const logging = suiteApp({}, { captureLogs: true })
   for (const operation of OPERATIONS) {
-    it(`${operation.method} ${operation.url} without a key: 401 missing_api_key, WWW-Authenticate: Bearer without error (RFC 6750 §3.1)`, async (t) => {
-      const { app } = await build(t)
+    it(`${operation.method} ${operation.url} without a key: 401 missing_api_key, WWW-Authenticate: Bearer without error (RFC 6750 §3.1)`, async () => {
+      const { app } = await shared()
       const response = await app.inject({ ...operation })
       const challenge = assertRefused(response, 'missing_api_key')
       assert.equal(challenge, 'Bearer realm="animal-store"')
     })
 
-    it(`${operation.method} ${operation.url} with a valid key is served`, async (t) => {
-      const test = await build(t)
+    it(`${operation.method} ${operation.url} with a valid key is served`, async () => {
+      const test = await shared()
       const { secret } = await test.newKey()
       const response = await test.app.inject({ ...operation, headers: bearer(secret) })
       assert.ok([200, 201, 202, 404].includes(response.statusCode), response.body)
@@ -53,8 +56,8 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
     ['no token, spaces', 'Bearer   '],
   ]
   for (const [what, header] of noToken) {
-    it(`refuses ${what} as a missing key: 401 missing_api_key, a challenge with no error code`, async (t) => {
-      const { app } = await build(t)
+    it(`refuses ${what} as a missing key: 401 missing_api_key, a challenge with no error code`, async () => {
+      const { app } = await shared()
       const response = await app.inject({ url: '/v1/pets', headers: { authorization: header } })
       assert.equal(assertRefused(response, 'missing_api_key'), 'Bearer realm="animal-store"')
     })
@@ -62,8 +65,8 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
 
   // A token after another separator than spaces (a tab, a no-break space) was meant as a key.
   for (const header of ['Bearer a b', 'Bearer\tas_test_abc', 'Bearer\u00a0as_test_abc', 'Bearer \tas_test_abc']) {
-    it(`refuses a malformed Bearer header (${JSON.stringify(header)}) with 401 invalid_api_key and error="invalid_request"`, async (t) => {
-      const { app } = await build(t)
+    it(`refuses a malformed Bearer header (${JSON.stringify(header)}) with 401 invalid_api_key and error="invalid_request"`, async () => {
+      const { app } = await shared()
       const response = await app.inject({ url: '/v1/pets', headers: { authorization: header } })
       assert.match(assertRefused(response, 'invalid_api_key'), /error="invalid_request", error_description="[^"]+"$/)
     })
@@ -74,15 +77,15 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
     ['a key with a wrong checksum', `Bearer ${withWrongChecksum(generateApiKey('staging').secret)}`],
   ]
   for (const [what, header] of badTokens) {
-    it(`refuses ${what} with 401 invalid_api_key and error="invalid_token"`, async (t) => {
-      const { app } = await build(t)
+    it(`refuses ${what} with 401 invalid_api_key and error="invalid_token"`, async () => {
+      const { app } = await shared()
       const response = await app.inject({ url: '/v1/pets', headers: { authorization: header } })
       assert.match(assertRefused(response, 'invalid_api_key'), /error="invalid_token", error_description="[^"]+"$/)
     })
   }
 
-  it('refuses a well-formed key that was never issued (401 invalid_api_key)', async (t) => {
-    const { app } = await build(t)
+  it('refuses a well-formed key that was never issued (401 invalid_api_key)', async () => {
+    const { app } = await shared()
     const response = await app.inject({ url: '/v1/pets', headers: bearer(generateApiKey('staging').secret) })
     assertRefused(response, 'invalid_api_key')
   })
@@ -132,8 +135,8 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
     )
   })
 
-  it('accepts the scheme name in any case (RFC 9110 §11.1)', async (t) => {
-    const test = await build(t)
+  it('accepts the scheme name in any case (RFC 9110 §11.1)', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     const response = await test.app.inject({ url: '/v1/pets', headers: { authorization: `bearer ${secret}` } })
     assert.equal(response.statusCode, 200)
@@ -172,8 +175,8 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
     assertRefused(await test.app.inject({ url: '/v1/pets', headers: bearer(soon.secret) }), 'expired_api_key')
   })
 
-  it('is checked before anything else: a bad key gets 401 even when the body is also bad', async (t) => {
-    const test = await build(t)
+  it('is checked before anything else: a bad key gets 401 even when the body is also bad', async () => {
+    const test = await shared()
     const cases = [
       { headers: { 'content-type': 'application/json' }, payload: '{not json' },
       { headers: { 'content-type': 'application/json' }, payload: '{"name": 5}' },
@@ -195,8 +198,8 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
     assert.equal(badQuery.statusCode, 401)
   })
 
-  it('needs no key for the OpenAPI document and the health probes', async (t) => {
-    const { app } = await build(t)
+  it('needs no key for the OpenAPI document and the health probes', async () => {
+    const { app } = await shared()
     for (const url of ['/v1/openapi.json', '/healthz', '/readyz']) {
       assert.equal((await app.inject({ url })).statusCode, 200, url)
     }
@@ -225,8 +228,8 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
     assert.match(String(line.detail), /gone\.db/)
   })
 
-  it('logs a refused key in one line per request: the request line carries its code and detail', async (t) => {
-    const test = await build(t, {}, { captureLogs: true })
+  it('logs a refused key in one line per request: the request line carries its code and detail', async () => {
+    const test = await logging()
     const unknown = generateApiKey('staging').secret
     const responses = [
       await test.app.inject({ url: '/v1/pets', headers: bearer(unknown) }),
@@ -246,6 +249,7 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
   })
 
   it('never logs the Authorization header or a key, even one put in the URL', async (t) => {
+    // Reads every line it logged: an app of its own.
     const test = await build(t, {}, { captureLogs: true })
     const { secret } = await test.newKey()
     await test.app.inject({ url: `/v1/pets?api_key=${secret}`, headers: bearer(secret) })

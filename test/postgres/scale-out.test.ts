@@ -3,7 +3,7 @@
  * Each test starts real server processes; the counts it checks are reported as test diagnostics.
  */
 import assert from 'node:assert/strict'
-import { describe, it } from 'node:test'
+import { describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { FRESH_MS } from '../../src/store/pet-cache.ts'
 import { PostgresStore } from '../../src/store/postgres.ts'
@@ -14,7 +14,7 @@ import { until } from '../wait.ts'
 const INSTANCES = 3
 const CACHE_SECONDS = 1
 
-async function cluster(t: Parameters<typeof testDatabaseUrl>[0]) {
+async function cluster(t: TestContext) {
   const env = { DATABASE_URL: await testDatabaseUrl(t), API_KEY_CACHE_SECONDS: String(CACHE_SECONDS) }
   const key = await cliKey(env)
   const servers: ServerProcess[] = []
