@@ -9,7 +9,7 @@ import { cliKey, freePort, runServer, startServer } from './processes.ts'
 import { until } from './wait.ts'
 
 describe('WORKERS: several processes on one machine (scale-out point 4)', () => {
-  it('serves one port from WORKERS processes that all write safely to the database, and stops them all on SIGTERM', async (t) => {
+  it('serves one port from WORKERS processes that all write safely to the database, and stops them all on SIGTERM; the primary logs as the workers do', async (t) => {
     const env = { DATABASE_URL: await testDatabaseUrl(t), WORKERS: '2', LOG_LEVEL: 'info' }
     const key = await cliKey(env)
     const server = await startServer(t, env)
@@ -48,6 +48,10 @@ describe('WORKERS: several processes on one machine (scale-out point 4)', () => 
         .map((line) => JSON.parse(line).pid),
     )
     assert.equal(servedBy.size, 2, 'both workers served requests')
+    // The primary's lines honour LOG_LEVEL (info here) and carry the hostname, as the workers' do.
+    const started = server.logs().find((line) => String(line.msg).startsWith('primary '))
+    assert.ok(started, server.output())
+    assert.equal(started.hostname, hostname())
     t.diagnostic(`workers=2 creates=${REQUESTS} distinct ids=${REQUESTS} served by pids ${[...servedBy].join(', ')}`)
   })
 
@@ -106,20 +110,11 @@ describe('WORKERS: several processes on one machine (scale-out point 4)', () => 
     t.diagnostic(`killed ${first}, then its replacement ${replacement} while starting; now ${answered.join(', ')}`)
   })
 
-  it('a SIGTERM while the workers are still starting stops them all and exits 0', async (t) => {
+  it('a SIGTERM while the workers are still starting stops them all and exits 0; LOG_LEVEL=warn quiets the primary too', async (t) => {
     const env = { DATABASE_URL: await testDatabaseUrl(t), WORKERS: '2', LOG_LEVEL: 'info' }
     const server = await startServer(t, env, { ready: false })
     await server.waitForLog((line) => String(line.msg).startsWith('primary '), 15_000)
     assert.equal(await server.stop('SIGTERM'), 0, server.output())
-  })
-
-  it("the primary's log lines honour LOG_LEVEL and carry the hostname, as the workers' do", async (t) => {
-    const env = { DATABASE_URL: await testDatabaseUrl(t), WORKERS: '2', LOG_LEVEL: 'info' }
-    const info = await startServer(t, env)
-    assert.equal(await info.stop('SIGTERM'), 0)
-    const started = info.logs().find((line) => String(line.msg).startsWith('primary '))
-    assert.ok(started, info.output())
-    assert.equal(started.hostname, hostname())
     const quiet = await startServer(t, { ...env, LOG_LEVEL: 'warn' })
     assert.equal(await quiet.stop('SIGTERM'), 0)
     assert.equal(quiet.stdout(), '')

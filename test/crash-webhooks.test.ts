@@ -12,7 +12,7 @@ import { type ServerProcess, startServer } from './processes.ts'
 import { until } from './wait.ts'
 import { drained, leased, messageLoad, nothingLost, subscribed, WEBHOOK_ENV } from './webhooks/nothing-lost.ts'
 
-const KILLS = 4
+const KILLS = 3
 const CLIENTS = 6
 
 describe(`Crash safety of webhooks: SIGKILL while delivering, ${KILLS} times (${DATABASE})`, () => {
@@ -36,8 +36,8 @@ describe(`Crash safety of webhooks: SIGKILL while delivering, ${KILLS} times (${
     /** Per kill: the deliveries the dead server had claimed and not recorded (sent, or being sent). */
     const orphaned: number[] = []
     for (let kill = 0; kill < KILLS; kill++) {
-      // After 40 to 160 more acknowledged messages, while the receiver holds an answer: mid-delivery.
-      await load.more(40 + Math.floor(Math.random() * 120))
+      // After 60 to 160 more acknowledged messages, while the receiver holds an answer: mid-delivery.
+      await load.more(60 + Math.floor(Math.random() * 100))
       await until('a delivery in flight', () => hook.holding > 0, { everyMs: 1 })
       let serving = () => {}
       restarted = new Promise((resolve) => (serving = resolve))

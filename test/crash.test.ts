@@ -17,7 +17,7 @@ import { BETA } from './race.ts'
 import { orderInvariant, sqlRows } from './sql.ts'
 import { until } from './wait.ts'
 
-const KILLS = 4
+const KILLS = 3
 const CLIENTS = 8
 
 describe(`Crash safety: SIGKILL under load, ${KILLS} times (${DATABASE})`, () => {
@@ -62,13 +62,13 @@ describe(`Crash safety: SIGKILL under load, ${KILLS} times (${DATABASE})`, () =>
     const clients = Array.from({ length: CLIENTS }, (_, n) => client(n))
 
     const acknowledgedAtKill: number[] = []
-    // Each kill comes at a random point of the traffic: after 40 to 160 more acknowledged writes.
+    // Each kill comes at a random point of the traffic: after 30 to 120 more acknowledged writes.
     const moreWrites = (n: number) => {
       const target = acknowledged() + n
       return until(`${n} more writes acknowledged`, () => acknowledged() >= target, { timeoutMs: 30_000 })
     }
     for (let kill = 0; kill < KILLS; kill++) {
-      await moreWrites(40 + Math.floor(Math.random() * 120))
+      await moreWrites(30 + Math.floor(Math.random() * 90))
       acknowledgedAtKill.push(acknowledged())
       let serving = () => {}
       restarted = new Promise((resolve) => (serving = resolve))
