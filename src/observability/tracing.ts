@@ -5,8 +5,9 @@
  *
  * What a trace holds, and where it is made:
  * - a request's span, by @fastify/otel (src/plugins/tracing.ts), named `{method} {route}`, with the
- *   request id; it continues the trace of an incoming W3C `traceparent` (@fastify/otel extracts it);
- * - a span per handler, by @fastify/otel, and a span per store call under it (tracedStore);
+ *   request id and status; it continues the trace of an incoming W3C `traceparent` (@fastify/otel
+ *   extracts it). One span a request: no span per hook or handler, which would double its cost;
+ * - a span per store call under it (tracedStore);
  * - a span per webhook delivery attempt (tracedDeliveries), whose POST carries its `traceparent`.
  *
  * No module patching: this is ESM without loader hooks, where `require`-hooking instrumentations
@@ -47,19 +48,23 @@ export interface Tracing {
 export async function startTracing(config: Config): Promise<Tracing | null> {
   if (config.otelTracesUrl === null) return null
   // Loaded only now: the SDK takes a few seconds to import, and tracing-off processes never pay it.
-  const [{ NodeSDK }, { OTLPTraceExporter }, { FastifyOtelInstrumentation }] = await Promise.all([
+  const [{ NodeSDK, tracing }, { OTLPTraceExporter }, { FastifyOtelInstrumentation }] = await Promise.all([
     import('@opentelemetry/sdk-node'),
     import('@opentelemetry/exporter-trace-otlp-http'),
     import('@fastify/otel'),
   ])
   const instrumentation = new FastifyOtelInstrumentation({
-    // A span per hook would be most of a trace, and of its cost: the request and its handler say enough.
+    // A span per hook or per handler would be most of a trace, and of its cost: the request says enough.
     instrumentHooks: false,
+    instrumentHandler: false,
     requestHook: describeRequest,
   })
   const sdk = new NodeSDK({
     serviceName: config.otelServiceName,
-    traceExporter: new OTLPTraceExporter({ url: config.otelTracesUrl }),
+    spanProcessors: [
+      clientErrorsAreNotFailures,
+      new tracing.BatchSpanProcessor(new OTLPTraceExporter({ url: config.otelTracesUrl })),
+    ],
     instrumentations: [instrumentation],
     // Traces only. Left unset, the SDK would also export metrics and logs over OTLP by default.
     metricReaders: [],
@@ -86,6 +91,29 @@ function describeRequest(span: Span, request: FastifyRequest): void {
   const route = request.routeOptions.url
   span.updateName(route === undefined ? request.method : `${request.method} ${route}`)
   span.setAttribute(REQUEST_ID_ATTRIBUTE, request.id)
+}
+
+/**
+ * A 4xx answer is the client's outcome, not a failure of the service: its span keeps status unset
+ * and records no exception, as the HTTP semantic conventions say for server spans. @fastify/otel
+ * marks every error thrown as one (a 404 too), so this undoes it as the span ends, before export.
+ */
+const clientErrorsAreNotFailures = {
+  onStart() {},
+  onEnding(span: Span) {
+    const ending = span as Span & {
+      attributes: Attributes
+      status: { code: SpanStatusCode }
+      events: { name: string }[]
+    }
+    const status = ending.attributes['http.response.status_code']
+    if (typeof status !== 'number' || status >= 500 || ending.status.code !== SpanStatusCode.ERROR) return
+    ending.status = { code: SpanStatusCode.UNSET }
+    ending.events = ending.events.filter((event) => event.name !== 'exception')
+  },
+  onEnd() {},
+  forceFlush: () => Promise.resolve(),
+  shutdown: () => Promise.resolve(),
 }
 
 function failed(span: Span, error: unknown): void {

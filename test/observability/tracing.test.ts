@@ -123,7 +123,16 @@ describe('Traces (OpenTelemetry, OTLP/HTTP)', () => {
 
   it('a request is a span continuing its traceparent, with its route, status and request id; its store calls are under it', async (t) => {
     const otlp = await collector(t)
-    const test = await build(t, { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.endpoint, OTEL_SERVICE_NAME: 'store-under-test' })
+    const test = await build(
+      t,
+      { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.endpoint, OTEL_SERVICE_NAME: 'store-under-test' },
+      {
+        setup: (app) =>
+          app.get('/v1/test-failure', () => {
+            throw new Error('the service failed')
+          }),
+      },
+    )
     const key = await test.newKey()
     const remote = remoteParent()
 
@@ -137,6 +146,8 @@ describe('Traces (OpenTelemetry, OTLP/HTTP)', () => {
     const petId = created.json().id
     const missing = await test.app.inject({ url: '/v1/pets/999999', headers: bearer(key.secret) })
     assert.equal(missing.statusCode, 404)
+    const failure = await test.app.inject({ url: '/v1/test-failure', headers: bearer(key.secret) })
+    assert.equal(failure.statusCode, 500)
     await flush()
 
     const spans = await until('the request spans exported', () => {
@@ -173,9 +184,21 @@ describe('Traces (OpenTelemetry, OTLP/HTTP)', () => {
     assert.equal(notFound.parentSpanId ?? '', '')
     assert.equal(notFound.name, 'GET /v1/pets/:petId')
     assert.equal(notFound.attribute('http.response.status_code'), 404)
-    // @fastify/otel marks every error thrown as ERROR, a 404 too (the HTTP conventions would leave it unset).
-    assert.equal(notFound.status.code, STATUS_ERROR)
-    assert.match(String(notFound.status.message), /999999/)
+    // A 4xx is the client's outcome: status unset, no exception (the HTTP conventions for server spans).
+    assert.equal(notFound.status.code ?? 0, 0, JSON.stringify(notFound.status))
+    assert.deepEqual(notFound.events ?? [], [])
+    // A 5xx is the service's failure: ERROR, with the exception.
+    const failed = await until('the 5xx span exported', () =>
+      otlp.spans.find((s) => s.attribute(REQUEST_ID_ATTRIBUTE) === failure.headers['x-request-id']),
+    )
+    assert.equal(failed.attribute('http.response.status_code'), 500)
+    assert.equal(failed.status.code, STATUS_ERROR)
+    assert.ok(failed.events?.some((e) => e.name === 'exception'))
+    // One span a request: no span per hook or per handler.
+    assert.deepEqual(
+      spans.filter((s) => !s.name.startsWith('store.') && s.spanId !== request.spanId).map((s) => s.name),
+      [],
+    )
     // Store calls made outside any request (the test's own newKey, the delivery loop) make no spans.
     for (const span of otlp.spans.filter((s) => s.name.startsWith('store.'))) {
       assert.ok(
