@@ -13,7 +13,7 @@ export default fp(
       if (sweeping) return
       sweeping = true
       try {
-        for (const order of await app.store.expireOrders(new Date().toISOString())) app.petCache.forget(order.petId)
+        await app.store.expireOrders(new Date().toISOString())
       } catch (err) {
         app.log.warn({ err }, 'order expiry sweep failed')
       } finally {

@@ -3,12 +3,12 @@ import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
 import { activeTraceparent, tracedStore } from '../observability/tracing.ts'
 import { openStore, type Store } from '../store/index.ts'
-import { PetCache, type Read } from '../store/pet-cache.ts'
+import { cachedStore, PetCache, type Read } from '../store/pet-cache.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
     store: Store
-    /** Pet reads through the cache; writes go to `store` and tell the cache what they changed. */
+    /** Pet reads through the cache, which follows the pet change feed by itself (decision 98). */
     petCache: PetCache
   }
   interface FastifyReply {
@@ -30,15 +30,20 @@ export default fp<{ config: Config }>(
       ...(config.otelTracesUrl !== null && { traceparent: activeTraceparent }),
     })
     // With tracing on, each call made for a request is a span of its trace.
-    const store = config.otelTracesUrl === null ? opened : tracedStore(opened, config.databaseUrl)
-    app.decorate('store', store)
-    app.decorate('petCache', new PetCache(store))
+    const traced = config.otelTracesUrl === null ? opened : tracedStore(opened, config.databaseUrl)
+    const cache = new PetCache(traced)
+    await cache.start()
+    app.decorate('store', cachedStore(traced, cache))
+    app.decorate('petCache', cache)
     app.decorateReply('sendRead', function sendRead(this: FastifyReply, read: Read<unknown>) {
       read.json ??= (this.getSerializationFunction('200', 'application/json') as (value: unknown) => string)(read.value)
       // A string with a JSON type is sent as it is. (The type provider expects the schema's object type.)
       return this.type(JSON_TYPE).send(read.json as never)
     })
-    app.addHook('onClose', () => opened.close())
+    app.addHook('onClose', () => {
+      cache.stop()
+      return opened.close()
+    })
   },
   { name: 'store' },
 )

@@ -63,13 +63,10 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
     },
     async function placeOrder(request, reply) {
       const { petId } = request.body
-      // Forgotten whatever the outcome: a write that failed for want of the database may have committed.
-      const result = await app.store
-        .placeOrder(
-          { accountId: request.caller.accountId, petId, holdMs: orderHoldMs },
-          request.idempotency ?? undefined,
-        )
-        .finally(() => app.petCache.forget(petId))
+      const result = await app.store.placeOrder(
+        { accountId: request.caller.accountId, petId, holdMs: orderHoldMs },
+        request.idempotency ?? undefined,
+      )
       if ('refused' in result) {
         throw result.refused === 'pet_not_found'
           ? new ApiError('pet_not_found', `No pet with id ${petId}.`)
@@ -169,13 +166,12 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
     )
   }
 
-  /** The order after a move, or why it cannot move; the pet it changed is no longer cached. */
+  /** The order after a move, or why it cannot move. */
   function answer(result: TransitionResult, orderId: string, to: string): Order {
     if ('refused' in result && result.refused === 'not_found') throw orderNotFound(orderId)
     if ('refused' in result) {
       throw new ApiError('order_conflict', `Order ${orderId} is ${result.order.status}: it cannot become ${to}.`)
     }
-    if (result.changed) app.petCache.forget(result.order.petId)
     return result.order
   }
 

@@ -114,8 +114,6 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
     },
     async function createPet(request, reply) {
       const pet = await app.store.createPet(request.body, request.idempotency ?? undefined)
-      // This instance lists the new pet at once (elsewhere, within the freshness bound).
-      app.petCache.forget(pet.id)
       return reply.code(201).header('location', petLocation(pet, request)).send(pet)
     },
   )
@@ -230,7 +228,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
           ifVersion = current.version
         }
         // Forgotten whatever the outcome: a write that failed for want of the database may have committed.
-        const result = await app.store.updatePet(petId, changes, ifVersion).finally(() => app.petCache.forget(petId))
+        const result = await app.store.updatePet(petId, changes, ifVersion)
         if ('updated' in result) {
           const { pet, version } = result.updated
           return reply.header('etag', petETag(pet.id, version)).send(pet)

@@ -1,40 +1,42 @@
 /**
- * A read-through cache of pet reads, beside the store (decision 79). A read the store
- * answered is kept, with the JSON the route made of it, for as long as nothing it holds may have
- * changed, as far as this process can tell without a round-trip:
- * - where the store has a petsVersion (SQLite: it moves with any commit by any process), while it
- *   stays the same;
- * - where it has none (PostgreSQL: other instances write too), for FRESH_MS at most.
- * A write through this process forgets what it changed at once (`forget`). Routes never see it work.
+ * The pet cache (decision 98): reads of pets kept, with the JSON the route made of them, until the
+ * pet change feed (Store.petChanges) says that something they hold changed. It keeps itself: every
+ * pet write by any process, this one or another, lands in the feed in its own transaction, and the
+ * cache forgets exactly the pets written and the pages that could hold them. Writes of other kinds
+ * (orders that leave a pet alone, messages, keys, idempotency records) forget nothing.
+ * - SQLite ('on-read'): the feed is read before each cached read; it costs a query only when a
+ *   connection has committed since (data_version), so a write is seen by the next read.
+ * - PostgreSQL ('polled'): the feed is read every POLL_MS, and an entry is served only while the
+ *   last read of it is younger than FRESH_MS; a pet write through this process waits for a read of
+ *   the feed (cachedStore), so this process shows its own writes at once.
+ * Routes never see it work; nothing outside this file forgets.
  */
 import { BoundedMap } from '../lib/bounded-map.ts'
-import type { Pet } from '../schemas/pets.ts'
-import type { ListPetsOptions, Store } from './types.ts'
+import type { Pet, PetStatus } from '../schemas/pets.ts'
+import type { ListPetsOptions, PetChange, PetFeed, Store } from './types.ts'
 
 /** Entries kept: pages are small, and the popular ones are few (first pages, common filters). */
 const CACHED_PAGES = 1000
 const CACHED_PETS = 10_000
 
 /**
- * The longest a pet changed by another instance may be served as it was, where the store cannot
- * tell that it changed (the freshness bound of docs/store.md, decision 79).
+ * The longest a pet changed by another instance may be served as it was (PostgreSQL): the freshness
+ * bound of docs/store.md. Past it without a read of the feed, the cache is not used.
  */
 export const FRESH_MS = 1000
+/** How often an instance reads the feed where it must poll (PostgreSQL). */
+export const POLL_MS = 100
 
 /** A value as read, and its JSON once a route has serialized it (src/plugins/store.ts, sendRead). */
 export interface Read<T> {
   readonly value: T
-  /** The store's petsVersion when it was read. */
-  readonly version: number | null
   json?: string
 }
 
-/** A pet as read (null: none), with the version of its row (its ETag), and when to read it again. */
+/** A pet as read (null: none), with the version of its row (its ETag). */
 export interface PetRead extends Read<Pet | null> {
   /** The pet's own version, moved by every change to it; null when there is no pet. */
   readonly petVersion: number | null
-  /** Date.now() past which the read is not served, where the store has no petsVersion. */
-  readonly until: number
   /** Its ETag, once a route has made it. */
   etag?: string
 }
@@ -42,22 +44,57 @@ export interface PetRead extends Read<Pet | null> {
 /** A page of pets as read: `value` is what the route sends; `nextAfterId` where the next page starts. */
 export interface PageRead extends Read<Pet[]> {
   readonly nextAfterId: number | null
-  /** Date.now() past which the read is not served, where the store has no petsVersion. */
-  readonly until: number
+  readonly afterId: number
+  readonly status: PetStatus | undefined
+}
+
+/** Whether `page` could hold the pet `change` touched: in its id range, and of its status if it has one. */
+function couldHold(page: PageRead, { petId, from, to }: PetChange): boolean {
+  if (petId <= page.afterId) return false
+  // A full page ends at its last pet; the last page is open to any later id (a new pet).
+  if (page.nextAfterId !== null && petId > page.nextAfterId) return false
+  return page.status === undefined || page.status === from || page.status === to
 }
 
 export class PetCache {
   readonly #store: Store
   readonly #pets = new BoundedMap<number, PetRead>(CACHED_PETS)
   readonly #pages = new BoundedMap<string, PageRead>(CACHED_PAGES)
+  /** Where the next read of the feed starts. */
+  #cursor: string | null = null
   /**
-   * Moved by every `forget`: a read that began before a write through this process may return
-   * what the write replaced, and is then not kept.
+   * Moved by every change the feed brings: a read that began before may hold what the change
+   * replaced, and is then not kept.
    */
   #generation = 0
+  /** Polled feeds: when the last read of the feed that succeeded was sent (Date.now()). */
+  #syncedAt = 0
+  #syncing: Promise<void> | null = null
+  #again: Promise<void> | null = null
+  #timer: NodeJS.Timeout | null = null
+  #hits = 0
+  #misses = 0
 
   constructor(store: Store) {
     this.#store = store
+  }
+
+  /** Starts following the feed: at once where it is read on each read, on a timer where it is polled. */
+  async start(): Promise<void> {
+    await this.sync()
+    if (this.#store.petFeed === 'polled') {
+      this.#timer = setInterval(() => void this.sync().catch(() => {}), POLL_MS).unref()
+    }
+  }
+
+  stop(): void {
+    if (this.#timer) clearInterval(this.#timer)
+    this.#timer = null
+  }
+
+  /** Reads served from the cache and from the store, since the start. */
+  stats(): { hits: number; misses: number } {
+    return { hits: this.#hits, misses: this.#misses }
   }
 
   /**
@@ -65,46 +102,137 @@ export class PetCache {
    * promise costs a cached read a tenth of its time), else once the store has answered.
    */
   pet<R>(id: number, use: (read: PetRead) => R): R | Promise<R> {
-    const hit = this.#pets.get(id)
+    const usable = this.#usable()
+    const hit = usable ? this.#pets.get(id) : undefined
     if (hit) {
-      const version = this.#store.petsVersion()
-      if (version === null ? Date.now() < hit.until : hit.version === version) return use(hit)
+      this.#hits++
+      return use(hit)
     }
-    // Taken before the read: what changes after it is seen by the next read, within the bound.
-    const version = this.#store.petsVersion()
-    const until = Date.now() + FRESH_MS
+    this.#misses++
     const generation = this.#generation
     return this.#store.getVersionedPet(id).then((found) => {
-      const read: PetRead = { value: found?.pet ?? null, petVersion: found?.version ?? null, version, until }
+      const read: PetRead = { value: found?.pet ?? null, petVersion: found?.version ?? null }
       // Misses are not kept: a pet created anywhere is found at once.
-      if (found && generation === this.#generation) this.#pets.set(id, read)
+      if (found && usable && generation === this.#generation) this.#pets.set(id, read)
       return use(read)
     })
   }
 
   /** Calls `use` with one page of pets, as `pet` does. */
   page<R>(options: ListPetsOptions, use: (read: PageRead) => R): R | Promise<R> {
-    const key = `${options.limit} ${options.status} ${options.afterId}`
-    const version = this.#store.petsVersion()
-    const hit = this.#pages.get(key)
-    // Pets change now: any page, not only the last, is as old as the version it was read at.
-    if (hit && (version === null ? Date.now() < hit.until : hit.version === version)) return use(hit)
-    const until = Date.now() + FRESH_MS
+    const { limit, status, afterId = 0 } = options
+    const key = `${limit} ${status} ${afterId}`
+    const usable = this.#usable()
+    const hit = usable ? this.#pages.get(key) : undefined
+    if (hit) {
+      this.#hits++
+      return use(hit)
+    }
+    this.#misses++
     const generation = this.#generation
     return this.#store.listPets(options).then(({ pets, nextAfterId }) => {
-      const read = { value: pets, nextAfterId, version, until }
-      if (generation === this.#generation) this.#pages.set(key, read)
+      const read: PageRead = { value: pets, nextAfterId, afterId, status }
+      if (usable && generation === this.#generation) this.#pages.set(key, read)
       return use(read)
     })
   }
 
   /**
-   * Forgets what a write to this pet may have changed: this process shows the change at once.
-   * Every write that changes a pet calls it once the write is done (createPet, updatePet, orders).
+   * Reads the feed and forgets what it names. Resolves once a read of the feed that began after
+   * this call has been applied: every pet write committed before the call is forgotten by then.
+   * Concurrent calls share reads, so at most one is under way and one waits.
    */
-  forget(id: number): void {
-    this.#generation++
-    this.#pets.delete(id)
-    this.#pages.clear()
+  sync(): Promise<void> {
+    if (this.#syncing === null) {
+      this.#syncing = this.#read().finally(() => {
+        this.#syncing = null
+      })
+      return this.#syncing
+    }
+    this.#again ??= this.#syncing
+      .catch(() => {})
+      .then(() => {
+        this.#again = null
+        return this.sync()
+      })
+    return this.#again
   }
+
+  async #read(): Promise<void> {
+    const sentAt = Date.now()
+    const feed = await this.#store.petChanges(this.#cursor)
+    // A gap in the polls longer than the bound: what was kept is too old to trust, whatever came.
+    const stale = this.#store.petFeed === 'polled' && sentAt - this.#syncedAt > FRESH_MS
+    this.#apply(feed, stale)
+    this.#syncedAt = sentAt
+  }
+
+  /** Whether cached reads may be served now (and new ones kept); reads the feed first where that is cheap. */
+  #usable(): boolean {
+    if (this.#store.petFeed === 'polled') return Date.now() - this.#syncedAt <= FRESH_MS
+    if (this.#cursor === null) return false
+    this.#apply(this.#store.petChanges(this.#cursor) as PetFeed, false)
+    return true
+  }
+
+  #apply(feed: PetFeed, forgetAll: boolean): void {
+    const first = this.#cursor === null
+    this.#cursor = feed.cursor
+    if (first) return
+    if (feed.reset || forgetAll) {
+      this.#generation++
+      this.#pets.clear()
+      this.#pages.clear()
+      return
+    }
+    if (feed.changes.length === 0) return
+    this.#generation++
+    for (const change of feed.changes) {
+      this.#pets.delete(change.petId)
+      for (const [key, page] of this.#pages) if (couldHold(page, change)) this.#pages.delete(key)
+    }
+  }
+}
+
+/**
+ * Store methods that change pets. Where the feed is polled, each of these waits, once its write is
+ * done, for the cache to read the feed, so that this process shows the change at once; a method
+ * missing here is still seen within the freshness bound, by the next poll.
+ */
+const PET_WRITES = new Set<string>([
+  'createPet',
+  'updatePet',
+  'placeOrder',
+  'transitionOrder',
+  'expireOrders',
+] satisfies (keyof Store)[])
+
+/** The store, as the app uses it: where the feed is polled, a pet write returns once the cache has forgotten what it changed. */
+export function cachedStore(store: Store, cache: PetCache): Store {
+  if (store.petFeed !== 'polled') return store
+  const wrapped = new Map<string, (...args: unknown[]) => unknown>()
+  const wrap = (method: (...args: unknown[]) => unknown, name: string) => {
+    // Called on the store itself, not the proxy: its private fields are the store's.
+    if (!PET_WRITES.has(name)) return method.bind(store)
+    return async (...args: unknown[]) => {
+      try {
+        return await Reflect.apply(method, store, args)
+      } finally {
+        // A failed write may have committed before its answer was lost: forget all the same.
+        await cache.sync().catch(() => {})
+      }
+    }
+  }
+  return new Proxy(store, {
+    get(target, name) {
+      const value: unknown = Reflect.get(target, name, target)
+      if (typeof value !== 'function' || typeof name !== 'string') return value
+      let method = wrapped.get(name)
+      if (method === undefined) {
+        method = wrap(value as (...args: unknown[]) => unknown, name)
+        wrapped.set(name, method)
+      }
+      return method
+    },
+  })
 }

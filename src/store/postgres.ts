@@ -37,7 +37,11 @@ import {
   type NewWebhookEndpoint,
   type OrderPage,
   type OutboxStats,
+  PET_FEED_KEPT,
+  PET_FEED_PAGE,
+  type PetChange,
   type PetChanges,
+  type PetFeed,
   type PetPage,
   type PlaceOrder,
   type PlaceOrderResult,
@@ -273,6 +277,14 @@ const SQL = {
     WHERE scope = $3 AND key = $4`,
   releaseIdempotency: "DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2 AND state = 'in_progress'",
   purgeSessions: 'DELETE FROM sessions WHERE expires_at <= $1',
+  prunePetChanges: `DELETE FROM pet_changes WHERE changed_at < now() - make_interval(mins => $1)`,
+  // The horizon: the oldest transaction still running now. Rows of transactions at or after the last
+  // horizon are every commit this reader has not seen (and a few it has: forgetting twice is harmless).
+  petFeedHorizon: 'SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon',
+  petChangesSince: `SELECT s.horizon::text AS horizon, c.pet_id AS "petId", c.old_status AS "from", c.new_status AS "to"
+    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon) s
+    LEFT JOIN LATERAL (SELECT pet_id, old_status, new_status FROM pet_changes WHERE xid >= $1::xid8
+      ORDER BY seq LIMIT $2) c ON true`,
   purgeIdempotency: 'DELETE FROM idempotency_keys WHERE expires_at <= $1',
 } as const
 
@@ -383,9 +395,23 @@ export class PostgresStore implements Store {
     return (await this.#query<Pet>('getPet', [id]))[0] ?? null
   }
 
-  /** Other instances write too, and telling would need a round-trip: the pet cache keeps reads for a bounded time instead. */
-  petsVersion(): null {
-    return null
+  /** Other instances write too, and telling costs a round-trip: the pet cache polls the feed. */
+  readonly petFeed = 'polled'
+
+  async petChanges(cursor: string | null): Promise<PetFeed> {
+    if (cursor === null) {
+      const [row] = await this.#query<{ horizon: string }>('petFeedHorizon', [])
+      return { changes: [], cursor: row?.horizon as string, reset: false }
+    }
+    const rows = await this.#query<PetChange & { horizon: string }>('petChangesSince', [cursor, PET_FEED_PAGE + 1])
+    const horizon = rows[0]?.horizon as string
+    const changes = rows.filter((row) => row.petId !== null)
+    if (changes.length > PET_FEED_PAGE) return { changes: [], cursor: horizon, reset: true }
+    return {
+      changes: changes.map(({ petId, from, to }) => ({ petId: Number(petId), from, to })),
+      cursor: horizon,
+      reset: false,
+    }
   }
 
   async listPets({ limit, status, afterId = 0 }: ListPetsOptions): Promise<PetPage> {
@@ -755,6 +781,7 @@ export class PostgresStore implements Store {
   // ─── HOUSEKEEPING ──────────────────────────────────────────────────────────────────────────
 
   async purgeExpired(now: string): Promise<number> {
+    await this.#result('prunePetChanges', [PET_FEED_KEPT.minutes])
     const sessions = await this.#result('purgeSessions', [now])
     const records = await this.#result('purgeIdempotency', [now])
     return (sessions.rowCount ?? 0) + (records.rowCount ?? 0)

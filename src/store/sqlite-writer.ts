@@ -32,6 +32,7 @@ import type {
   UpdatePetResult,
   WebhookEndpointChanges,
 } from './types.ts'
+import { PET_FEED_KEPT } from './types.ts'
 import { DELIVERY_COLUMNS, ENDPOINT_COLUMNS, type EndpointRow, endpointFromRow } from './webhook-rows.ts'
 
 /** A job from the main thread: [id, operation, arguments]. */
@@ -154,6 +155,7 @@ function prepareWrites(db: DatabaseSync) {
       WHERE scope = ? AND key = ?`),
     releaseIdempotency: s("DELETE FROM idempotency_keys WHERE scope = ? AND key = ? AND state = 'in_progress'"),
     purgeSessions: s('DELETE FROM sessions WHERE expires_at <= ?'),
+    prunePetChanges: s('DELETE FROM pet_changes WHERE seq <= (SELECT max(seq) FROM pet_changes) - ?'),
     purgeIdempotency: s('DELETE FROM idempotency_keys WHERE expires_at <= ?'),
   }
 }
@@ -465,6 +467,7 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       sql.releaseIdempotency.run(scope, key)
     },
     purgeExpired(at: string): number {
+      sql.prunePetChanges.run(PET_FEED_KEPT.rows)
       return Number(sql.purgeSessions.run(at).changes) + Number(sql.purgeIdempotency.run(at).changes)
     },
   }

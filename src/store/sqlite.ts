@@ -44,7 +44,10 @@ import {
   type NewWebhookEndpoint,
   type OrderPage,
   type OutboxStats,
+  PET_FEED_PAGE,
+  type PetChange,
   type PetChanges,
+  type PetFeed,
   type PetPage,
   type PlaceOrder,
   type PlaceOrderResult,
@@ -190,10 +193,9 @@ export class SqliteStore implements Store {
   #writeFailedAt: number | null = null
   /** Called when the last waiting write is settled (close() waits for it). */
   #drained: (() => void) | null = null
-  #petsVersion = 0
   #dataVersion = -1
-  /** Whether data_version was read in this turn of the event loop. */
-  #versionRead = false
+  /** Whether data_version was read for the feed in this turn of the event loop. */
+  #feedRead = false
   /** Told of each writer batch (the metrics), if anyone listens. */
   #onBatch: WriterBatchListener | null = null
   /** The active trace to keep with an event (StoreOptions.traceparent); none without tracing. */
@@ -328,22 +330,38 @@ export class SqliteStore implements Store {
     })
   }
 
-  petsVersion(): number {
+  readonly petFeed = 'on-read'
+
+  petChanges(cursor: string | null): PetFeed {
+    if (cursor === null) {
+      this.#dataVersion = (this.#sql.dataVersion.get() as { data_version: number }).data_version
+      return {
+        changes: [],
+        cursor: String((this.#sql.lastPetChange.get() as { seq: number | null }).seq ?? 0),
+        reset: false,
+      }
+    }
     // data_version moves with any other connection's commit (our writer's or another process's).
     // Read once per turn of the event loop: a request served in a turn arrived before it began,
     // so it sees every write acknowledged before it was sent (decision 79).
-    if (!this.#versionRead) {
-      this.#versionRead = true
-      setImmediate(() => {
-        this.#versionRead = false
-      })
-      const { data_version } = this.#sql.dataVersion.get() as { data_version: number }
-      if (data_version !== this.#dataVersion) {
-        this.#dataVersion = data_version
-        this.#petsVersion++
-      }
+    if (this.#feedRead) return { changes: [], cursor, reset: false }
+    this.#feedRead = true
+    setImmediate(() => {
+      this.#feedRead = false
+    })
+    const { data_version } = this.#sql.dataVersion.get() as { data_version: number }
+    if (data_version === this.#dataVersion) return { changes: [], cursor, reset: false }
+    this.#dataVersion = data_version
+    const after = Number(cursor)
+    const rows = this.#sql.petChangesAfter.all(after, PET_FEED_PAGE + 1) as unknown as (PetChange & { seq: number })[]
+    if (rows.length === 0) return { changes: [], cursor, reset: false }
+    const last = (rows.at(-1) as { seq: number }).seq
+    // Commits are serial here, so seq has no gap: one means rows were pruned past this reader.
+    if (rows.length > PET_FEED_PAGE || (rows[0] as { seq: number }).seq !== after + 1) {
+      const newest = (this.#sql.lastPetChange.get() as { seq: number | null }).seq ?? last
+      return { changes: [], cursor: String(newest), reset: true }
     }
-    return this.#petsVersion
+    return { changes: rows.map(({ petId, from, to }) => ({ petId, from, to })), cursor: String(last), reset: false }
   }
 
   // ─── ORDERS ────────────────────────────────────────────────────────────────────────────────
@@ -755,6 +773,9 @@ function prepareReads(db: DatabaseSync) {
   return {
     ping: s('SELECT 1'),
     dataVersion: s('PRAGMA data_version'),
+    lastPetChange: s('SELECT max(seq) AS seq FROM pet_changes'),
+    petChangesAfter: s(`SELECT seq, pet_id AS petId, old_status AS "from", new_status AS "to" FROM pet_changes
+      WHERE seq > ? ORDER BY seq LIMIT ?`),
     getPet: s(`SELECT ${PET_COLUMNS} FROM pets WHERE id = ?`),
     getVersionedPet: s(`SELECT ${PET_COLUMNS}, version FROM pets WHERE id = ?`),
     inventory: s('SELECT status, count(*) AS count FROM pets GROUP BY status'),

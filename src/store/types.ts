@@ -43,6 +43,25 @@ export interface PetPage {
   nextAfterId: number | null
 }
 
+/** One change to a pet: its status before (null: created) and after (null: deleted). */
+export interface PetChange {
+  petId: number
+  from: PetStatus | null
+  to: PetStatus | null
+}
+
+export interface PetFeed {
+  changes: PetChange[]
+  cursor: string
+  reset: boolean
+}
+
+/** Feed rows kept (SQLite, by count) or minutes kept (PostgreSQL, by age) when pruned: far past any live reader. */
+export const PET_FEED_KEPT = { rows: 10_000, minutes: 10 }
+
+/** Feed rows answered at once at most; more is answered as `reset`, cheaper than forgetting each. */
+export const PET_FEED_PAGE = 1000
+
 /** A pet and its version: a number that moves with every change to it (its ETag). */
 export interface VersionedPet {
   pet: Pet
@@ -287,12 +306,15 @@ export interface Store {
   /** One page of pets in id order, optionally of one status, after a given id. */
   listPets(options: ListPetsOptions): Promise<PetPage>
   /**
-   * A number that changes whenever any pet may have changed (in this process or any other), read
-   * without a round-trip; or null when the store cannot tell cheaply. Reads of pets may be cached
-   * while it stays the same. A store that gives one also promises that a pet created later gets
-   * an id above every pet any read has seen.
+   * The pet change feed (decision 98): the changes to pets committed after `cursor` by any process,
+   * oldest first, and the cursor to ask from next; `cursor` null asks only for that cursor.
+   * `reset`: what came after the cursor is not all there (pruned, or too much to list), so any pet
+   * read before may have changed. With `petFeed` 'on-read' (SQLite) it answers synchronously and,
+   * while no connection has committed, without a query: cheap enough before every cached read.
+   * With 'polled' (PostgreSQL) it is one indexed query, for a timer.
    */
-  petsVersion(): number | null
+  petChanges(cursor: string | null): PetFeed | Promise<PetFeed>
+  readonly petFeed: 'on-read' | 'polled'
 
   /** The pet with its version, or null. */
   getVersionedPet(id: number): Promise<VersionedPet | null>
@@ -454,6 +476,9 @@ export interface Store {
   releaseIdempotencyKey(ref: IdempotencyRef): Promise<void>
 
   // ─── HOUSEKEEPING ────────────────────────────────────────────────────────────────────────────
-  /** Deletes expired sessions and idempotency records; returns how many. */
+  /**
+   * Deletes expired sessions and idempotency records, and the pet feed's rows no reader can still
+   * need (PET_FEED_KEPT); returns how many sessions and records.
+   */
   purgeExpired(now: string): Promise<number>
 }

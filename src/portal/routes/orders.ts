@@ -74,8 +74,6 @@ const orders: FastifyPluginAsyncTypebox<{ portal: Portal }> = async (app, { port
         }
         return portal.send(request, reply, 409, (c) => ordersPage(c, list, { notice }))
       }
-      // As the API's cancelOrder does: the animal is available again, and this instance's cache must not say pending.
-      if (result.changed) app.petCache.forget(result.order.petId)
       return reply.redirect(`/portal/orders?canceled=${result.order.id}`, 303)
     },
   )

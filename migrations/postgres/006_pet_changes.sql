@@ -1,0 +1,30 @@
+-- The pet change feed (decision 98): every change to a pet, written by the same transaction as the
+-- change (a trigger, so no write path can skip it). Sequence order is not commit order here, so
+-- each row keeps its transaction id: an instance asks for the rows of transactions at or after the
+-- oldest one still running when it last asked (pg_snapshot_xmin), which covers every commit it has
+-- not seen. `old_status`/`new_status` tell the cache which filtered pages could hold the pet.
+CREATE TABLE pet_changes (
+  seq bigserial PRIMARY KEY,
+  xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+  pet_id bigint NOT NULL,
+  old_status text,
+  new_status text,
+  changed_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX pet_changes_xid ON pet_changes (xid);
+CREATE INDEX pet_changes_changed_at ON pet_changes (changed_at);
+
+CREATE FUNCTION pet_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    INSERT INTO pet_changes (pet_id, old_status, new_status) VALUES (OLD.id, OLD.status, NULL);
+  ELSIF TG_OP = 'UPDATE' THEN
+    INSERT INTO pet_changes (pet_id, old_status, new_status) VALUES (NEW.id, OLD.status, NEW.status);
+  ELSE
+    INSERT INTO pet_changes (pet_id, old_status, new_status) VALUES (NEW.id, NULL, NEW.status);
+  END IF;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER pets_changed AFTER INSERT OR UPDATE OR DELETE ON pets
+  FOR EACH ROW EXECUTE FUNCTION pet_changed();
