@@ -241,7 +241,9 @@ describe('Webhook delivery: signed, at least once', () => {
     }
     const { test, key, hook, endpoint } = await subscribed(t, env)
     hook.answer = (n) => (n === 1 ? 500 : 200)
-    hook.delayMs = (n) => (n === 2 ? 60_000 : 0)
+    // Held far past the shutdown's 2 s, so that only the cut ends it; not for a minute, though: the
+    // receiver's timer would keep this test process alive until then.
+    hook.delayMs = (n) => (n === 2 ? 5_000 : 0)
     const sent = await send(test, key.secret, 'in flight at shutdown')
     await until('the last attempt under way', () => hook.received.length === 2)
     const started = performance.now()
@@ -262,9 +264,18 @@ describe('Webhook delivery: signed, at least once', () => {
 
   it('where the operator has the feature off, nothing is sent: the deliveries wait for it', async (t) => {
     const off = await subscribed(t, { EXPERIMENTAL_FEATURES: '' })
+    // Counts the delivery loop's polls: each begins by failing the messages no endpoint subscribes to.
+    const { store } = off.test.app
+    const failUnsubscribed = store.failUnsubscribedMessages.bind(store)
+    let polls = 0
+    store.failUnsubscribedMessages = () => {
+      polls++
+      return failUnsubscribed()
+    }
     const sent = await send(off.test, off.key.secret, 'paused')
     // The nudge and two polls (0.5 s apart) come and go: the message stays queued, the delivery waits.
-    await new Promise((resolve) => setTimeout(resolve, 1200))
+    const before = polls
+    await until('two polls', () => polls >= before + 2)
     assert.equal(off.hook.received.length, 0)
     assert.equal((await off.test.app.inject({ url: '/readyz' })).json().outbox.depth, 1)
     assert.equal((await messageOf(off.test, off.key.accountId, sent.id))?.status, 'queued')
