@@ -1,11 +1,25 @@
 import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { describe, it } from 'node:test'
-import { bearer, build, errorBody, rawExchange, serverConnections } from '../helper.ts'
+import { bearer, build, errorBody, rawExchange, serverConnections, suiteApp, type TestApp } from '../helper.ts'
 import { until } from '../wait.ts'
 
+/** The port the app of `test` listens on, at 127.0.0.1; it starts listening at the first call. */
+async function portOf(test: TestApp): Promise<number> {
+  if (!test.app.server.listening) await test.app.listen({ port: 0, host: '127.0.0.1' })
+  return (test.app.server.address() as { port: number }).port
+}
+
 describe('The wire: framing, Host, versions, targets, and what Node answers itself', () => {
+  // Tests that store no pet, each with keys of its own, share one app (one of them finds no pet);
+  // tests that log share another, each reading the lines of its own requests, or looking for its
+  // own key. Tests of another configuration, that expect pet ids from 1, or read every log line
+  // have apps of their own.
+  const shared = suiteApp()
+  const logging = suiteApp({}, { captureLogs: true })
+
   it('an absolute-form target names the host, whatever Host says (RFC 9112 §3.2.2); a fragment or user information is 400', async (t) => {
+    // Expects its pets to be the first ones (the third is /v1/pets/3).
     const test = await build(t)
     const { secret } = await test.newKey()
     for (const name of ['Rex', 'Tom']) {
@@ -70,8 +84,8 @@ describe('The wire: framing, Host, versions, targets, and what Node answers itse
     assert.match(notHttp, /^HTTP\/1.1 400 /)
   })
 
-  it('Host is checked before it is copied into Location and Link: malformed or missing is 400', async (t) => {
-    const test = await build(t)
+  it('Host is checked before it is copied into Location and Link: malformed or missing is 400', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     for (const host of [
       'evil.example/x>; rel="next", <http://evil.example',
@@ -110,8 +124,7 @@ describe('The wire: framing, Host, versions, targets, and what Node answers itse
       const response = await test.app.inject({ url: '/v1/pets', headers: { ...bearer(secret), host } })
       assert.equal(response.statusCode, 200, host)
     }
-    await test.app.listen({ port: 0, host: '127.0.0.1' })
-    const { port } = test.app.server.address() as { port: number }
+    const port = await portOf(test)
     const noHost = await rawExchange(port, [
       `GET /v1/pets HTTP/1.1\r\nAuthorization: Bearer ${secret}\r\nConnection: close\r\n\r\n`,
     ])
@@ -120,11 +133,10 @@ describe('The wire: framing, Host, versions, targets, and what Node answers itse
     assert.match(noHost, /"message":"The Host header is required \(HTTP\/1.1\)."/)
   })
 
-  it('a request line of another major HTTP version (HTTP/2.0, HTTP/3.0): 505; one with no version: 400; neither served as HTTP/1.1', async (t) => {
-    const test = await build(t)
+  it('a request line of another major HTTP version (HTTP/2.0, HTTP/3.0): 505; one with no version: 400; neither served as HTTP/1.1', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
-    await test.app.listen({ port: 0, host: '127.0.0.1' })
-    const { port } = test.app.server.address() as { port: number }
+    const port = await portOf(test)
     // Node's parser takes HTTP/2.0 (the app refuses it) and refuses HTTP/3.0 itself (the client error handler answers).
     for (const line of ['GET /v1/pets HTTP/2.0', 'GET /v1/pets HTTP/3.0']) {
       const answer = await rawExchange(port, [`${line}\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n\r\n`])
@@ -138,10 +150,8 @@ describe('The wire: framing, Host, versions, targets, and what Node answers itse
     assert.match(noVersion, /"message":"The HTTP version must be HTTP\/1.1 or HTTP\/1.0."/)
   })
 
-  it('OPTIONS * (about the server itself): 204 with the methods some route takes; "*" with another method: 400', async (t) => {
-    const test = await build(t)
-    await test.app.listen({ port: 0, host: '127.0.0.1' })
-    const { port } = test.app.server.address() as { port: number }
+  it('OPTIONS * (about the server itself): 204 with the methods some route takes; "*" with another method: 400', async () => {
+    const port = await portOf(await shared())
     const options = await rawExchange(port, ['OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'])
     assert.match(options, /^HTTP\/1.1 204 /)
     const allow = /\r\nallow: ([^\r]*)\r\n/i.exec(options)?.[1]?.split(', ')
@@ -151,11 +161,10 @@ describe('The wire: framing, Host, versions, targets, and what Node answers itse
     assert.match(get, /"message":"The request target \\"\*\\" is only for OPTIONS \(RFC 9112 §3.2.4\)."/)
   })
 
-  it('Content-Type sent twice: 400, even when one of them is JSON (which one a parser keeps varies)', async (t) => {
-    const test = await build(t)
+  it('Content-Type sent twice: 400, even when one of them is JSON (which one a parser keeps varies)', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
-    await test.app.listen({ port: 0, host: '127.0.0.1' })
-    const { port } = test.app.server.address() as { port: number }
+    const port = await portOf(test)
     const body = '{"name":"Rex","categoryId":1}'
     const response = await rawExchange(port, [
       `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\n` +
@@ -166,11 +175,10 @@ describe('The wire: framing, Host, versions, targets, and what Node answers itse
     assert.equal((await test.app.store.listPets({ limit: 10 })).pets.length, 0)
   })
 
-  it('Host, Authorization or Idempotency-Key sent twice: 400, whichever of them is valid', async (t) => {
-    const test = await build(t)
+  it('Host, Authorization or Idempotency-Key sent twice: 400, whichever of them is valid', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
-    await test.app.listen({ port: 0, host: '127.0.0.1' })
-    const { port } = test.app.server.address() as { port: number }
+    const port = await portOf(test)
     for (const headers of [
       `Host: x\r\nAuthorization: Bearer ${secret}\r\nAuthorization: Bearer junk`,
       `Host: x\r\nAuthorization: Bearer junk\r\nauthorization: Bearer ${secret}`,
@@ -186,11 +194,10 @@ describe('The wire: framing, Host, versions, targets, and what Node answers itse
     }
   })
 
-  it('Expect other than 100-continue (417) and CONNECT (400) get the Error body and a request id, logged', async (t) => {
-    const test = await build(t, {}, { captureLogs: true })
+  it('Expect other than 100-continue (417) and CONNECT (400) get the Error body and a request id, logged', async () => {
+    const test = await logging()
     const { secret } = await test.newKey()
-    await test.app.listen({ port: 0, host: '127.0.0.1' })
-    const { port } = test.app.server.address() as { port: number }
+    const port = await portOf(test)
     const expect = await rawExchange(port, [
       `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\nContent-Type: application/json\r\n` +
         'Content-Length: 2\r\nExpect: foo\r\n\r\n{}',
@@ -337,8 +344,8 @@ describe('The wire: framing, Host, versions, targets, and what Node answers itse
     assert.match(String(created.headers.location), /^https:\/\/api\.example\.com\/v1\/pets\/\d+$/)
   })
 
-  it('an X-Request-Id that carries an API key is replaced, so the key never reaches the log', async (t) => {
-    const test = await build(t, {}, { captureLogs: true })
+  it('an X-Request-Id that carries an API key is replaced, so the key never reaches the log', async () => {
+    const test = await logging()
     const { secret } = await test.newKey()
     const response = await test.app.inject({ url: '/nowhere', headers: { 'x-request-id': secret } })
     assert.match(String(response.headers['x-request-id']), /^[0-9a-f-]{36}$/)
@@ -346,6 +353,7 @@ describe('The wire: framing, Host, versions, targets, and what Node answers itse
   })
 
   it('malformed HTTP and oversized headers get a JSON Error too (400, 431), logged under their X-Request-Id', async (t) => {
+    // Finds no line at error in all the log: an app of its own.
     const { app, logs } = await build(t, {}, { captureLogs: true })
     await app.listen({ port: 0, host: '127.0.0.1' })
     const { port } = app.server.address() as { port: number }

@@ -2,11 +2,30 @@ import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { describe, it } from 'node:test'
 import { DatabaseUnavailableError } from '../../src/store/types.ts'
-import { bearer, build, errorBody, loggedAsOutage } from '../helper.ts'
+import { bearer, build, errorBody, loggedAsOutage, suiteApp } from '../helper.ts'
 
 describe('Errors: every error is application/json {code, message, status}', () => {
-  it('malformed JSON: 400 invalid_json', async (t) => {
-    const test = await build(t)
+  // Tests that store no pet share one app (one of them finds its list of pets empty).
+  const shared = suiteApp()
+  // Routes that fail each in their own way; each test reads only the log lines of its own request.
+  const failing = suiteApp(
+    {},
+    {
+      captureLogs: true,
+      setup: (app) => {
+        app.get('/boom', async () => {
+          throw new Error('SQLITE_CORRUPT at /srv/secret/path.db: SELECT * FROM api_keys')
+        })
+        app.get('/down', async () => {
+          throw new DatabaseUnavailableError('connect ECONNREFUSED 127.0.0.1:5432')
+        })
+        app.get('/odd', async () => Promise.reject('just a string'))
+      },
+    },
+  )
+
+  it('malformed JSON: 400 invalid_json', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     for (const payload of ['{"name": "Rex",', '{"name": "Rex"}}', "{'name': 'Rex'}", '', 'nul', '{"a":1}\u0000']) {
       const response = await test.app.inject({
@@ -20,8 +39,8 @@ describe('Errors: every error is application/json {code, message, status}', () =
     }
   })
 
-  it('a body with __proto__ or constructor.prototype keys: 400, nothing stored', async (t) => {
-    const test = await build(t)
+  it('a body with __proto__ or constructor.prototype keys: 400, nothing stored', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     for (const payload of [
       '{"name":"Rex","categoryId":1,"__proto__":{"admin":true}}',
@@ -43,8 +62,8 @@ describe('Errors: every error is application/json {code, message, status}', () =
     assert.deepEqual((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).json(), [])
   })
 
-  it('unsupported media type: 415 unsupported_media_type', async (t) => {
-    const test = await build(t)
+  it('unsupported media type: 415 unsupported_media_type', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml', 'multipart/form-data']) {
       const response = await test.app.inject({
@@ -59,6 +78,7 @@ describe('Errors: every error is application/json {code, message, status}', () =
   })
 
   it('accepts application/json with a charset parameter', async (t) => {
+    // Stores a pet: not in the shared app, whose store stays empty.
     const test = await build(t)
     const { secret } = await test.newKey()
     const response = await test.app.inject({
@@ -83,42 +103,21 @@ describe('Errors: every error is application/json {code, message, status}', () =
     assert.equal(errorBody(response).code, 'payload_too_large')
   })
 
-  it('unexpected failure: 500 internal_error, no stack or internals, logged at error with the request id', async (t) => {
-    const test = await build(
-      t,
-      {},
-      {
-        captureLogs: true,
-        setup: (app) =>
-          app.get('/boom', async () => {
-            throw new Error('SQLITE_CORRUPT at /srv/secret/path.db: SELECT * FROM api_keys')
-          }),
-      },
-    )
+  it('unexpected failure: 500 internal_error, no stack or internals, logged at error with the request id', async () => {
+    const test = await failing()
     const response = await test.app.inject({ url: '/boom' })
     assert.equal(response.statusCode, 500)
     const body = errorBody(response)
     assert.equal(body.code, 'internal_error')
     assert.doesNotMatch(response.body, /SQLITE|secret|api_keys|at |\.ts|\.js/)
     const requestId = response.headers['x-request-id']
-    const logged = test.logs.find((line) => line.level === 50)
-    assert.ok(logged, 'the failure was not logged at error level')
-    assert.equal(logged.requestId, requestId)
+    const logged = test.logs.find((line) => line.level === 50 && line.requestId === requestId)
+    assert.ok(logged, 'the failure was not logged at error level with the request id')
     assert.match(JSON.stringify(logged.err), /SQLITE_CORRUPT/)
   })
 
-  it('a database outage is a 503 logged at warn in one line without a stack: an outage fails every request alike', async (t) => {
-    const test = await build(
-      t,
-      {},
-      {
-        captureLogs: true,
-        setup: (app) =>
-          app.get('/down', async () => {
-            throw new DatabaseUnavailableError('connect ECONNREFUSED 127.0.0.1:5432')
-          }),
-      },
-    )
+  it('a database outage is a 503 logged at warn in one line without a stack: an outage fails every request alike', async () => {
+    const test = await failing()
     const response = await test.app.inject({ url: '/down' })
     assert.equal(response.statusCode, 503)
     assert.equal(errorBody(response).code, 'service_unavailable')
@@ -127,15 +126,15 @@ describe('Errors: every error is application/json {code, message, status}', () =
     assert.match(String(loggedAsOutage(test.logs, response).detail), /ECONNREFUSED/)
   })
 
-  it('a thrown non-Error value is still a masked 500', async (t) => {
-    const test = await build(t, {}, { setup: (app) => app.get('/odd', async () => Promise.reject('just a string')) })
+  it('a thrown non-Error value is still a masked 500', async () => {
+    const test = await failing()
     const response = await test.app.inject({ url: '/odd' })
     assert.equal(response.statusCode, 500)
     assert.equal(errorBody(response).code, 'internal_error')
   })
 
-  it('every response, errors included, carries X-Request-Id; a sane client id is kept', async (t) => {
-    const { app } = await build(t)
+  it('every response, errors included, carries X-Request-Id; a sane client id is kept', async () => {
+    const { app } = await shared()
     const generated = await app.inject({ url: '/v1/pets' })
     assert.match(String(generated.headers['x-request-id']), /^[0-9a-f-]{36}$/)
     const kept = await app.inject({ url: '/nowhere', headers: { 'x-request-id': 'trace-42.a_b:c' } })
@@ -149,6 +148,7 @@ describe('Errors: every error is application/json {code, message, status}', () =
     ['::1', '\\[::1\\]'],
   ]) {
     it(`an HTTP/1.0 request without Host still gets absolute links built from the address it reached (${listen})`, async (t) => {
+      // Listens, and expects the first pet (/v1/pets/1): an app of its own.
       const test = await build(t)
       const { secret } = await test.newKey()
       await test.app.listen({ port: 0, host: listen })

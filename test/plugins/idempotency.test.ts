@@ -3,7 +3,7 @@ import { DatabaseSync } from 'node:sqlite'
 import { describe, it } from 'node:test'
 import { requestFingerprint } from '../../src/plugins/idempotency.ts'
 import { sqlitePath } from '../../src/store/sqlite.ts'
-import { bearer, build, DATABASE, errorBody, postgres, type TestApp, testDatabaseUrl } from '../helper.ts'
+import { bearer, build, DATABASE, errorBody, postgres, suiteApp, type TestApp, testDatabaseUrl } from '../helper.ts'
 
 const json = { 'content-type': 'application/json' }
 
@@ -20,6 +20,11 @@ const postPet = (test: TestApp, headers: Record<string, string>, payload: string
   test.app.inject({ method: 'POST', url: '/v1/pets', headers, payload })
 
 describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-httpapi-idempotency-key-header)', () => {
+  // Idempotency keys belong to an API key, and each test makes its own: one app serves the tests
+  // that look at nothing else. Those that count every pet in the store (pets are global) have apps
+  // of their own.
+  const shared = suiteApp()
+
   it('a retry with the same key and body replays the first response and creates nothing', async (t) => {
     const test = await build(t)
     const { secret } = await test.newKey()
@@ -39,8 +44,8 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
     assert.equal(listed.json().length, 1)
   })
 
-  it('treats the same body with its fields in another order as the same request', async (t) => {
-    const test = await build(t)
+  it('treats the same body with its fields in another order as the same request', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     const headers = { ...bearer(secret), ...json, 'idempotency-key': 'k' }
     const first = await postPet(test, headers, '{"name":"Rex","categoryId":1}')
@@ -95,8 +100,8 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
     assert.equal((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).json().length, 1)
   })
 
-  it('keys belong to the API key that sent them: another key with the same Idempotency-Key creates its own pet', async (t) => {
-    const test = await build(t)
+  it('keys belong to the API key that sent them: another key with the same Idempotency-Key creates its own pet', async () => {
+    const test = await shared()
     const one = await test.newKey()
     const two = await test.newKey()
     const send = (secret: string) =>
@@ -107,8 +112,8 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
     assert.notEqual(a.json().id, b.json().id)
   })
 
-  it('replays POST /v1/messages with its 202 and creates one message', async (t) => {
-    const test = await build(t)
+  it('replays POST /v1/messages with its 202 and creates one message', async () => {
+    const test = await shared()
     const { secret, accountId } = await test.newKey()
     const send = () =>
       test.app.inject({
@@ -125,8 +130,8 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
     assert.equal((await test.app.store.listMessages({ accountId: accountId, limit: 10 })).messages.length, 1)
   })
 
-  it('a refused request claims nothing: the key works for the corrected request', async (t) => {
-    const test = await build(t)
+  it('a refused request claims nothing: the key works for the corrected request', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     const headers = { ...bearer(secret), 'idempotency-key': 'fix-me' }
     const bad = await postPet(test, headers, { name: 'Rex' })
@@ -137,6 +142,7 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
   })
 
   it('a claimed request whose write fails releases its key: the retry is done, not 409', async (t) => {
+    // Adds a trigger to the database, and lists every pet.
     const url = await testDatabaseUrl(t)
     const test = await build(t, { DATABASE_URL: url })
     const { secret } = await test.newKey()
@@ -161,8 +167,8 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
     )
   })
 
-  it('takes a quoted key of 255 characters: the quotes do not count', async (t) => {
-    const test = await build(t)
+  it('takes a quoted key of 255 characters: the quotes do not count', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     const key = `"${'k'.repeat(255)}"`
     const first = await postPet(test, { ...bearer(secret), 'idempotency-key': key }, { name: 'Rex', categoryId: 1 })
@@ -172,8 +178,8 @@ describe('Idempotency-Key on POST /v1/pets and POST /v1/messages (draft-ietf-htt
     assert.equal(again.json().id, first.json().id)
   })
 
-  it('refuses a malformed Idempotency-Key with 400 naming the header and its rule', async (t) => {
-    const test = await build(t)
+  it('refuses a malformed Idempotency-Key with 400 naming the header and its rule', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     for (const key of ['has space', 'x'.repeat(256), `"${'x'.repeat(256)}"`, 'tab\there', 'ünïcode', '""']) {
       const response = await postPet(

@@ -3,14 +3,24 @@ import { describe, it } from 'node:test'
 import { Validator } from '@seriousme/openapi-schema-validator'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import { ERROR_CODES, ERRORS, type ErrorCode } from '../../src/errors.ts'
-import { build } from '../helper.ts'
+import { suiteApp } from '../helper.ts'
 
-async function document(t: Parameters<typeof build>[0], env: Record<string, string> = {}) {
-  const { app } = await build(t, env)
-  const response = await app.inject({ url: '/v1/openapi.json' })
-  assert.equal(response.statusCode, 200)
-  assert.match(String(response.headers['content-type']), /^application\/json/)
-  return response.json()
+/**
+ * The document an app of `env` serves, for the tests of a suite (call it in a describe() body): it is
+ * the same for each of them, so it is fetched once. Each call parses it anew: a test may change its copy.
+ */
+function served(env: Record<string, string> = {}) {
+  const shared = suiteApp(env)
+  let body: Promise<string> | undefined
+  return async () => {
+    body ??= shared().then(async ({ app }) => {
+      const response = await app.inject({ url: '/v1/openapi.json' })
+      assert.equal(response.statusCode, 200)
+      assert.match(String(response.headers['content-type']), /^application\/json/)
+      return response.body
+    })
+    return JSON.parse(await body)
+  }
 }
 
 /** The scope each operation needs (decision 77). */
@@ -42,9 +52,15 @@ const SCOPE_OF: Record<string, string> = {
 const WEBHOOKS = { EXPERIMENTAL_FEATURES: 'webhooks' }
 
 describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
-  it('serves a valid OpenAPI 3.1 document without a key, with or without the experimental operations', async (t) => {
-    for (const env of [{}, WEBHOOKS]) {
-      const doc = await document(t, env)
+  const urls = { PRODUCTION_URL: 'https://api.pets.test/v1', STAGING_URL: 'https://staging.pets.test/v1' }
+  const document = served()
+  const withWebhooks = served(WEBHOOKS)
+  const onStaging = served({ ...urls, DEPLOYMENT: 'staging' })
+  const onProduction = served({ ...urls, DEPLOYMENT: 'production' })
+  const withContact = served({ ...WEBHOOKS, PRODUCTION_URL: 'https://api.pets.test/v1', DEPLOYMENT: 'production' })
+
+  it('serves a valid OpenAPI 3.1 document without a key, with or without the experimental operations', async () => {
+    for (const doc of [await document(), await withWebhooks()]) {
       assert.match(doc.openapi, /^3\.1\./)
       const result = await new Validator().validate(doc)
       assert.equal(result.valid, true, JSON.stringify(result.errors, null, 2))
@@ -52,8 +68,8 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     }
   })
 
-  it('has the spec operations with their operationIds, paths relative to the /v1 servers', async (t) => {
-    const doc = await document(t)
+  it('has the spec operations with their operationIds, paths relative to the /v1 servers', async () => {
+    const doc = await document()
     assert.deepEqual(Object.keys(doc.paths).sort(), [
       '/messages',
       '/messages/{messageId}',
@@ -79,16 +95,15 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     assert.equal(doc.paths['/store/inventory'].get.operationId, 'getInventory')
   })
 
-  it('lists production and staging servers from configuration, this deployment first (clients default to it)', async (t) => {
-    const urls = { PRODUCTION_URL: 'https://api.pets.test/v1', STAGING_URL: 'https://staging.pets.test/v1' }
+  it('lists production and staging servers from configuration, this deployment first (clients default to it)', async () => {
     const production = { url: 'https://api.pets.test/v1', description: 'Production' }
     const staging = { url: 'https://staging.pets.test/v1', description: 'Staging' }
-    assert.deepEqual((await document(t, { ...urls, DEPLOYMENT: 'staging' })).servers, [staging, production])
-    assert.deepEqual((await document(t, { ...urls, DEPLOYMENT: 'production' })).servers, [production, staging])
+    assert.deepEqual((await onStaging()).servers, [staging, production])
+    assert.deepEqual((await onProduction()).servers, [production, staging])
   })
 
-  it('documents updatePet: not deprecated, a merge patch in either media type, ETag on 200 and getPet', async (t) => {
-    const doc = await document(t)
+  it('documents updatePet: not deprecated, a merge patch in either media type, ETag on 200 and getPet', async () => {
+    const doc = await document()
     const updatePet = doc.paths['/pets/{petId}'].patch
     assert.equal(updatePet.operationId, 'updatePet')
     assert.equal(updatePet.deprecated, undefined)
@@ -103,16 +118,16 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     assert.ok(doc.paths['/pets/{petId}'].get.responses['200'].headers.ETag)
   })
 
-  it("documents getPet's Deprecation, Sunset and Link headers on its errors too, as it sends them", async (t) => {
-    const responses = (await document(t)).paths['/pets/{petId}'].get.responses
+  it("documents getPet's Deprecation, Sunset and Link headers on its errors too, as it sends them", async () => {
+    const responses = (await document()).paths['/pets/{petId}'].get.responses
     for (const status of ['200', '400', '401', '404', '410', '429', '500', '503']) {
       for (const name of ['Deprecation', 'Sunset', 'Link'])
         assert.ok(responses[status].headers[name], `${status} ${name}`)
     }
   })
 
-  it('declares the bearer scheme and requires it, with the scope it needs, on every operation', async (t) => {
-    const doc = await document(t, WEBHOOKS)
+  it('declares the bearer scheme and requires it, with the scope it needs, on every operation', async () => {
+    const doc = await withWebhooks()
     assert.deepEqual(
       {
         type: doc.components.securitySchemes.bearerAuth.type,
@@ -132,8 +147,8 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     }
   })
 
-  it('documents every status the POST operations return, 413 and 415 included', async (t) => {
-    const doc = await document(t)
+  it('documents every status the POST operations return, 413 and 415 included', async () => {
+    const doc = await document()
     for (const operation of [doc.paths['/pets'].post, doc.paths['/messages'].post]) {
       for (const status of ['400', '401', '409', '413', '415', '422', '429', '500', '503']) {
         assert.ok(operation.responses[status], `${operation.operationId} ${status}`)
@@ -141,8 +156,8 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     }
   })
 
-  it('every operation documents X-Request-Id on each response, and a default Error response for the rest', async (t) => {
-    const doc = await document(t, WEBHOOKS)
+  it('every operation documents X-Request-Id on each response, and a default Error response for the rest', async () => {
+    const doc = await withWebhooks()
     type Response = {
       headers?: Record<string, unknown>
       content: { 'application/json': { schema: { $ref?: string } } }
@@ -166,8 +181,8 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     }
   })
 
-  it('marks getPet deprecated and documents its 200, 401 and 404', async (t) => {
-    const doc = await document(t)
+  it('marks getPet deprecated and documents its 200, 401 and 404', async () => {
+    const doc = await document()
     const getPet = doc.paths['/pets/{petId}'].get
     assert.equal(getPet.deprecated, true)
     assert.match(getPet.description, /5 December 2030/)
@@ -187,8 +202,8 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     )
   })
 
-  it('describes the spec fields: Pet, NewPet, Error, Message, limit 1-100 default 20, status enum', async (t) => {
-    const doc = await document(t)
+  it('describes the spec fields: Pet, NewPet, Error, Message, limit 1-100 default 20, status enum', async () => {
+    const doc = await document()
     const { Pet, NewPet, Error: ErrorObject, Message } = doc.components.schemas
     assert.deepEqual(Pet.required.sort(), ['categoryId', 'id', 'name', 'status'])
     assert.deepEqual(NewPet.required.sort(), ['categoryId', 'name'])
@@ -223,8 +238,8 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     )
   })
 
-  it('closes request bodies to unknown fields, and leaves responses open to fields added later (decision 20)', async (t) => {
-    const { Pet, NewPet, Error: ErrorObject, Message, NewMessage } = (await document(t)).components.schemas
+  it('closes request bodies to unknown fields, and leaves responses open to fields added later (decision 20)', async () => {
+    const { Pet, NewPet, Error: ErrorObject, Message, NewMessage } = (await document()).components.schemas
     assert.equal(NewPet.additionalProperties, false)
     assert.equal(NewMessage.additionalProperties, false)
     for (const [name, schema] of Object.entries({ Pet, Error: ErrorObject, Message })) {
@@ -232,8 +247,8 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     }
   })
 
-  it('describes every operation, and names a contact (the portal of this deployment) and a license', async (t) => {
-    const doc = await document(t, { ...WEBHOOKS, PRODUCTION_URL: 'https://api.pets.test/v1', DEPLOYMENT: 'production' })
+  it('describes every operation, and names a contact (the portal of this deployment) and a license', async () => {
+    const doc = await withContact()
     for (const [path, item] of Object.entries<Record<string, { description?: string }>>(doc.paths)) {
       for (const [method, operation] of Object.entries(item)) {
         assert.ok(operation.description?.trim(), `${method} ${path} has no description`)
@@ -243,19 +258,19 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     assert.deepEqual(doc.info.license, { name: 'MIT', identifier: 'MIT' })
   })
 
-  it('the key dialog says where keys come from: the portal and `animal-store keys create`', async (t) => {
-    const { description } = (await document(t)).components.securitySchemes.bearerAuth
+  it('the key dialog says where keys come from: the portal and `animal-store keys create`', async () => {
+    const { description } = (await document()).components.securitySchemes.bearerAuth
     assert.match(description, /portal \(\/portal/)
     assert.match(description, /`animal-store keys create/)
   })
 
-  it('gives every field of every schema a readable example that its own schema accepts (no invented strings)', async (t) => {
-    const doc = await document(t)
-    const withWebhooks = await document(t, WEBHOOKS)
+  it('gives every field of every schema a readable example that its own schema accepts (no invented strings)', async () => {
+    const doc = await document()
+    const webhooks = await withWebhooks()
     // Formats are the document's to describe (int64, date-time): only types, patterns and bounds are checked.
     const ajv = new Ajv2020({ strict: false, validateFormats: false })
     const schemas = Object.entries<{ properties: Record<string, { examples?: unknown[] }> }>(
-      withWebhooks.components.schemas,
+      webhooks.components.schemas,
     )
     // The experimental operations' schemas are published only where those operations exist.
     assert.deepEqual(Object.keys(doc.components.schemas).sort(), [
@@ -302,8 +317,8 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     assert.equal(petId.example, 1)
   })
 
-  it("shows on each error response the body of a real code of that status, with the code's message", async (t) => {
-    const doc = await document(t, WEBHOOKS)
+  it("shows on each error response the body of a real code of that status, with the code's message", async () => {
+    const doc = await withWebhooks()
     let checked = 0
     for (const [path, item] of Object.entries<Record<string, { responses: Record<string, unknown> }>>(doc.paths)) {
       for (const [method, operation] of Object.entries(item)) {

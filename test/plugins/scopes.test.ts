@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { grantedScopes, parseScopes } from '../../src/domain/scopes.ts'
-import { bearer, build, errorBody, type TestApp } from '../helper.ts'
+import { bearer, errorBody, suiteApp, type TestApp } from '../helper.ts'
 
 /** A key of a new account with these scopes (stored text; null: every scope), opted in to orders. */
 async function keyWith(test: TestApp, scopes: string | null) {
@@ -10,8 +10,11 @@ async function keyWith(test: TestApp, scopes: string | null) {
 }
 
 describe('Scopes: each operation needs its scope; write implies read', () => {
-  it('a key without the scope gets 403 insufficient_scope with the RFC 6750 challenge naming it', async (t) => {
-    const test = await build(t)
+  // Keys of their own, and no pet stored (the first test finds none): one app for both.
+  const shared = suiteApp()
+
+  it('a key without the scope gets 403 insufficient_scope with the RFC 6750 challenge naming it', async () => {
+    const test = await shared()
     const reader = await keyWith(test, 'pets:read')
     assert.equal((await test.app.inject({ url: '/v1/pets', headers: reader })).statusCode, 200)
     const refused = await test.app.inject({
@@ -43,8 +46,8 @@ describe('Scopes: each operation needs its scope; write implies read', () => {
     }
   })
 
-  it('write implies read; a key made without scopes has them all; the scope check comes before the beta opt-in', async (t) => {
-    const test = await build(t)
+  it('write implies read; a key made without scopes has them all; the scope check comes before the beta opt-in', async () => {
+    const test = await shared()
     const writer = await keyWith(test, 'orders:write pets:write')
     const all = await keyWith(test, null)
     for (const url of ['/v1/pets', '/v1/store/orders', '/v1/store/inventory']) {

@@ -1,10 +1,14 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { bearer, build, errorBody } from '../helper.ts'
+import { bearer, build, errorBody, suiteApp } from '../helper.ts'
 
 describe('Requests no route takes: 404, 405 with Allow, the key first', () => {
-  it('unknown route: 404 not_found, with or without /v1 (with a key)', async (t) => {
-    const test = await build(t)
+  // Each test uses keys of its own, and no test here stores anything: one app per configuration.
+  const shared = suiteApp()
+  const smallBodies = suiteApp({ BODY_LIMIT: '2048' })
+
+  it('unknown route: 404 not_found, with or without /v1 (with a key)', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     for (const url of ['/v1', '/v1/pet', '/v2/pets', '/v1/pets/1/owner', '/v1/orders', '/v1/pets/', '/v1/pets/?x=1']) {
       const response = await test.app.inject({ url, headers: bearer(secret) })
@@ -34,8 +38,8 @@ describe('Requests no route takes: 404, 405 with Allow, the key first', () => {
     assert.deepEqual(statuses, [404, 405, 400, 429])
   })
 
-  it('says what to fix: a malformed URL, a body over the limit', async (t) => {
-    const test = await build(t, { BODY_LIMIT: '2048' })
+  it('says what to fix: a malformed URL, a body over the limit', async () => {
+    const test = await smallBodies()
     const { secret } = await test.newKey()
     const badUrl = await test.app.inject({ url: '/v1/pets/%zz', headers: bearer(secret) })
     assert.equal(badUrl.statusCode, 400)
@@ -58,8 +62,8 @@ describe('Requests no route takes: 404, 405 with Allow, the key first', () => {
     assert.match(errorBody(big).message, /limit of 2048 bytes/)
   })
 
-  it('under /v1 the key comes first: an unknown path, a wrong method or an undecodable URL without a key is 401', async (t) => {
-    const { app } = await build(t)
+  it('under /v1 the key comes first: an unknown path, a wrong method or an undecodable URL without a key is 401', async () => {
+    const { app } = await shared()
     for (const [method, url] of [
       ['GET', '/v1'],
       ['POST', '/v1'],
@@ -90,8 +94,8 @@ describe('Requests no route takes: 404, 405 with Allow, the key first', () => {
     assert.equal((await app.inject({ url: '/nowhere' })).statusCode, 404)
   })
 
-  it('wrong method on a known path: 405 method_not_allowed with Allow', async (t) => {
-    const test = await build(t)
+  it('wrong method on a known path: 405 method_not_allowed with Allow', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     const cases: [string, string, string][] = [
       ['DELETE', '/v1/pets', 'GET, HEAD, POST'],
@@ -108,8 +112,8 @@ describe('Requests no route takes: 404, 405 with Allow, the key first', () => {
     }
   })
 
-  it('an unknown route or a wrong method is 404 or 405 whatever the body: it is never read', async (t) => {
-    const test = await build(t, { BODY_LIMIT: '2048' })
+  it('an unknown route or a wrong method is 404 or 405 whatever the body: it is never read', async () => {
+    const test = await smallBodies()
     const { secret } = await test.newKey()
     const json = { 'content-type': 'application/json' }
     const cases = [
@@ -130,8 +134,8 @@ describe('Requests no route takes: 404, 405 with Allow, the key first', () => {
     assert.equal(escaped.headers.allow, 'GET, HEAD, POST')
   })
 
-  it('the key check and the 404/405 read the path as the router does: decoded, and as sent', async (t) => {
-    const test = await build(t)
+  it('the key check and the 404/405 read the path as the router does: decoded, and as sent', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     // Without a key, nothing about /v1 shows, however its path is spelled.
     for (const [method, url] of [

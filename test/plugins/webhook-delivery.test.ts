@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { describe, it, type TestContext } from 'node:test'
 import type { EventType } from '../../src/schemas/webhooks.ts'
 import { newWebhookSecret } from '../../src/webhooks/signing.ts'
-import { bearer, build, type TestApp, testDatabaseUrl } from '../helper.ts'
+import { bearer, build, suiteApp, type TestApp, testDatabaseUrl } from '../helper.ts'
 import { until } from '../wait.ts'
 import { receiver } from '../webhooks/receiver.ts'
 
@@ -15,8 +15,8 @@ const ENV = {
   WEBHOOK_TIMEOUT_SECONDS: '2',
 }
 
-async function subscribed(t: TestContext, env: Record<string, string> = {}, events: EventType[] = ['message.created']) {
-  const test = await build(t, { ...ENV, ...env })
+/** A new account of `test` (an app of ENV, or of ENV changed), its endpoint a new receiver, subscribed to `events`. */
+async function subscribed(t: TestContext, test: TestApp, events: EventType[] = ['message.created']) {
   const key = await test.newKey()
   const hook = await receiver(t)
   const secret = newWebhookSecret()
@@ -45,8 +45,13 @@ async function send(test: TestApp, secret: string, message: string) {
 const messageOf = (test: TestApp, accountId: number, id: string) => test.app.store.getMessage(accountId, id)
 
 describe('Webhook delivery: signed, at least once', () => {
+  // Each test has an account, an endpoint and a receiver of its own, and waits for its own deliveries
+  // to end: one app of ENV serves those tests. Tests of another configuration, or that close their
+  // app, have their own.
+  const shared = suiteApp(ENV)
+
   it('a message reaches the endpoint signed (Standard Webhooks), and becomes delivered', async (t) => {
-    const { test, key, hook, secret } = await subscribed(t)
+    const { test, key, hook, secret } = await subscribed(t, await shared())
     const sent = await send(test, key.secret, 'hello hook')
     assert.equal(sent.status, 'queued')
     await until('received', () => hook.received.length === 1)
@@ -68,7 +73,7 @@ describe('Webhook delivery: signed, at least once', () => {
   })
 
   it('a receiver that fails twice gets the event on the third attempt, with the same webhook-id', async (t) => {
-    const { test, key, hook, endpoint } = await subscribed(t)
+    const { test, key, hook, endpoint } = await subscribed(t, await shared())
     hook.answer = (n) => (n <= 2 ? 500 : 200)
     const sent = await send(test, key.secret, 'third time lucky')
     const message = await until('delivered', async () => {
@@ -85,9 +90,10 @@ describe('Webhook delivery: signed, at least once', () => {
   })
 
   it('a receiver down for a while gets every event once it is back', async (t) => {
-    const { test, key, hook } = await subscribed(t, {
-      WEBHOOK_RETRY_SCHEDULE: '0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2',
-    })
+    const { test, key, hook } = await subscribed(
+      t,
+      await build(t, { ...ENV, WEBHOOK_RETRY_SCHEDULE: '0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2' }),
+    )
     await hook.stop()
     const sent: { id: string }[] = []
     for (let i = 0; i < 5; i++) sent.push(await send(test, key.secret, `while down ${i}`))
@@ -109,7 +115,7 @@ describe('Webhook delivery: signed, at least once', () => {
   })
 
   it('every attempt failing fails the message; a 410 disables the endpoint', async (t) => {
-    const { test, key, hook, endpoint } = await subscribed(t)
+    const { test, key, hook, endpoint } = await subscribed(t, await shared())
     hook.answer = () => 503
     const failing = await send(test, key.secret, 'never')
     const failed = await until('failed', async () => {
@@ -131,7 +137,10 @@ describe('Webhook delivery: signed, at least once', () => {
   })
 
   it('a private address is refused without the operator’s switch, and nothing reaches it', async (t) => {
-    const { test, key, hook, endpoint } = await subscribed(t, { WEBHOOK_ALLOW_PRIVATE_URLS: 'false' })
+    const { test, key, hook, endpoint } = await subscribed(
+      t,
+      await build(t, { ...ENV, WEBHOOK_ALLOW_PRIVATE_URLS: 'false' }),
+    )
     const sent = await send(test, key.secret, 'to loopback')
     const delivery = await until('attempted', async () => {
       const [d] = (await test.app.store.listDeliveries(key.accountId, endpoint.id, 1)) ?? []
@@ -144,7 +153,7 @@ describe('Webhook delivery: signed, at least once', () => {
   })
 
   it('during a rotation both secrets sign, and each verifies', async (t) => {
-    const { test, key, hook, secret, endpoint } = await subscribed(t)
+    const { test, key, hook, secret, endpoint } = await subscribed(t, await shared())
     const rotated = newWebhookSecret()
     const until24h = new Date(Date.now() + 86_400_000).toISOString()
     await test.app.store.rotateWebhookSecret(key.accountId, endpoint.id, rotated, until24h)
@@ -156,7 +165,7 @@ describe('Webhook delivery: signed, at least once', () => {
   })
 
   it('a message no endpoint subscribes to fails; order transitions are delivered as events', async (t) => {
-    const { test, key, hook } = await subscribed(t, {}, ['order.placed', 'order.canceled'])
+    const { test, key, hook } = await subscribed(t, await shared(), ['order.placed', 'order.canceled'])
     const lonely = await send(test, key.secret, 'nobody')
     const failed = await until('failed', async () => {
       const m = await messageOf(test, key.accountId, lonely.id)
@@ -188,7 +197,7 @@ describe('Webhook delivery: signed, at least once', () => {
   })
 
   it('a resend starts the retry schedule over and keeps deliveredAt; none is sent twice at once', async (t) => {
-    const { test, key, hook, endpoint } = await subscribed(t, { WEBHOOK_RETRY_SCHEDULE: '0.1' })
+    const { test, key, hook, endpoint } = await subscribed(t, await build(t, { ...ENV, WEBHOOK_RETRY_SCHEDULE: '0.1' }))
     const redeliver = (id: string) =>
       test.app.inject({
         method: 'POST',
@@ -239,9 +248,11 @@ describe('Webhook delivery: signed, at least once', () => {
       SHUTDOWN_TIMEOUT_SECONDS: '2',
       WEBHOOK_RETRY_SCHEDULE: '0.1',
     }
-    const { test, key, hook, endpoint } = await subscribed(t, env)
+    const { test, key, hook, endpoint } = await subscribed(t, await build(t, { ...ENV, ...env }))
     hook.answer = (n) => (n === 1 ? 500 : 200)
-    hook.delayMs = (n) => (n === 2 ? 60_000 : 0)
+    // Held far past the shutdown's 2 s, so that only the cut ends it; not for a minute, though: the
+    // receiver's timer would keep this test process alive until then.
+    hook.delayMs = (n) => (n === 2 ? 5_000 : 0)
     const sent = await send(test, key.secret, 'in flight at shutdown')
     await until('the last attempt under way', () => hook.received.length === 2)
     const started = performance.now()
@@ -261,10 +272,19 @@ describe('Webhook delivery: signed, at least once', () => {
   })
 
   it('where the operator has the feature off, nothing is sent: the deliveries wait for it', async (t) => {
-    const off = await subscribed(t, { EXPERIMENTAL_FEATURES: '' })
+    const off = await subscribed(t, await build(t, { ...ENV, EXPERIMENTAL_FEATURES: '' }))
+    // Counts the delivery loop's polls: each begins by failing the messages no endpoint subscribes to.
+    const { store } = off.test.app
+    const failUnsubscribed = store.failUnsubscribedMessages.bind(store)
+    let polls = 0
+    store.failUnsubscribedMessages = () => {
+      polls++
+      return failUnsubscribed()
+    }
     const sent = await send(off.test, off.key.secret, 'paused')
     // The nudge and two polls (0.5 s apart) come and go: the message stays queued, the delivery waits.
-    await new Promise((resolve) => setTimeout(resolve, 1200))
+    const before = polls
+    await until('two polls', () => polls >= before + 2)
     assert.equal(off.hook.received.length, 0)
     assert.equal((await off.test.app.inject({ url: '/readyz' })).json().outbox.depth, 1)
     assert.equal((await messageOf(off.test, off.key.accountId, sent.id))?.status, 'queued')

@@ -3,11 +3,14 @@ import { describe, it } from 'node:test'
 import Fastify, { type LightMyRequestResponse } from 'fastify'
 import fp from 'fastify-plugin'
 import animalStore, { serverOptions } from '../../src/app.ts'
-import { bearer, build, errorBody, plain, type TestApp } from '../helper.ts'
+import { bearer, build, errorBody, plain, suiteApp, type TestApp } from '../helper.ts'
 
 describe('Messages: POST /v1/messages (point 7)', () => {
-  it('returns 202 with a queued Message: string id, the text, createdAt ISO 8601 UTC with Z', async (t) => {
-    const test = await build(t)
+  // Messages belong to an account, and each test makes its own: one app serves them all.
+  const shared = suiteApp()
+
+  it('returns 202 with a queued Message: string id, the text, createdAt ISO 8601 UTC with Z', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     const before = Date.now()
     const response = await test.app.inject({
@@ -29,8 +32,8 @@ describe('Messages: POST /v1/messages (point 7)', () => {
     assert.ok(at >= before - 1000 && at <= Date.now() + 1000)
   })
 
-  it('takes the longest message however its JSON is escaped: 10,000 characters as \\u escapes, 120 KB', async (t) => {
-    const test = await build(t)
+  it('takes the longest message however its JSON is escaped: 10,000 characters as \\u escapes, 120 KB', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     const response = await test.app.inject({
       method: 'POST',
@@ -43,6 +46,7 @@ describe('Messages: POST /v1/messages (point 7)', () => {
   })
 
   it('stores the message durably for the calling account: it is there after a restart on the same file', async (t) => {
+    // Closes its app: one of its own.
     const test = await build(t)
     const { secret, accountId } = await test.newKey()
     const sent = await test.app.inject({
@@ -60,8 +64,8 @@ describe('Messages: POST /v1/messages (point 7)', () => {
     ])
   })
 
-  it("keeps each account's messages to itself", async (t) => {
-    const test = await build(t)
+  it("keeps each account's messages to itself", async () => {
+    const test = await shared()
     const alice = await test.newKey({ email: 'alice@example.com' })
     const bob = await test.newKey({ email: 'bob@example.com' })
     await test.app.inject({
@@ -93,8 +97,8 @@ describe('Messages: POST /v1/messages (point 7)', () => {
     ['invalid JSON', '{"message": ', 'invalid_json', /not valid JSON/],
   ]
   for (const [what, payload, code, message] of invalid) {
-    it(`refuses ${what} with 400 ${code}`, async (t) => {
-      const test = await build(t)
+    it(`refuses ${what} with 400 ${code}`, async () => {
+      const test = await shared()
       const { secret, accountId } = await test.newKey()
       const response = await test.app.inject({
         method: 'POST',
@@ -117,8 +121,8 @@ function nextPath(link: string): string {
   return target.pathname + target.search
 }
 
-async function withMessages(t: Parameters<typeof build>[0], texts: string[]) {
-  const test = await build(t)
+/** A new account in `test` (a shared app) that sent `texts`, in order. */
+async function withMessages(test: TestApp, texts: string[]) {
   const { secret, accountId } = await test.newKey()
   const sent = []
   for (const message of texts) {
@@ -148,8 +152,12 @@ async function pages(test: TestApp, secret: string, url: string): Promise<string
 }
 
 describe('Messages: GET /v1/messages and /v1/messages/{messageId}', () => {
-  it('lists the account\'s messages newest first, in pages linked by rel="next", never another account\'s', async (t) => {
-    const { test, secret } = await withMessages(t, ['m1', 'm2', 'm3', 'm4', 'm5'])
+  // Each test lists the messages of accounts of its own. (failUnsubscribedMessages, below, fails
+  // every account's queued messages, as the app's own sweep does every half second anyway.)
+  const shared = suiteApp()
+
+  it('lists the account\'s messages newest first, in pages linked by rel="next", never another account\'s', async () => {
+    const { test, secret } = await withMessages(await shared(), ['m1', 'm2', 'm3', 'm4', 'm5'])
     const other = await test.newKey()
     await test.app.inject({
       method: 'POST',
@@ -172,8 +180,8 @@ describe('Messages: GET /v1/messages and /v1/messages/{messageId}', () => {
     )
   })
 
-  it('filters by status, the cursor keeping the filter; a cursor of another filter or list is 400', async (t) => {
-    const { test, secret } = await withMessages(t, ['old1', 'old2', 'old3'])
+  it('filters by status, the cursor keeping the filter; a cursor of another filter or list is 400', async () => {
+    const { test, secret } = await withMessages(await shared(), ['old1', 'old2', 'old3'])
     // No endpoint subscribes to message.created: the sweep fails them (the app's own sweep may be first).
     await test.app.store.failUnsubscribedMessages()
     for (const message of ['new1', 'new2']) {
@@ -205,8 +213,8 @@ describe('Messages: GET /v1/messages and /v1/messages/{messageId}', () => {
     assert.equal(errorBody(foreign).code, 'invalid_cursor')
   })
 
-  it('refuses a bad limit, status, cursor or unknown parameter with 400, as listOrders does', async (t) => {
-    const { test, secret } = await withMessages(t, [])
+  it('refuses a bad limit, status, cursor or unknown parameter with 400, as listOrders does', async () => {
+    const { test, secret } = await withMessages(await shared(), [])
     for (const query of ['limit=0', 'limit=101', 'limit=x', 'status=sent', 'cursor=', 'cursor=abc', 'petId=1']) {
       const response = await test.app.inject({ url: `/v1/messages?${query}`, headers: bearer(secret) })
       assert.equal(response.statusCode, 400, query)
@@ -215,8 +223,8 @@ describe('Messages: GET /v1/messages and /v1/messages/{messageId}', () => {
     assert.equal((await test.app.inject({ url: '/v1/messages' })).statusCode, 401)
   })
 
-  it("gets a message by id with its status and attempts; another account's or an unknown one is 404", async (t) => {
-    const { test, secret, sent } = await withMessages(t, ['hello'])
+  it("gets a message by id with its status and attempts; another account's or an unknown one is 404", async () => {
+    const { test, secret, sent } = await withMessages(await shared(), ['hello'])
     const [message] = sent
     const got = await test.app.inject({ url: `/v1/messages/${message.id}`, headers: bearer(secret) })
     assert.equal(got.statusCode, 200)
@@ -236,8 +244,8 @@ describe('Messages: GET /v1/messages and /v1/messages/{messageId}', () => {
     }
   })
 
-  it('needs messages:read, which messages:write implies', async (t) => {
-    const { test } = await withMessages(t, [])
+  it('needs messages:read, which messages:write implies', async () => {
+    const { test } = await withMessages(await shared(), [])
     const keyWith = async (scopes: string) => bearer((await test.newKey({ scopes })).secret)
     const writer = await keyWith('messages:write')
     const reader = await keyWith('messages:read')

@@ -3,13 +3,13 @@ import { describe, it } from 'node:test'
 import Fastify from 'fastify'
 import { loadConfig } from '../../src/config.ts'
 import stability from '../../src/plugins/stability.ts'
-import { bearer, build, errorBody, type TestApp } from '../helper.ts'
+import { bearer, build, errorBody, suiteApp, type TestApp } from '../helper.ts'
 import { until } from '../wait.ts'
 
 const BETA = { 'animal-store-beta': 'orders' }
 
-async function setUp(t: Parameters<typeof build>[0], env: Record<string, string> = {}) {
-  const test = await build(t, env)
+/** A new account of `test`, and helpers to make pets and place orders with its key. */
+async function setUp(test: TestApp) {
   const { secret, accountId } = await test.newKey()
   const headers = { ...bearer(secret), ...BETA }
   const newPet = async (status?: string) =>
@@ -35,8 +35,12 @@ function nextPath(link: string): string {
 }
 
 describe('Store: orders and inventory (beta)', () => {
-  it('is opt-in: without Animal-Store-Beta: orders, 400 naming the header; the key is checked first', async (t) => {
-    const { test, secret, newPet } = await setUp(t)
+  // Orders belong to an account, and each test orders pets of its own: one app serves them, but for
+  // the inventory (counts of every pet in the store) and a shorter hold (another configuration).
+  const shared = suiteApp()
+
+  it('is opt-in: without Animal-Store-Beta: orders, 400 naming the header; the key is checked first', async () => {
+    const { test, secret, newPet } = await setUp(await shared())
     const pet = await newPet()
     const without = await test.app.inject({
       method: 'POST',
@@ -62,8 +66,8 @@ describe('Store: orders and inventory (beta)', () => {
     )
   })
 
-  it('placeOrder: 201 with the Order and Location; the pet is pending; a second order is 409', async (t) => {
-    const { test, headers, newPet, place, petStatus } = await setUp(t)
+  it('placeOrder: 201 with the Order and Location; the pet is pending; a second order is 409', async () => {
+    const { test, headers, newPet, place, petStatus } = await setUp(await shared())
     const pet = await newPet()
     const before = Date.now()
     const response = await place(pet.id)
@@ -85,8 +89,8 @@ describe('Store: orders and inventory (beta)', () => {
     assert.deepEqual(fetched.json(), order)
   })
 
-  it('placeOrder: an unknown pet is 404, a sold or pending pet 409, a bad body 400', async (t) => {
-    const { newPet, place } = await setUp(t)
+  it('placeOrder: an unknown pet is 404, a sold or pending pet 409, a bad body 400', async () => {
+    const { newPet, place } = await setUp(await shared())
     const sold = await newPet('sold')
     const pending = await newPet('pending')
     assert.equal(errorBody(await place(sold.id + 100)).code, 'pet_not_found')
@@ -99,8 +103,8 @@ describe('Store: orders and inventory (beta)', () => {
     }
   })
 
-  it('placeOrder with Idempotency-Key: a retry replays the same order, and places no second one', async (t) => {
-    const { test, headers, newPet, place } = await setUp(t)
+  it('placeOrder with Idempotency-Key: a retry replays the same order, and places no second one', async () => {
+    const { test, headers, newPet, place } = await setUp(await shared())
     const pet = await newPet()
     const first = await place(pet.id, { 'idempotency-key': 'order-1' })
     const retry = await place(pet.id, { 'idempotency-key': 'order-1' })
@@ -113,8 +117,8 @@ describe('Store: orders and inventory (beta)', () => {
     assert.equal(list.json().length, 1)
   })
 
-  it('complete sells the pet, cancel frees it; a repeat is 200; another final move is 409', async (t) => {
-    const { test, headers, newPet, place, petStatus } = await setUp(t)
+  it('complete sells the pet, cancel frees it; a repeat is 200; another final move is 409', async () => {
+    const { test, headers, newPet, place, petStatus } = await setUp(await shared())
     const move = (id: string, action: string) =>
       test.app.inject({ method: 'POST', url: `/v1/store/orders/${id}/${action}`, headers })
     const a = (await place((await newPet()).id)).json()
@@ -138,8 +142,8 @@ describe('Store: orders and inventory (beta)', () => {
     assert.equal((await place(b.petId)).statusCode, 201)
   })
 
-  it("another account's order is 404 (never 403), for reading and for moving it", async (t) => {
-    const { test, newPet, place } = await setUp(t)
+  it("another account's order is 404 (never 403), for reading and for moving it", async () => {
+    const { test, newPet, place } = await setUp(await shared())
     const order = (await place((await newPet()).id)).json()
     const stranger = { ...bearer((await test.newKey()).secret), ...BETA }
     for (const [method, url] of [
@@ -155,8 +159,8 @@ describe('Store: orders and inventory (beta)', () => {
     assert.deepEqual((await test.app.inject({ url: '/v1/store/orders', headers: stranger })).json(), [])
   })
 
-  it('listOrders: newest first, limit, status and petId filters, Link rel="next" pages to the end', async (t) => {
-    const { test, headers, newPet, place } = await setUp(t)
+  it('listOrders: newest first, limit, status and petId filters, Link rel="next" pages to the end', async () => {
+    const { test, headers, newPet, place } = await setUp(await shared())
     const placed = []
     for (let i = 0; i < 5; i++) placed.push((await place((await newPet()).id)).json())
     await test.app.inject({ method: 'POST', url: `/v1/store/orders/${placed[1].id}/cancel`, headers })
@@ -209,7 +213,7 @@ describe('Store: orders and inventory (beta)', () => {
   })
 
   it('getInventory: counts of pets by status, every key present', async (t) => {
-    const { test, headers, newPet, place } = await setUp(t)
+    const { test, headers, newPet, place } = await setUp(await build(t))
     assert.deepEqual((await test.app.inject({ url: '/v1/store/inventory', headers })).json(), {
       available: 0,
       pending: 0,
@@ -226,7 +230,7 @@ describe('Store: orders and inventory (beta)', () => {
   })
 
   it('a hold ends by itself: after ORDER_HOLD_SECONDS the order is expired and the pet available', async (t) => {
-    const { test, headers, newPet, place, petStatus } = await setUp(t, { ORDER_HOLD_SECONDS: '1' })
+    const { test, headers, newPet, place, petStatus } = await setUp(await build(t, { ORDER_HOLD_SECONDS: '1' }))
     const order = (await place((await newPet()).id)).json()
     // Polled every 50 ms: a tighter loop would spend the key's rate limit before the hold ends.
     await until(
@@ -243,8 +247,8 @@ describe('Store: orders and inventory (beta)', () => {
     )
   })
 
-  it('the OpenAPI document marks every store operation x-stability: beta, with a badge', async (t) => {
-    const { test } = await setUp(t)
+  it('the OpenAPI document marks every store operation x-stability: beta, with a badge', async () => {
+    const { test } = await setUp(await shared())
     const document = (await test.app.inject({ url: '/v1/openapi.json' })).json()
     const operations = Object.values(
       document.paths as Record<

@@ -5,7 +5,7 @@ import type { LightMyRequestResponse } from 'fastify'
 import { openStore } from '../../src/store/index.ts'
 import { FRESH_MS } from '../../src/store/pet-cache.ts'
 import { sqlitePath } from '../../src/store/sqlite.ts'
-import { bearer, build, DATABASE, errorBody, postgres, type TestApp } from '../helper.ts'
+import { bearer, build, DATABASE, errorBody, postgres, suiteApp, type TestApp } from '../helper.ts'
 import { until } from '../wait.ts'
 
 async function seed(t: TestApp, secret: string, pets: { name: string; categoryId: number; status?: string }[]) {
@@ -33,8 +33,14 @@ async function walk(t: TestApp, secret: string, url: string) {
 }
 
 describe('createPet: POST /v1/pets (point 1)', () => {
-  it('returns 201 with the Pet, its new id, and a Location that fetches it', async (t) => {
-    const app = await build(t)
+  // Pets are global to the store: tests that look only at the pets they made share one app, tests
+  // that store nothing share another (whose store stays empty), and a test that lists every pet has
+  // an app of its own.
+  const shared = suiteApp()
+  const empty = suiteApp()
+
+  it('returns 201 with the Pet, its new id, and a Location that fetches it', async () => {
+    const app = await shared()
     const { secret } = await app.newKey()
     const response = await app.app.inject({
       method: 'POST',
@@ -54,8 +60,8 @@ describe('createPet: POST /v1/pets (point 1)', () => {
     assert.deepEqual(fetched.json(), pet)
   })
 
-  it('defaults status to available and assigns distinct increasing ids', async (t) => {
-    const app = await build(t)
+  it('defaults status to available and assigns distinct increasing ids', async () => {
+    const app = await shared()
     const { secret } = await app.newKey()
     const pets = await seed(app, secret, [
       { name: 'a', categoryId: 1 },
@@ -70,6 +76,7 @@ describe('createPet: POST /v1/pets (point 1)', () => {
   })
 
   it('keeps concurrent creates apart: every 201 is a distinct stored pet', async (t) => {
+    // Lists every pet of the store: an app of its own.
     const app = await build(t)
     const { secret } = await app.newKey()
     const responses = await Promise.all(
@@ -91,8 +98,8 @@ describe('createPet: POST /v1/pets (point 1)', () => {
     )
   })
 
-  it('refuses a number that only rounds to an integer (1.0000000000000001); takes one written another way (1.0, 10e-1)', async (t) => {
-    const app = await build(t)
+  it('refuses a number that only rounds to an integer (1.0000000000000001); takes one written another way (1.0, 10e-1)', async () => {
+    const app = await shared()
     const { secret } = await app.newKey()
     const post = (categoryId: string) =>
       app.app.inject({
@@ -156,8 +163,8 @@ describe('createPet: POST /v1/pets (point 1)', () => {
     ['null', null, /body must be an object/],
   ]
   for (const [what, payload, message] of invalid) {
-    it(`refuses a body with ${what}: 400 validation_failed naming the field, nothing stored`, async (t) => {
-      const app = await build(t)
+    it(`refuses a body with ${what}: 400 validation_failed naming the field, nothing stored`, async () => {
+      const app = await empty()
       const { secret } = await app.newKey()
       const response = await app.app.inject({
         method: 'POST',
@@ -174,8 +181,8 @@ describe('createPet: POST /v1/pets (point 1)', () => {
     })
   }
 
-  it('accepts the limits exactly: 200-character name and categoryId 2^53-1', async (t) => {
-    const app = await build(t)
+  it('accepts the limits exactly: 200-character name and categoryId 2^53-1', async () => {
+    const app = await shared()
     const { secret } = await app.newKey()
     const payload = { name: 'ü'.repeat(200), categoryId: 9007199254740991 }
     const response = await app.app.inject({ method: 'POST', url: '/v1/pets', headers: bearer(secret), payload })
@@ -186,6 +193,10 @@ describe('createPet: POST /v1/pets (point 1)', () => {
 })
 
 describe('listPets: GET /v1/pets (points 1 and 5)', () => {
+  // As for createPet: a test that reads whole lists or pages of pets has an app of its own.
+  const shared = suiteApp()
+  const empty = suiteApp()
+
   it('returns a JSON array ordered by id, 20 by default', async (t) => {
     const app = await build(t)
     const { secret } = await app.newKey()
@@ -200,8 +211,8 @@ describe('listPets: GET /v1/pets (points 1 and 5)', () => {
     assert.deepEqual(response.json(), pets.slice(0, 20))
   })
 
-  it('returns [] and no Link when the store is empty', async (t) => {
-    const app = await build(t)
+  it('returns [] and no Link when the store is empty', async () => {
+    const app = await empty()
     const { secret } = await app.newKey()
     const response = await app.app.inject({ url: '/v1/pets', headers: bearer(secret) })
     assert.equal(response.statusCode, 200)
@@ -209,8 +220,9 @@ describe('listPets: GET /v1/pets (points 1 and 5)', () => {
     assert.equal(response.headers.link, undefined)
   })
 
-  it('honours limit from 1 to 100', async (t) => {
-    const app = await build(t)
+  it('honours limit from 1 to 100', async () => {
+    // At least 101 pets, whoever made the others.
+    const app = await shared()
     const { secret } = await app.newKey()
     await seed(
       app,
@@ -245,8 +257,8 @@ describe('listPets: GET /v1/pets (points 1 and 5)', () => {
     ['=1', /^query\."" is not a known field$/],
   ]
   for (const [query, message] of badQueries) {
-    it(`refuses ?${query.slice(0, 40)} with 400 validation_failed`, async (t) => {
-      const app = await build(t)
+    it(`refuses ?${query.slice(0, 40)} with 400 validation_failed`, async () => {
+      const app = await empty()
       const { secret } = await app.newKey()
       const response = await app.app.inject({ url: `/v1/pets?${query}`, headers: bearer(secret) })
       assert.equal(response.statusCode, 400)
@@ -308,8 +320,9 @@ describe('listPets: GET /v1/pets (points 1 and 5)', () => {
     assert.equal(response.headers.link, undefined)
   })
 
-  it('builds the next link as an absolute RFC 8288 link carrying limit, status and cursor', async (t) => {
-    const app = await build(t)
+  it('builds the next link as an absolute RFC 8288 link carrying limit, status and cursor', async () => {
+    // At least two sold pets, whoever made the others.
+    const app = await shared()
     const { secret } = await app.newKey()
     await seed(app, secret, [
       { name: 'a', categoryId: 1, status: 'sold' },
@@ -365,8 +378,8 @@ describe('listPets: GET /v1/pets (points 1 and 5)', () => {
     assert.equal(ok.json().length, 1)
   })
 
-  it('refuses repeated or oversized cursor parameters with 400', async (t) => {
-    const app = await build(t)
+  it('refuses repeated or oversized cursor parameters with 400', async () => {
+    const app = await empty()
     const { secret } = await app.newKey()
     for (const query of ['cursor=a&cursor=b', `cursor=${'x'.repeat(201)}`, 'cursor=']) {
       const response = await app.app.inject({ url: `/v1/pets?${query}`, headers: bearer(secret) })
@@ -442,8 +455,12 @@ describe('listPets and getPet stay fresh while responses are cached', () => {
 })
 
 describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
-  it('returns the Pet', async (t) => {
-    const app = await build(t)
+  // Two pets at most are made in `shared` (ids 1 and 2): an id such as 999 stays unknown there.
+  const shared = suiteApp()
+  const empty = suiteApp()
+
+  it('returns the Pet', async () => {
+    const app = await shared()
     const { secret } = await app.newKey()
     const [pet] = await seed(app, secret, [{ name: 'Rex', categoryId: 3, status: 'sold' }])
     const response = await app.app.inject({ url: `/v1/pets/${pet.id}`, headers: bearer(secret) })
@@ -462,8 +479,8 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
     )
   }
 
-  it('is deprecated: Deprecation (RFC 9745), Sunset 5 Dec 2030 (RFC 8594) and a successor Link, on every answer', async (t) => {
-    const app = await build(t)
+  it('is deprecated: Deprecation (RFC 9745), Sunset 5 Dec 2030 (RFC 8594) and a successor Link, on every answer', async () => {
+    const app = await shared()
     const { secret } = await app.newKey()
     const [pet] = await seed(app, secret, [{ name: 'Rex', categoryId: 3 }])
     const answers: [string, Record<string, string>, number][] = [
@@ -496,6 +513,7 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
   })
 
   it('is removed on its Sunset date: from 2030-12-05T00:00:00Z on, 410 operation_removed, still with the headers', async (t) => {
+    // Fakes Date, which the app's caches read: an app of its own.
     const app = await build(t)
     const { secret } = await app.newKey()
     const [pet] = await seed(app, secret, [{ name: 'Rex', categoryId: 3 }])
@@ -519,8 +537,8 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
     assert.equal((await app.app.inject({ url: '/v1/pets?limit=1', headers: bearer(secret) })).statusCode, 200)
   })
 
-  it('returns 404 pet_not_found for an id that does not exist (including valid int64 ids beyond 2^53)', async (t) => {
-    const app = await build(t)
+  it('returns 404 pet_not_found for an id that does not exist (including valid int64 ids beyond 2^53)', async () => {
+    const app = await empty()
     const { secret } = await app.newKey()
     for (const id of ['1', '0', '-5', '9007199254740992', '9223372036854775807', '-9223372036854775808', '007']) {
       const response = await app.app.inject({ url: `/v1/pets/${id}`, headers: bearer(secret) })
@@ -539,8 +557,8 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
     }
   })
 
-  it('refuses query parameters it does not define, as every operation does (400 validation_failed)', async (t) => {
-    const test = await build(t)
+  it('refuses query parameters it does not define, as every operation does (400 validation_failed)', async () => {
+    const test = await empty()
     const { secret } = await test.newKey()
     const json = { ...bearer(secret), 'content-type': 'application/json' }
     for (const [method, url, payload] of [
@@ -555,8 +573,8 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
     assert.deepEqual((await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })).json(), [])
   })
 
-  it('refuses a petId that is not a decimal int64 with 400 validation_failed (never 5xx)', async (t) => {
-    const app = await build(t)
+  it('refuses a petId that is not a decimal int64 with 400 validation_failed (never 5xx)', async () => {
+    const app = await empty()
     const { secret } = await app.newKey()
     for (const id of [
       'abc',
@@ -589,9 +607,12 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
 })
 
 describe('updatePet: PATCH /v1/pets/{petId} (JSON Merge Patch) and the pet ETag', () => {
-  /** A pet made through the API, and a PATCH helper with a content type and extra headers. */
-  async function setup(t: Parameters<typeof build>[0]) {
-    const app = await build(t)
+  // Each test patches a pet of its own, in one app; but for the two that count every pet or change
+  // one behind the app's back (they have apps of their own). No test here makes pet 999.
+  const shared = suiteApp()
+
+  /** A pet made through the API in `app`, and a PATCH helper with a content type and extra headers. */
+  async function setup(app: TestApp) {
     const { secret, accountId } = await app.newKey()
     const [pet] = await seed(app, secret, [{ name: 'Rex', categoryId: 1 }])
     const patch = (body: unknown, headers: Record<string, string> = {}, id: number | string = pet.id) =>
@@ -606,8 +627,8 @@ describe('updatePet: PATCH /v1/pets/{petId} (JSON Merge Patch) and the pet ETag'
     return { app, secret, accountId, pet: pet as { id: number }, patch, get }
   }
 
-  it('merges: the fields sent change, the others stay; as merge-patch+json and as application/json', async (t) => {
-    const { pet, patch, get } = await setup(t)
+  it('merges: the fields sent change, the others stay; as merge-patch+json and as application/json', async () => {
+    const { pet, patch, get } = await setup(await shared())
     // Read first, so that the answers below also prove the cached read was forgotten.
     assert.equal((await get()).json().name, 'Rex')
     const renamed = await patch({ name: 'Max' })
@@ -626,8 +647,8 @@ describe('updatePet: PATCH /v1/pets/{petId} (JSON Merge Patch) and the pet ETag'
     assert.deepEqual((await get()).json(), empty.json())
   })
 
-  it('refuses null, unknown fields, bodies that are not objects and invalid values: 400, the pet unchanged', async (t) => {
-    const { pet, patch, get } = await setup(t)
+  it('refuses null, unknown fields, bodies that are not objects and invalid values: 400, the pet unchanged', async () => {
+    const { pet, patch, get } = await setup(await shared())
     const before = await get()
     for (const [body, message] of [
       [{ name: null }, /^body\.name must be a string, not null$/],
@@ -666,7 +687,7 @@ describe('updatePet: PATCH /v1/pets/{petId} (JSON Merge Patch) and the pet ETag'
   })
 
   it('application/merge-patch+json is taken by PATCH only: a POST sending it is 415, nothing stored', async (t) => {
-    const { app, secret } = await setup(t)
+    const { app, secret } = await setup(await build(t))
     const response = await app.app.inject({
       method: 'POST',
       url: '/v1/pets',
@@ -678,8 +699,8 @@ describe('updatePet: PATCH /v1/pets/{petId} (JSON Merge Patch) and the pet ETag'
     assert.equal((await app.app.inject({ url: '/v1/pets', headers: bearer(secret) })).json().length, 1)
   })
 
-  it('404 pet_not_found for an id that does not exist, conditions or not', async (t) => {
-    const { patch } = await setup(t)
+  it('404 pet_not_found for an id that does not exist, conditions or not', async () => {
+    const { patch } = await setup(await shared())
     for (const id of ['999', '0', '9007199254740992', '9223372036854775807']) {
       for (const headers of [{}, { 'if-match': '*' }, { 'if-match': '"999-1"' }] as Record<string, string>[]) {
         const response = await patch({ name: 'Max' }, headers, id)
@@ -690,8 +711,8 @@ describe('updatePet: PATCH /v1/pets/{petId} (JSON Merge Patch) and the pet ETag'
     assert.equal((await patch({ name: 'Max' }, {}, 'abc')).statusCode, 400)
   })
 
-  it('409: a held pet keeps its status (pet_held), and no PATCH makes a pet pending (pending_by_order_only)', async (t) => {
-    const { app, accountId, pet, patch, get } = await setup(t)
+  it('409: a held pet keeps its status (pet_held), and no PATCH makes a pet pending (pending_by_order_only)', async () => {
+    const { app, accountId, pet, patch, get } = await setup(await shared())
     const pending = await patch({ status: 'pending' })
     assert.equal(pending.statusCode, 409)
     assert.equal(errorBody(pending).code, 'pending_by_order_only')
@@ -715,8 +736,8 @@ describe('updatePet: PATCH /v1/pets/{petId} (JSON Merge Patch) and the pet ETag'
     assert.deepEqual(renamed.json(), { id: pet.id, name: 'Max', categoryId: 1, status: 'pending' })
   })
 
-  it('GET and PATCH give a strong ETag that moves with every change, and only with a change', async (t) => {
-    const { pet, patch, get } = await setup(t)
+  it('GET and PATCH give a strong ETag that moves with every change, and only with a change', async () => {
+    const { pet, patch, get } = await setup(await shared())
     const first = await get()
     assert.equal(first.headers.etag, `"${pet.id}-1"`)
     // Served from the cache: the same tag.
@@ -734,8 +755,8 @@ describe('updatePet: PATCH /v1/pets/{petId} (JSON Merge Patch) and the pet ETag'
     assert.equal(same.headers.sunset, undefined)
   })
 
-  it('If-Match: the current tag or * changes the pet; a stale, weak or unknown tag is 412 and changes nothing', async (t) => {
-    const { pet, patch, get } = await setup(t)
+  it('If-Match: the current tag or * changes the pet; a stale, weak or unknown tag is 412 and changes nothing', async () => {
+    const { pet, patch, get } = await setup(await shared())
     const v1 = String((await get()).headers.etag)
     const ok = await patch({ name: 'Max' }, { 'if-match': v1 })
     assert.equal(ok.statusCode, 200, ok.body)
@@ -759,8 +780,8 @@ describe('updatePet: PATCH /v1/pets/{petId} (JSON Merge Patch) and the pet ETag'
     assert.equal((await patch({ name: 'Y' }, { 'if-none-match': v1 })).statusCode, 200)
   })
 
-  it('GET with If-None-Match: the current tag is 304 with the ETag, an old one the new pet', async (t) => {
-    const { patch, get } = await setup(t)
+  it('GET with If-None-Match: the current tag is 304 with the ETag, an old one the new pet', async () => {
+    const { patch, get } = await setup(await shared())
     const v1 = String((await get()).headers.etag)
     const notModified = await get({ 'if-none-match': v1 })
     assert.equal(notModified.statusCode, 304)
@@ -778,7 +799,7 @@ describe('updatePet: PATCH /v1/pets/{petId} (JSON Merge Patch) and the pet ETag'
   })
 
   it('a change made by another process is seen: at once on SQLite, within the freshness bound on PostgreSQL', async (t) => {
-    const { app, pet, get } = await setup(t)
+    const { app, pet, get } = await setup(await build(t))
     assert.equal((await get()).json().status, 'available')
     // Another process: here, another store on the same database (its own connection and writer).
     const other = await openStore({ databaseUrl: app.config.databaseUrl, poolSize: 1, timeoutMs: 2000 })

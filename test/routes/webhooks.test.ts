@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { bearer, build, errorBody, type TestApp } from '../helper.ts'
+import { bearer, build, errorBody, suiteApp, type TestApp } from '../helper.ts'
 import { until } from '../wait.ts'
 
 const BETA = { 'animal-store-beta': 'webhooks' }
@@ -15,8 +15,8 @@ async function keyWith(test: TestApp, scopes: string | null) {
   return { ...bearer(secret), ...BETA }
 }
 
-async function setUp(t: Parameters<typeof build>[0], env: Record<string, string> = {}) {
-  const test = await build(t, { ...ON, ...env })
+/** A new account of `test` (an app built with ON), and helpers to call the API with its key. */
+async function setUp(test: TestApp) {
   const { secret, accountId } = await test.newKey()
   const headers = { ...bearer(secret), ...BETA }
   const call = (method: 'GET' | 'POST' | 'PATCH' | 'DELETE', url: string, payload?: object, extra = {}) =>
@@ -30,7 +30,12 @@ async function setUp(t: Parameters<typeof build>[0], env: Record<string, string>
 }
 
 describe('Webhook endpoints (experimental)', () => {
+  // Endpoints belong to an account, and each test makes accounts of its own: one app with webhooks
+  // on serves them, but for tests of another configuration.
+  const shared = suiteApp(ON)
+
   it('do not exist unless EXPERIMENTAL_FEATURES names webhooks: 404, and absent from the document', async (t) => {
+    // Webhooks off: another configuration than the suite's.
     const test = await build(t)
     const { secret } = await test.newKey()
     for (const [method, url] of [
@@ -47,8 +52,8 @@ describe('Webhook endpoints (experimental)', () => {
     assert.equal(document.components.schemas.WebhookEndpoint, undefined)
   })
 
-  it('where offered, each operation needs Animal-Store-Beta: webhooks (400), after the key (401)', async (t) => {
-    const { test, secret } = await setUp(t)
+  it('where offered, each operation needs Animal-Store-Beta: webhooks (400), after the key (401)', async () => {
+    const { test, secret } = await setUp(await shared())
     const without = await test.app.inject({ url: '/v1/webhook-endpoints', headers: bearer(secret) })
     assert.equal(without.statusCode, 400)
     assert.equal(errorBody(without).code, 'beta_opt_in_required')
@@ -71,8 +76,8 @@ describe('Webhook endpoints (experimental)', () => {
     for (const operation of operations) assert.equal(operation['x-stability'], 'experimental', operation.operationId)
   })
 
-  it('createWebhookEndpoint: 201 with the secret and Location; list and get never show the secret', async (t) => {
-    const { test, accountId, call } = await setUp(t)
+  it('createWebhookEndpoint: 201 with the secret and Location; list and get never show the secret', async () => {
+    const { test, accountId, call } = await setUp(await shared())
     const response = await call('POST', '/webhook-endpoints', { ...NEW, description: 'Order sync' })
     assert.equal(response.statusCode, 201, response.body)
     const created = response.json()
@@ -113,8 +118,8 @@ describe('Webhook endpoints (experimental)', () => {
     assert.equal((await test.app.store.getWebhookEndpoint(accountId, created.id))?.secret, created.secret)
   })
 
-  it('createWebhookEndpoint: an Idempotency-Key replays the 201, secret and Location included, creating nothing', async (t) => {
-    const { call } = await setUp(t)
+  it('createWebhookEndpoint: an Idempotency-Key replays the 201, secret and Location included, creating nothing', async () => {
+    const { call } = await setUp(await shared())
     const key = { 'idempotency-key': 'hook-1' }
     const first = await call('POST', '/webhook-endpoints', NEW, key)
     const again = await call('POST', '/webhook-endpoints', NEW, key)
@@ -127,8 +132,8 @@ describe('Webhook endpoints (experimental)', () => {
     assert.equal(errorBody(other).code, 'idempotency_key_reused')
   })
 
-  it('refuses bodies that break the rules: events 1..5 unique and known, description ≤ 200, no extra field', async (t) => {
-    const { call } = await setUp(t)
+  it('refuses bodies that break the rules: events 1..5 unique and known, description ≤ 200, no extra field', async () => {
+    const { call } = await setUp(await shared())
     for (const body of [
       { url: NEW.url },
       { events: NEW.events },
@@ -154,8 +159,8 @@ describe('Webhook endpoints (experimental)', () => {
     assert.equal((await call('POST', '/webhook-endpoints', { ...NEW, description: 'x'.repeat(200) })).statusCode, 201)
   })
 
-  it('refuses URLs events cannot go to: not https, private or loopback addresses, credentials, not absolute', async (t) => {
-    const { call } = await setUp(t)
+  it('refuses URLs events cannot go to: not https, private or loopback addresses, credentials, not absolute', async () => {
+    const { call } = await setUp(await shared())
     for (const [url, message] of [
       ['http://example.com/hooks', 'The URL must start with https://.'],
       [
@@ -181,22 +186,22 @@ describe('Webhook endpoints (experimental)', () => {
   })
 
   it('WEBHOOK_ALLOW_HTTP and WEBHOOK_ALLOW_PRIVATE_URLS admit http:// and private addresses (development)', async (t) => {
-    const http = await setUp(t, { WEBHOOK_ALLOW_HTTP: 'true' })
+    const http = await setUp(await build(t, { ...ON, WEBHOOK_ALLOW_HTTP: 'true' }))
     assert.equal(
       (await http.call('POST', '/webhook-endpoints', { ...NEW, url: 'http://example.com/h' })).statusCode,
       201,
     )
     const stillPrivate = await http.call('POST', '/webhook-endpoints', { ...NEW, url: 'http://192.168.1.2/h' })
     assert.equal(errorBody(stillPrivate).code, 'invalid_webhook_url')
-    const both = await setUp(t, { WEBHOOK_ALLOW_HTTP: 'true', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' })
+    const both = await setUp(await build(t, { ...ON, WEBHOOK_ALLOW_HTTP: 'true', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' }))
     assert.equal(
       (await both.call('POST', '/webhook-endpoints', { ...NEW, url: 'http://127.0.0.1:9/h' })).statusCode,
       201,
     )
   })
 
-  it('an account has at most 16 endpoints: the 17th is 409 webhook_endpoint_limit; deleting one makes room', async (t) => {
-    const { test, call, create } = await setUp(t)
+  it('an account has at most 16 endpoints: the 17th is 409 webhook_endpoint_limit; deleting one makes room', async () => {
+    const { test, call, create } = await setUp(await shared())
     const endpoints = []
     for (let i = 0; i < 16; i++) endpoints.push(await create({ ...NEW, url: `https://example.com/${i}` }))
     const refused = await call('POST', '/webhook-endpoints', NEW)
@@ -210,8 +215,8 @@ describe('Webhook endpoints (experimental)', () => {
     assert.equal((await call('POST', '/webhook-endpoints', NEW)).statusCode, 201)
   })
 
-  it('updateWebhookEndpoint: a merge patch, either media type; the URL is checked; status disables and enables', async (t) => {
-    const { call, create } = await setUp(t)
+  it('updateWebhookEndpoint: a merge patch, either media type; the URL is checked; status disables and enables', async () => {
+    const { call, create } = await setUp(await shared())
     const created = await create({ ...NEW, description: 'before' })
     const patch = (body: unknown, type = 'application/merge-patch+json') =>
       call('PATCH', `/webhook-endpoints/${created.id}`, body as object, { 'content-type': type })
@@ -245,8 +250,8 @@ describe('Webhook endpoints (experimental)', () => {
     assert.equal((await patch({ description: 'x' }, 'text/plain')).statusCode, 415)
   })
 
-  it('deleteWebhookEndpoint: 204, then the endpoint is 404 for every operation; unknown is 404', async (t) => {
-    const { call, create } = await setUp(t)
+  it('deleteWebhookEndpoint: 204, then the endpoint is 404 for every operation; unknown is 404', async () => {
+    const { call, create } = await setUp(await shared())
     const created = await create()
     const deleted = await call('DELETE', `/webhook-endpoints/${created.id}`)
     assert.equal(deleted.statusCode, 204)
@@ -267,8 +272,8 @@ describe('Webhook endpoints (experimental)', () => {
     assert.deepEqual((await call('GET', '/webhook-endpoints')).json(), [])
   })
 
-  it('rotateWebhookSecret: 200 with a new secret, secretRotatedAt, and the old secret signing for 24 hours', async (t) => {
-    const { test, accountId, call, create } = await setUp(t)
+  it('rotateWebhookSecret: 200 with a new secret, secretRotatedAt, and the old secret signing for 24 hours', async () => {
+    const { test, accountId, call, create } = await setUp(await shared())
     const created = await create()
     const before = Date.now()
     const response = await call('POST', `/webhook-endpoints/${created.id}/rotate-secret`)
@@ -292,10 +297,10 @@ describe('Webhook endpoints (experimental)', () => {
 
   it('listWebhookDeliveries and redeliverWebhook: the recent deliveries; a resend is 202 and pending again', async (t) => {
     // The delivery loop runs: nothing listens on port 1, and one quick retry ends each delivery.
-    const { test, call, create } = await setUp(t, {
-      WEBHOOK_RETRY_SCHEDULE: '0.05',
-      WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
-    })
+    // Another configuration, and its nudge replaced below: an app of its own.
+    const { test, call, create } = await setUp(
+      await build(t, { ...ON, WEBHOOK_RETRY_SCHEDULE: '0.05', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' }),
+    )
     const nudges: number[] = []
     // Counts the nudges the route gives the delivery loop.
     const { nudge } = test.app.webhookDeliveries
@@ -361,8 +366,8 @@ describe('Webhook endpoints (experimental)', () => {
     assert.equal(nudges.length, 1)
   })
 
-  it("another account's endpoint is 404 for every operation, and left as it was", async (t) => {
-    const { test, call, create } = await setUp(t)
+  it("another account's endpoint is 404 for every operation, and left as it was", async () => {
+    const { test, call, create } = await setUp(await shared())
     const mine = await create({ url: 'https://example.com/m', events: ['message.created'] })
     await call('POST', '/messages', { message: 'hi' })
     const [delivery] = (await call('GET', `/webhook-endpoints/${mine.id}/deliveries`)).json()
@@ -384,8 +389,8 @@ describe('Webhook endpoints (experimental)', () => {
     assert.deepEqual((await call('GET', `/webhook-endpoints/${mine.id}`)).json(), shown)
   })
 
-  it('scopes: webhooks:read lists and reads, webhooks:write is needed to change; write implies read', async (t) => {
-    const { test } = await setUp(t)
+  it('scopes: webhooks:read lists and reads, webhooks:write is needed to change; write implies read', async () => {
+    const { test } = await setUp(await shared())
     const reader = await keyWith(test, 'webhooks:read')
     const writer = await keyWith(test, 'webhooks:write orders:read messages:read')
     const other = await keyWith(test, 'pets:write orders:write messages:write')
@@ -422,8 +427,8 @@ describe('Webhook endpoints (experimental)', () => {
     }
   })
 
-  it('scopes: receiving an event takes the read scope of its resource (orders:read, messages:read)', async (t) => {
-    const { test } = await setUp(t)
+  it('scopes: receiving an event takes the read scope of its resource (orders:read, messages:read)', async () => {
+    const { test } = await setUp(await shared())
     const hooksOnly = await keyWith(test, 'webhooks:write')
     const withOrders = await keyWith(test, 'webhooks:write orders:write')
     const create = (headers: Record<string, string>, events: string[]) =>
