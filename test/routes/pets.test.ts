@@ -427,7 +427,7 @@ describe('listPets and getPet stay fresh while responses are cached', () => {
     assert.deepEqual(await names('/v1/pets?limit=2'), ['a', 'b'])
     assert.deepEqual(await names('/v1/pets?limit=5'), ['a', 'b', 'c'])
     // Pets change now: a page with a next page is as stale as any other once a pet changed
-    // (SQLite: petsVersion moved, seen at once; PostgreSQL: within the freshness bound).
+    // (the change feed: SQLite at once, PostgreSQL within the freshness bound; decision 98).
     const rename = "UPDATE pets SET name = 'renamed' WHERE name = 'a'"
     if (DATABASE === 'sqlite') {
       const db = new DatabaseSync(sqlitePath(app.config.databaseUrl))
@@ -435,7 +435,7 @@ describe('listPets and getPet stay fresh while responses are cached', () => {
       db.close()
     } else await postgres(rename, app.config.databaseUrl)
     // A request arrives in a later turn of the event loop than the commit, as over a socket
-    // (petsVersion is read once per turn; decision 79).
+    // (the feed is looked at once per turn; decision 98).
     await new Promise((resolve) => setImmediate(resolve))
     const renamed = async () =>
       (await names('/v1/pets?limit=2')).join() === 'renamed,b' &&
@@ -808,8 +808,8 @@ describe('updatePet: PATCH /v1/pets/{petId} (JSON Merge Patch) and the pet ETag'
     assert.ok('updated' in changed)
     const start = Date.now()
     let seen = await get()
-    // SQLite: the store's petsVersion moved with the commit, so the next read is fresh; PostgreSQL:
-    // the cached pet lives FRESH_MS at most. Polled every 5 ms, with a deadline of twice that.
+    // SQLite: the feed is read when data_version moved, so the next read is fresh; PostgreSQL:
+    // the next poll of the feed forgets it (POLL_MS), within FRESH_MS. Read every 5 ms, deadline twice that.
     if (DATABASE === 'postgres') {
       const sold = async () => {
         seen = await get()
