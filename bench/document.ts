@@ -227,7 +227,7 @@ export function report(input: ReportInput): { markdown: string; summary: string 
   const rows = summarise(measurements, workloads, targets)
   const primary = targets[0] as string
   const postgres = targets.filter((t) => TARGETS[t]?.database === 'postgres')
-  const expected = (name: string) => workloads.find((w) => w.name === name)?.probe?.status ?? 200
+  const expected = (name: string) => workloads.find((w) => w.name === name)?.probes?.[0]?.status ?? 200
   const refuses = (name: string) => workloads.some((w) => w.name === name && w.refused)
   const failed = rows.filter(
     (r) => r.socketErrors + (expected(r.workload) < 300 && !refuses(r.workload) ? r.non2xx : 0) > 0,
@@ -354,11 +354,12 @@ ${limits.join('\n\n')}
   (\`search_path\` in its \`DATABASE_URL\`), seeded through the store with the same pets as SQLite
   and dropped at the end, also on Ctrl-C. Pool: \`DATABASE_POOL_SIZE=${POOL_SIZE}\` per instance. Pages
   are never cached on PostgreSQL (\`petsVersion()\` is null: other instances write), so list20,
-  list100 and mix ask PostgreSQL on every read; single pets are cached by id on every target, so
-  **get** is served mostly from memory after the warm-up. On SQLite a page with a next page stays
-  cached whatever is added (decision 47), so the mix's reads are answered from memory too, and what
-  the mix measures is its writes: with one request in ten a write, about 1.6 of the 16 in flight
-  are writes, so each commit (and its fsync) serves one or two of them, not the POST workload's 15.
+  list100 and the mixes' lists ask PostgreSQL on every read; single pets are cached by id on every
+  target, so **get** and the mixes' gets are served mostly from memory after the warm-up. On SQLite
+  a page with a next page stays cached whatever is added (decision 47), so the mixes' reads are
+  answered from memory too, and what they measure is mostly their writes: with one request in ten
+  a write, about 1.6 of the 16 in flight are writes, so each commit (and its fsync) serves one or
+  two of them, not the POST workload's 15 (in mix-orders, half of them cancels).
 - **Instances and pinning:** wrk is pinned to CPU ${settings.clientCpu} throughout.${
           postgres.includes('postgres-1')
             ? `

@@ -25,33 +25,41 @@ import { CEILING_LIMITED_KEY, type Context, type RunningTarget, TARGETS, UNKNOWN
 /** Response headers the ceiling repeats: those the routes set, and the refusals' challenges. */
 const ROUTE_HEADERS = ['content-type', 'link', 'location', 'deprecation', 'sunset', 'www-authenticate', 'retry-after']
 
-/** One request per workload, which must get its status (401s where 200s were meant would be fast and useless). */
+/**
+ * The probes of each workload (bench/measure.ts), which must get their status (401s where 200s were
+ * meant would be fast and useless); their answers are the ceiling's fixtures.
+ */
 async function probe(target: RunningTarget, workloads: Workload[]): Promise<Record<string, Fixture>> {
   const fixtures: Record<string, Fixture> = {}
-  for (const w of workloads.filter((w) => w.name !== 'mix')) {
-    const { method, body: makeBody, status } = w.probe ?? { method: 'GET', status: 200 }
+  for (const w of workloads) {
     const live = w.key === 'limited' ? (target.limited ?? target) : target
     const authorization = `Bearer ${w.key === 'unknown' ? UNKNOWN_KEY : live.key}`
-    const body = typeof makeBody === 'function' ? makeBody(live) : makeBody
-    let response: Response | undefined
-    for (let tries = 0; tries < 3 && response?.status !== status; tries++) {
-      const headers = {
-        authorization,
-        ...(body && { 'content-type': 'application/json' }),
-        ...(w.path.startsWith('/v1/store/') && { 'animal-store-beta': 'orders' }),
+    let previous = ''
+    for (const p of w.probes ?? [{ method: 'GET', status: 200 }]) {
+      const { method, status } = p
+      const path = typeof p.path === 'function' ? p.path(previous) : (p.path ?? w.path)
+      let response: Response | undefined
+      for (let tries = 0; tries < 3 && response?.status !== status; tries++) {
+        const body = typeof p.body === 'function' ? p.body(live) : p.body
+        const headers = {
+          authorization,
+          ...(body && { 'content-type': 'application/json' }),
+          ...(path.startsWith('/v1/store/') && { 'animal-store-beta': 'orders' }),
+        }
+        response = await fetch(`${live.baseUrl}${path}`, { method, body, headers })
+        if (response.status !== status) await response.text()
       }
-      response = await fetch(`${live.baseUrl}${w.path}`, { method, body, headers })
-      if (response.status !== status) await response.text()
+      const text = (await response?.text()) ?? ''
+      if (response?.status !== status)
+        throw new Error(`${w.name}: ${method} ${path} answered ${response?.status}, not ${status}: ${text}`)
+      const headers = Object.fromEntries(
+        ROUTE_HEADERS.flatMap((h) => (response.headers.has(h) ? [[h, `${response.headers.get(h)}`]] : [])),
+      )
+      // The ceiling tells a refusal by its key, and its ratelimited requests carry a key of its own.
+      const asked = w.key === 'limited' ? `Bearer ${CEILING_LIMITED_KEY}` : authorization
+      fixtures[p.fixture ?? w.name] = { status, headers, body: text, ...(w.key && { authorization: asked }) }
+      previous = text
     }
-    const text = (await response?.text()) ?? ''
-    if (response?.status !== status)
-      throw new Error(`${method} ${w.path} answered ${response?.status}, not ${status}: ${text}`)
-    const headers = Object.fromEntries(
-      ROUTE_HEADERS.flatMap((h) => (response.headers.has(h) ? [[h, `${response.headers.get(h)}`]] : [])),
-    )
-    // The ceiling tells a refusal by its key, and its ratelimited requests carry a key of its own.
-    const asked = w.key === 'limited' ? `Bearer ${CEILING_LIMITED_KEY}` : authorization
-    fixtures[w.name] = { status, headers, body: text, ...(w.key && { authorization: asked }) }
   }
   return fixtures
 }
@@ -107,7 +115,7 @@ await main('bench', async () => {
   const started = new Date()
   const host = machine()
   const waited = contention()
-  const ordering = workloads.some((w) => w.path === '/v1/store/orders')
+  const ordering = workloads.some((w) => w.orders)
   const context: Context = { ...settings, orderPets: ordering ? settings.orderPets : 0, dir: tempDir() }
   const disk = fsyncCost(context.dir)
   log(
@@ -128,9 +136,7 @@ await main('bench', async () => {
         const fixtures = await probe(
           first,
           // Orders only where pets were seeded for them (an order workload was chosen).
-          WORKLOADS.filter(
-            (w) => (w.key !== 'limited' || first.limited) && (!w.path.startsWith('/v1/store/') || first.orderPets),
-          ),
+          WORKLOADS.filter((w) => (w.key !== 'limited' || first.limited) && (!w.orders || first.orderPets)),
         )
         writeFileSync(context.fixturesFile, JSON.stringify(fixtures))
       }
