@@ -69,6 +69,19 @@ function summarise(measurements: Measurement[], workloads: Workload[], targets: 
   })
 }
 
+/** Median over the rounds of target `a`'s rate over `b`'s in the same round (null: not both measured). */
+function pairedRatio(measurements: Measurement[], workload: string, a: string, b: string): number | null {
+  const rate = (target: string, round: number) =>
+    measurements.find((m) => m.workload === workload && m.target === target && m.round === round)?.result
+      .requestsPerSecond
+  const ratios = measurements.flatMap((m) => {
+    if (m.workload !== workload || m.target !== a) return []
+    const other = rate(b, m.round)
+    return other ? [m.result.requestsPerSecond / other] : []
+  })
+  return ratios.length ? median(ratios) : null
+}
+
 const fixed = (n: number, digits = 0) => n.toFixed(digits)
 const pct = (n: number) => `${fixed(n)}%`
 
@@ -246,12 +259,28 @@ export function report(input: ReportInput): { markdown: string; summary: string 
       const live = running.get(r.target) as RunningTarget
       return limitSentence(r, live, label(r.target), sqlite && { label: label('sqlite'), row: sqlite })
     })
-  const summary = `${markdown}\n\n${label(primary)}: ${verdict}\n\n${cpu}\n\n${limits.join('\n\n')}\n`
-  return { markdown: documentation(input, { markdown, verdict, cpu, limits, postgres, label }), summary }
+  const versus = (a: string, b: string) =>
+    workloads
+      .flatMap((w) => {
+        const ratio = pairedRatio(measurements, w.name, a, b)
+        return ratio === null ? [] : [`${w.name} ${fixed(ratio, 2)}×`]
+      })
+      .join(', ')
+  const peer = targets.includes('peer')
+    ? `**Against the peer** (bench/peer.ts): the rate of ${label(primary)} over the peer's, median of the rounds' ratios: ${versus(primary, 'peer') || 'no workload measured on both'}.`
+    : ''
+  const comparisons = [peer].filter(Boolean).join('\n\n')
+  const summary = `${markdown}\n\n${comparisons ? `${comparisons}\n\n` : ''}${label(primary)}: ${verdict}\n\n${cpu}\n\n${limits.join('\n\n')}\n`
+  return {
+    markdown: documentation(input, { markdown, comparisons, verdict, cpu, limits, postgres, label }),
+    summary,
+  }
 }
 
 interface Parts {
   markdown: string
+  /** Sentences comparing the service with the peer and with the base. */
+  comparisons: string
   verdict: string
   cpu: string
   limits: string[]
@@ -259,7 +288,10 @@ interface Parts {
   label: (t: string) => string
 }
 
-function documentation(input: ReportInput, { markdown, verdict, cpu, limits, postgres, label }: Parts): string {
+function documentation(
+  input: ReportInput,
+  { markdown, comparisons, verdict, cpu, limits, postgres, label }: Parts,
+): string {
   const { settings, targets, started, host, disk, workloads, measurements, contention } = input
   const primary = targets[0] as string
   const spread = (target: string) =>
@@ -306,7 +338,7 @@ difference of a few percent.
 
 ${markdown}
 
-**Targets** (${label(primary)}, POST with \`synchronous=FULL\`): ${verdict}
+${comparisons ? `${comparisons}\n\n` : ''}**Targets** (${label(primary)}, POST with \`synchronous=FULL\`): ${verdict}
 
 Lowest–highest rate over the rounds (req/s), ${label(primary)}: ${spread(primary)};
 ${postgres.map((t) => `${label(t)}: ${spread(t)};\n`).join('')}ceiling: ${spread('ceiling')}.
@@ -341,6 +373,14 @@ ${limits.join('\n\n')}
   \`BENCH_TARGETS=sqlite,sqlite-v8-defaults,ceiling\` adds the service without the script's memory
   settings too (decision 54); \`sqlite-traced\` adds it with traces on (\`OTEL_EXPORTER_OTLP_ENDPOINT\`),
   exported to a collector in the bench's process that drops them.
+- **Peer:** \`BENCH_TARGETS=sqlite,peer,ceiling\` adds bench/peer.ts, the reference the project
+  compares itself with: the same pets API as a competent engineer would write it with plain
+  Fastify 5 and node:sqlite and none of the service's features (no cache, writes on the main thread
+  each in its own commit, no rate limits, idempotency or ETags): JSON schemas for validation and
+  serialization, prepared statements, WAL with \`synchronous=FULL\`, a bearer key looked up by its
+  SHA-256 in a table, one log line per request at \`LOG_LEVEL=info\`, Node's default options. It is
+  seeded with the same pets, pinned and measured as the service, and serves list20, list100, get,
+  unauthorized, post and mix only (the run skips it on the others).
 - **Workloads**, each with a valid key unless said: ${workloads.map((w) => `**${w.name}** ${w.description}`).join('; ')}.
   The service runs with \`RATE_LIMIT=1000000000\` and \`AUTH_FAILURE_LIMIT=1000000\`: the limiters
   count every request, as in production, but refuse only where a workload means them to.
@@ -397,7 +437,8 @@ ${limits.join('\n\n')}
   of its reader or of the disk).${targets.includes('sqlite-warn') ? ' The `sqlite, LOG_LEVEL=warn` rows are the same service without the request log, to show what logging costs.' : ''} The targets are checked on the \`LOG_LEVEL=info\` rows.
 - **Ceiling:** bench/ceiling.ts, a bare \`node:http\` server answering the same routes with the
   service's own responses captured before the run (bodies and route headers; the refusals told
-  apart by their key), checking nothing.
+  apart by their key; a mix's requests by their path, each answered as the workload it comes from,
+  an order's cancel with a captured cancel), checking nothing.
 
 ## Running it
 
@@ -405,9 +446,11 @@ ${limits.join('\n\n')}
 and two cores; it takes about ${Math.ceil(seconds / 60)} minutes with these settings. Settings, as environment
 variables: \`BENCH_SECONDS\` (5), \`BENCH_ROUNDS\` (3), \`BENCH_WARMUP_SECONDS\` (2), \`BENCH_CONNECTIONS\`
 (16), \`BENCH_PETS\` (10000), \`BENCH_ORDER_PETS\` (available pets for order, one per request: 20000 per
-second of warm-up and run), \`BENCH_TARGETS\` (sqlite,sqlite-warn,postgres-1,postgres-2,ceiling; the
-PostgreSQL ones are skipped with a note when PostgreSQL does not answer, and fail the run when named
-here), \`BENCH_POSTGRES_URL\`, \`BENCH_WORKLOADS\` (${WORKLOADS.map((w) => w.name).join(',')}), \`BENCH_SERVER_CPU\`
+second of warm-up and run), \`BENCH_TARGETS\` (sqlite,sqlite-warn,postgres-1,postgres-2,ceiling; also
+${Object.keys(TARGETS)
+  .filter((t) => !['sqlite', 'sqlite-warn', 'postgres-1', 'postgres-2', 'ceiling'].includes(t) && !t.includes('@'))
+  .join(', ')}; the PostgreSQL ones are skipped with a note when PostgreSQL does not answer, and fail the run
+when named here), \`BENCH_POSTGRES_URL\`, \`BENCH_WORKLOADS\` (${WORKLOADS.map((w) => w.name).join(',')}), \`BENCH_SERVER_CPU\`
 (0), \`BENCH_CLUSTER_CPU\` (0,1), \`BENCH_CLIENT_CPU\` (1), \`BENCH_POSTGRES_CPU\` (the client's), \`BENCH_NICE\` (unset;
 e.g. -10 as root keeps other processes off the bench's cores, and slows them meanwhile),
 \`BENCH_DOC\` (docs/performance.md; empty to write nothing).

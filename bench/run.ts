@@ -20,7 +20,7 @@ import {
 import { type Measurement, report } from './document.ts'
 import { measure, memoryMb, WORKLOADS, type Workload } from './measure.ts'
 import { adminQuery, skipPostgres } from './postgres.ts'
-import { CEILING_LIMITED_KEY, type Context, type RunningTarget, TARGETS, UNKNOWN_KEY } from './targets.ts'
+import { CEILING_LIMITED_KEY, type Context, type RunningTarget, serves, TARGETS, UNKNOWN_KEY } from './targets.ts'
 
 /** Response headers the ceiling repeats: those the routes set, and the refusals' challenges. */
 const ROUTE_HEADERS = ['content-type', 'link', 'location', 'deprecation', 'sunset', 'www-authenticate', 'retry-after']
@@ -92,9 +92,11 @@ await main('bench', async () => {
   const defaults = ['sqlite', 'sqlite-warn', 'postgres-1', 'postgres-2', 'ceiling']
   let targets = list('BENCH_TARGETS', defaults, Object.keys(TARGETS))
   // The ceiling answers with a service's responses, and the ratios need both.
-  if (!targets.includes('ceiling') || targets.length < 2)
+  const kind = (k: string) => targets.filter((t) => TARGETS[t]?.kind === k)
+  if (!targets.includes('ceiling') || kind('service').length === 0)
     throw new Error('BENCH_TARGETS needs "ceiling" and a service target')
-  targets = [...targets.filter((t) => t !== 'ceiling'), 'ceiling']
+  // The service first (the first one's answers are the ceiling's), then the peer, the ceiling last.
+  targets = [...kind('service'), ...kind('peer'), 'ceiling']
   const names = list(
     'BENCH_WORKLOADS',
     WORKLOADS.map((w) => w.name),
@@ -129,7 +131,7 @@ await main('bench', async () => {
     for (const name of targets) {
       const target = TARGETS[name]
       if (!target) continue
-      if (!target.database && !context.fixturesFile) {
+      if (target.kind === 'ceiling' && !context.fixturesFile) {
         context.fixturesFile = join(context.dir, 'fixtures.json')
         // Every route, not only the selected workloads': the ceiling answers them all.
         const first = running.values().next().value as RunningTarget
@@ -146,16 +148,20 @@ await main('bench', async () => {
         nodeArgs: measured && settings.profileDir ? ['--cpu-prof', '--cpu-prof-dir', resolve(settings.profileDir)] : [],
       }
       const live = await target.start(profiled)
-      if (target.database && workloads.some((w) => w.key === 'limited')) {
+      if (target.kind === 'service' && workloads.some((w) => w.key === 'limited')) {
         live.limited = await target.start({ ...context, orderPets: 0 }, { RATE_LIMIT: '1' })
       }
-      await probe(live, workloads)
+      await probe(
+        live,
+        workloads.filter((w) => serves(target, w)),
+      )
       running.set(name, live)
     }
     if (settings.warmupSeconds > 0) {
       log(`bench: warming up, ${settings.warmupSeconds} s per workload and target`)
       for (const w of workloads)
-        for (const live of running.values()) await measure(settings, live, w, settings.warmupSeconds, settings.pets)
+        for (const [name, live] of running)
+          if (serves(TARGETS[name], w)) await measure(settings, live, w, settings.warmupSeconds, settings.pets)
     }
     return running
   }
@@ -169,11 +175,13 @@ await main('bench', async () => {
     running = await startAll(round === settings.rounds)
     for (const w of workloads) {
       for (const [name, live] of running) {
+        // The peer serves only some workloads: it skips the others.
+        if (!serves(TARGETS[name], w)) continue
         const m = await measure(settings, live, w, settings.seconds, settings.pets)
         measurements.push({ target: name, workload: w.name, round, ...m })
         const { result: r, usage: u } = m
         log(
-          `round ${round}/${settings.rounds} ${w.name.padEnd(12)} ${name.padEnd(11)} ${r.requestsPerSecond.toFixed(0).padStart(6)} req/s` +
+          `round ${round}/${settings.rounds} ${w.name.padEnd(12)} ${name.padEnd(15)} ${r.requestsPerSecond.toFixed(0).padStart(6)} req/s` +
             `  p50 ${r.p50.toFixed(2)} ms  p99 ${r.p99.toFixed(2)} ms  non-2xx ${r.non2xx}  RSS ${m.rssMb.toFixed(0)} MB` +
             `  CPU service ${u.service.toFixed(0)}%${u.database === null ? '' : ` postgres ${u.database.toFixed(0)}%`} wrk ${u.wrk.toFixed(0)}%` +
             (m.contention === null ? '' : `  CPU wait ${m.contention.toFixed(0)}%`) +

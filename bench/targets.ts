@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import { ROOT, startCommand } from '../scripts/start-command.ts'
 import { readText, type Started, start } from './common.ts'
+import { seedPeer } from './peer.ts'
 import { adminQuery, BackendWatcher, type BenchSchema, createSchema } from './postgres.ts'
 import { EnvSchema, generateApiKey, type NewPet, openStore } from './src.ts'
 
@@ -50,7 +51,11 @@ export interface RunningTarget {
 
 export interface Target {
   label: string
+  /** The service (the ceiling replays its answers), the peer (bench/peer.ts), or the ceiling. */
+  kind: 'service' | 'peer' | 'ceiling'
   database?: 'sqlite' | 'postgres'
+  /** The workloads it can serve, when not all (the peer has no orders, messages or rate limits). */
+  workloads?: string[]
   start(context: Context, env?: Record<string, string>): Promise<RunningTarget>
 }
 
@@ -78,20 +83,31 @@ export function random(seed: number): () => number {
   }
 }
 
-/** Pets 1..count through the store (the API's code path minus HTTP): 70% available, 15% pending, 15% sold. */
-async function seedPets(databaseUrl: string, count: number): Promise<void> {
+/** The catalogue's pets, 1..count, the same on every run and target: 70% available, 15% pending, 15% sold. */
+export function* seededPets(count: number): Generator<NewPet> {
   const next = random(42)
-  const store = await openStore({ databaseUrl, poolSize: 4, timeoutMs: 30_000 })
   const status = (r: number): NewPet['status'] => (r < 0.7 ? 'available' : r < 0.85 ? 'pending' : 'sold')
+  for (let i = 0; i < count; i++) {
+    const name = NAMES[Math.floor(next() * NAMES.length)] as string
+    yield { name, categoryId: 1 + Math.floor(next() * 8), status: status(next()) }
+  }
+}
+
+/** Pets 1..count through the store (the API's code path minus HTTP). */
+async function seedPets(databaseUrl: string, count: number): Promise<void> {
+  const pets = seededPets(count)
+  const store = await openStore({ databaseUrl, poolSize: 4, timeoutMs: 30_000 })
   try {
     // Writes issued in one turn share one transaction (the store's group commit); chunks keep memory flat.
-    for (let done = 0; done < count; done += 10_000) {
-      const chunk = Array.from({ length: Math.min(10_000, count - done) }, () => {
-        const name = NAMES[Math.floor(next() * NAMES.length)] as string
-        return store.createPet({ name, categoryId: 1 + Math.floor(next() * 8), status: status(next()) })
-      })
-      await Promise.all(chunk)
+    let chunk: Promise<unknown>[] = []
+    for (const pet of pets) {
+      chunk.push(store.createPet(pet))
+      if (chunk.length === 10_000) {
+        await Promise.all(chunk)
+        chunk = []
+      }
     }
+    await Promise.all(chunk)
   } finally {
     await store.close()
   }
@@ -205,6 +221,7 @@ const sqliteService = (
   memorySettings = true,
   extra: Record<string, string> = {},
 ): Target => ({
+  kind: 'service',
   label: `sqlite, LOG_LEVEL=${logLevel}${memorySettings ? '' : ', default memory settings'}${Object.entries(extra)
     .map(([k, v]) => `, ${k}=${v}`)
     .join('')}`,
@@ -228,6 +245,7 @@ const sqliteService = (
  */
 const traced = (base: Target): Target => ({
   label: `${base.label}, traced (OTLP/HTTP)`,
+  kind: base.kind,
   database: base.database,
   async start(context, env = {}) {
     const collector = createHttpServer((request, response) => {
@@ -248,6 +266,7 @@ const traced = (base: Target): Target => ({
 })
 
 const postgresService = (name: string, workers: number): Target => ({
+  kind: 'service',
   label: workers === 1 ? 'postgres, 1 instance' : `postgres, ${workers} instances (WORKERS=${workers})`,
   database: 'postgres',
   async start(context, env = {}) {
@@ -282,6 +301,7 @@ export async function startPostgres(context: Context, schema: BenchSchema, worke
 /** A bare node:http server answering with a service's captured responses (bench/ceiling.ts). */
 const ceiling: Target = {
   label: 'ceiling (bare node:http)',
+  kind: 'ceiling',
   async start(context) {
     const port = await freePort()
     const script = [join(import.meta.dirname, 'ceiling.ts'), context.fixturesFile as string]
@@ -294,6 +314,31 @@ const ceiling: Target = {
     return { ...live, limited: { ...live, key: CEILING_LIMITED_KEY } }
   },
 }
+/**
+ * bench/peer.ts, plain Fastify and node:sqlite with no cache, on a database of its own seeded with
+ * the same pets, and a key of its own; pinned and measured like the service.
+ */
+const peer: Target = {
+  label: 'peer (plain Fastify + node:sqlite, no cache)',
+  kind: 'peer',
+  database: 'sqlite',
+  workloads: ['list20', 'list100', 'get', 'unauthorized', 'post', 'mix'],
+  async start(context) {
+    const path = join(mkdtempSync(join(context.dir, 'peer-')), 'peer.db')
+    const key = generateApiKey('staging').secret
+    seedPeer(path, seededPets(context.pets), key)
+    const port = await freePort()
+    const env = { ...process.env, HOST: '127.0.0.1', PORT: String(port), PEER_DATABASE: path, LOG_LEVEL: 'info' }
+    const script = join(import.meta.dirname, 'peer.ts')
+    const server = start(context.serverCpu, process.execPath, [...(context.nodeArgs ?? []), script], env)
+    return running(server, port, key, context.serverCpu)
+  },
+}
+
+/** Whether a target can serve a workload (the peer serves only some). */
+export const serves = (target: Target | undefined, workload: { name: string }) =>
+  !target?.workloads || target.workloads.includes(workload.name)
+
 /** What the ceiling tells the ratelimited workload's requests apart by. */
 export const CEILING_LIMITED_KEY = 'as_test_limited'
 
@@ -308,6 +353,8 @@ export const TARGETS: Record<string, Target> = {
   'sqlite-metrics': sqliteService('sqlite-metrics', 'info', true, { METRICS_PORT: '0' }),
   'postgres-1': postgresService('postgres-1', 1),
   'postgres-2': postgresService('postgres-2', 2),
+  // Not run by default: a plain Fastify + node:sqlite server, the reference without our features.
+  peer,
   ceiling,
 }
 
