@@ -4,8 +4,9 @@ import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { ROOT } from '../scripts/start-command.ts'
 import { contention, readText, type Settings, type WrkResult, wrk } from './common.ts'
-import { openStore } from './src.ts'
+import { openStoreAt } from './src.ts'
 import { RACE_PETS, type RunningTarget, UNKNOWN_KEY } from './targets.ts'
 
 export interface Workload {
@@ -143,6 +144,8 @@ async function subscribeReceiver(live: RunningTarget): Promise<void> {
       server.closeAllConnections()
       await state.close()
     }
+    // The store of the checkout the target runs from: BENCH_BASE's may have other migrations.
+    const openStore = await openStoreAt(live.root ?? ROOT)
     const store = await openStore({ databaseUrl: live.databaseUrl, poolSize: 1, timeoutMs: 30_000 })
     try {
       const account = await store.findAccountByEmail('bench@example.com')

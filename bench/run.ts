@@ -1,9 +1,17 @@
-/** `npm run bench`: the service against a bare node:http ceiling, rounds interleaved; writes docs/performance.md. */
-import { closeSync, fsyncSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs'
+/**
+ * `npm run bench`: the service against a bare node:http ceiling, rounds interleaved; writes
+ * docs/performance.md. Settings: BENCH_* (bench/common.ts readSettings; the "Running it" section of
+ * the report). Old and new side by side: BENCH_BASE=<another checkout of this repository, with its
+ * node_modules> gives each chosen service target X a twin X@base, measured in the same rounds,
+ * whose server, start script, CLI and store (its migrations) all come from that checkout; the report
+ * adds each workload's X/X@base rate ratio. Target `peer` (bench/peer.ts) is plain Fastify + SQLite.
+ */
+import { closeSync, existsSync, fsyncSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { ROOT } from '../scripts/start-command.ts'
+import { ROOT, startCommand } from '../scripts/start-command.ts'
 import type { Fixture } from './ceiling.ts'
 import {
+  commitOf,
   contention,
   ensureTools,
   list,
@@ -20,7 +28,16 @@ import {
 import { type Measurement, report } from './document.ts'
 import { measure, memoryMb, WORKLOADS, type Workload } from './measure.ts'
 import { adminQuery, skipPostgres } from './postgres.ts'
-import { CEILING_LIMITED_KEY, type Context, type RunningTarget, serves, TARGETS, UNKNOWN_KEY } from './targets.ts'
+import {
+  addBaseTargets,
+  BASE_SUFFIX,
+  CEILING_LIMITED_KEY,
+  type Context,
+  type RunningTarget,
+  serves,
+  TARGETS,
+  UNKNOWN_KEY,
+} from './targets.ts'
 
 /** Response headers the ceiling repeats: those the routes set, and the refusals' challenges. */
 const ROUTE_HEADERS = ['content-type', 'link', 'location', 'deprecation', 'sunset', 'www-authenticate', 'retry-after']
@@ -64,6 +81,31 @@ async function probe(target: RunningTarget, workloads: Workload[]): Promise<Reco
   return fixtures
 }
 
+/**
+ * The targets in the order a round measures them: as started, but each service and its BENCH_BASE
+ * twin swapped every other round, so that going first or second (after the ceiling, or after the
+ * other) favours neither over an even number of rounds.
+ */
+function inTurn<T>(running: [string, T][], round: number): [string, T][] {
+  const order = [...running]
+  if (round % 2 === 1) return order
+  for (let i = 0; i + 1 < order.length; i++) {
+    const [a, b] = [order[i] as [string, T], order[i + 1] as [string, T]]
+    if (b[0] === `${a[0]}${BASE_SUFFIX}`) [order[i], order[i + 1]] = [b, a]
+  }
+  return order
+}
+
+/** BENCH_BASE must be a checkout of this repository that can run: its CLI, store, start script and packages. */
+function checkBase(root: string): void {
+  for (const file of ['package.json', 'bin/animal-store.ts', 'src/store/index.ts', 'src/config.ts', 'node_modules'])
+    if (!existsSync(join(root, file)))
+      throw new Error(
+        `BENCH_BASE=${root} has no ${file}: give a checkout of this repository with its node_modules (e.g. git worktree add /tmp/base <commit> && ln -s "$PWD/node_modules" /tmp/base/node_modules)`,
+      )
+  startCommand(root)
+}
+
 /** µs of a 16 KiB write and its fsync: what each batch of POSTs waits for, which moves the POST's ratio most. */
 function fsyncCost(dir: string): { wallMicros: number; cpuMicros: number } {
   const path = join(dir, 'fsync-probe')
@@ -91,6 +133,14 @@ await main('bench', async () => {
   const settings = readSettings()
   const defaults = ['sqlite', 'sqlite-warn', 'postgres-1', 'postgres-2', 'ceiling']
   let targets = list('BENCH_TARGETS', defaults, Object.keys(TARGETS))
+  const head = commitOf(ROOT)
+  const base = settings.base ? { root: settings.base, commit: commitOf(settings.base) } : null
+  if (base) {
+    checkBase(base.root)
+    addBaseTargets(base.root, base.commit.split(' ')[0] as string)
+    // Each service target's twin runs right after it, in every round.
+    targets = targets.flatMap((t) => (TARGETS[t]?.kind === 'service' ? [t, `${t}${BASE_SUFFIX}`] : [t]))
+  }
   // The ceiling answers with a service's responses, and the ratios need both.
   const kind = (k: string) => targets.filter((t) => TARGETS[t]?.kind === k)
   if (!targets.includes('ceiling') || kind('service').length === 0)
@@ -123,6 +173,7 @@ await main('bench', async () => {
   log(
     `bench: ${host.cpu}, ${host.cores} cores, Node ${host.node}; servers on CPU ${settings.serverCpu}, wrk on CPU ${settings.clientCpu}`,
   )
+  if (base) log(`bench: this checkout ${head}; base (BENCH_BASE=${base.root}) ${base.commit}`)
   log(`bench: a 16 KiB write and fsync takes ${disk.wallMicros.toFixed(0)} µs (${disk.cpuMicros.toFixed(0)} µs of CPU)`)
 
   /** Every target afresh each round: two starts of one server can differ by 15% in CPU per request. */
@@ -174,7 +225,7 @@ await main('bench', async () => {
   for (let round = 1; round <= settings.rounds; round++) {
     running = await startAll(round === settings.rounds)
     for (const w of workloads) {
-      for (const [name, live] of running) {
+      for (const [name, live] of inTurn([...running], round)) {
         // The peer serves only some workloads: it skips the others.
         if (!serves(TARGETS[name], w)) continue
         const m = await measure(settings, live, w, settings.seconds, settings.pets)
@@ -206,6 +257,8 @@ await main('bench', async () => {
     fileBacked,
     skipped,
     postgresVersion,
+    head,
+    base,
   })
   process.stdout.write(`\n${summary}\n`)
   if (settings.doc) {
