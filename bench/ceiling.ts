@@ -1,4 +1,8 @@
-/** The ceiling: node:http answering with the service's captured responses, checking nothing. Args: fixtures.json; env: PORT. */
+/**
+ * The ceiling: node:http answering with the service's captured responses, checking nothing. Args:
+ * fixtures.json (one answer per workload, by name, and `cancel` for any POST …/cancel: a mix's
+ * requests get the answers of the workloads they are made of); env: PORT.
+ */
 import { readFileSync } from 'node:fs'
 import { createServer } from 'node:http'
 
@@ -21,7 +25,7 @@ const health = prepare({ status: 200, headers: { 'content-type': 'application/js
 const refusals = new Map(
   Object.entries(fixtures).flatMap(([name, f]) => (f.authorization ? [[f.authorization, answers[name]]] : [])),
 )
-const { post, get, list100, list20, order, webhooks } = answers
+const { post, get, list100, list20, order, cancel, webhooks } = answers
 
 createServer((request, response) => {
   const url = request.url ?? ''
@@ -30,9 +34,11 @@ createServer((request, response) => {
     (request.method === 'POST'
       ? url === '/v1/store/orders'
         ? order
-        : url === '/v1/messages'
-          ? webhooks
-          : post
+        : url.endsWith('/cancel')
+          ? cancel
+          : url === '/v1/messages'
+            ? webhooks
+            : post
       : url.startsWith('/v1/pets/')
         ? (refusals.get(request.headers.authorization ?? '') ?? get)
         : url.includes('status=')

@@ -2,7 +2,7 @@
 import { type ChildProcess, execFile, spawn, spawnSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { availableParallelism, loadavg, release, tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import { ROOT } from '../scripts/start-command.ts'
@@ -51,6 +51,11 @@ export function readSettings() {
     postgresCpu: text('BENCH_POSTGRES_CPU', text('BENCH_CLIENT_CPU', '1')),
     /** Where the markdown report goes; empty: nowhere. */
     doc: process.env.BENCH_DOC ?? 'docs/performance.md',
+    /**
+     * Another checkout of this repository (a `git worktree add` of an older commit, its node_modules
+     * in place): each service target X gets a twin X@base run from it, in the same rounds. '': none.
+     */
+    base: process.env.BENCH_BASE?.trim() ? resolve(process.env.BENCH_BASE.trim()) : '',
     /** A folder for --cpu-prof profiles of the measured servers, to open in Chrome DevTools or speedscope. */
     profileDir: process.env.BENCH_PROFILE?.trim() ?? '',
   }
@@ -95,9 +100,12 @@ function pinned(cpu: string, command: string, args: string[]): [string, string[]
   return nice ? ['nice', ['-n', nice, 'taskset', ...line]] : ['taskset', line]
 }
 
-/** Starts a server pinned to `cpu`, from the project root as npm does; stdout to /dev/null (a pipe would block it). */
-export function start(cpu: string, command: string, args: string[], env: NodeJS.ProcessEnv): Started {
-  const child = spawn(...pinned(cpu, command, args), { cwd: ROOT, env, stdio: ['ignore', 'ignore', 'pipe'] })
+/**
+ * Starts a server pinned to `cpu`, from the project root as npm does (or from `cwd`, another
+ * checkout's root); stdout to /dev/null (a pipe would block it).
+ */
+export function start(cpu: string, command: string, args: string[], env: NodeJS.ProcessEnv, cwd = ROOT): Started {
+  const child = spawn(...pinned(cpu, command, args), { cwd, env, stdio: ['ignore', 'ignore', 'pipe'] })
   if (child.pid === undefined) throw new Error(`could not start ${command}`)
   let stderr = ''
   child.stderr?.on('data', (chunk: Buffer) => {
@@ -272,4 +280,12 @@ export function section(doc: string, name: string): string | null {
   const from = doc.indexOf(`<!-- ${name}:start -->`)
   const to = doc.indexOf(`<!-- ${name}:end -->`, from)
   return from === -1 || to === -1 ? null : doc.slice(from, to + `<!-- ${name}:end -->`.length)
+}
+
+/** "<short hash> <subject>" of the commit checked out at `root`, or its path when git cannot tell. */
+export function commitOf(root: string): string {
+  const out = spawnSync('git', ['-C', root, 'log', '-1', '--format=%h %s'], { encoding: 'utf8' })
+  const dirty = spawnSync('git', ['-C', root, 'status', '--porcelain', '--untracked-files=no'], { encoding: 'utf8' })
+  if (out.status !== 0 || !out.stdout.trim()) return root
+  return `${out.stdout.trim()}${dirty.stdout.trim() ? ' (with uncommitted changes)' : ''}`
 }

@@ -10,7 +10,7 @@ import {
   wrkVersion,
 } from './common.ts'
 import { type Usage, WORKLOADS, type Workload } from './measure.ts'
-import { POOL_SIZE, type RunningTarget, TARGETS } from './targets.ts'
+import { BASE_SUFFIX, POOL_SIZE, type RunningTarget, TARGETS } from './targets.ts'
 
 export interface Measurement {
   target: string
@@ -58,6 +58,8 @@ function summarise(measurements: Measurement[], workloads: Workload[], targets: 
         rate: of((r) => r.requestsPerSecond),
         ceilingRate: ceiling.length ? median(ceiling.map((c) => c.result.requestsPerSecond)) : null,
         ratio: ratios.length ? median(ratios) : null,
+        /** This target's rate over its BENCH_BASE twin's, median of the rounds' ratios. */
+        vsBase: pairedRatio(measurements, w.name, target, `${target}${BASE_SUFFIX}`),
         p50: of((r) => r.p50),
         p99: of((r) => r.p99),
         non2xx: sum((r) => r.non2xx),
@@ -69,17 +71,37 @@ function summarise(measurements: Measurement[], workloads: Workload[], targets: 
   })
 }
 
+/** Median over the rounds of target `a`'s rate over `b`'s in the same round (null: not both measured). */
+function pairedRatio(measurements: Measurement[], workload: string, a: string, b: string): number | null {
+  const rate = (target: string, round: number) =>
+    measurements.find((m) => m.workload === workload && m.target === target && m.round === round)?.result
+      .requestsPerSecond
+  const ratios = measurements.flatMap((m) => {
+    if (m.workload !== workload || m.target !== a) return []
+    const other = rate(b, m.round)
+    return other ? [m.result.requestsPerSecond / other] : []
+  })
+  return ratios.length ? median(ratios) : null
+}
+
 const fixed = (n: number, digits = 0) => n.toFixed(digits)
 const pct = (n: number) => `${fixed(n)}%`
 
 function table(rows: Row[], label: (t: string) => string): string {
-  const header = 'workload|target|req/s|ceiling req/s|ratio|p50 ms|p99 ms|non-2xx|socket errors|RSS MB'.split('|')
+  // With BENCH_BASE, each target's rate over its base twin's, on the target's rows.
+  const based = rows.some((r) => r.vsBase !== null)
+  const header = [
+    ...'workload|target|req/s|ceiling req/s|ratio'.split('|'),
+    ...(based ? ['new/base'] : []),
+    ...'p50 ms|p99 ms|non-2xx|socket errors|RSS MB'.split('|'),
+  ]
   const lines = rows.map((r) => [
     r.workload,
     label(r.target),
     fixed(r.rate),
     r.target === 'ceiling' || r.ceilingRate === null ? '' : fixed(r.ceilingRate),
     r.ratio === null ? '' : `${fixed(r.ratio, 2)}×`,
+    ...(based ? [r.vsBase === null ? '' : `${fixed(r.vsBase, 2)}×`] : []),
     fixed(r.p50, 2),
     fixed(r.p99, 2),
     `${r.non2xx}`,
@@ -219,6 +241,9 @@ export interface ReportInput {
   /** Why the PostgreSQL targets were skipped, when they were. */
   skipped: string
   postgresVersion: string | null
+  /** This checkout's commit, and BENCH_BASE's root and commit when set. */
+  head: string
+  base: { root: string; commit: string } | null
 }
 
 export function report(input: ReportInput): { markdown: string; summary: string } {
@@ -227,7 +252,7 @@ export function report(input: ReportInput): { markdown: string; summary: string 
   const rows = summarise(measurements, workloads, targets)
   const primary = targets[0] as string
   const postgres = targets.filter((t) => TARGETS[t]?.database === 'postgres')
-  const expected = (name: string) => workloads.find((w) => w.name === name)?.probe?.status ?? 200
+  const expected = (name: string) => workloads.find((w) => w.name === name)?.probes?.[0]?.status ?? 200
   const refuses = (name: string) => workloads.some((w) => w.name === name && w.refused)
   const failed = rows.filter(
     (r) => r.socketErrors + (expected(r.workload) < 300 && !refuses(r.workload) ? r.non2xx : 0) > 0,
@@ -242,16 +267,40 @@ export function report(input: ReportInput): { markdown: string; summary: string 
   const limits = rows
     .filter((r) => postgres.includes(r.target) && ['list20', 'post'].includes(r.workload))
     .map((r) => {
-      const sqlite = rows.find((s) => s.target === 'sqlite' && s.workload === r.workload)
+      // A base twin against the base's sqlite.
+      const reference = r.target.endsWith(BASE_SUFFIX) ? `sqlite${BASE_SUFFIX}` : 'sqlite'
+      const sqlite = rows.find((s) => s.target === reference && s.workload === r.workload)
       const live = running.get(r.target) as RunningTarget
-      return limitSentence(r, live, label(r.target), sqlite && { label: label('sqlite'), row: sqlite })
+      return limitSentence(r, live, label(r.target), sqlite && { label: label(reference), row: sqlite })
     })
-  const summary = `${markdown}\n\n${label(primary)}: ${verdict}\n\n${cpu}\n\n${limits.join('\n\n')}\n`
-  return { markdown: documentation(input, { markdown, verdict, cpu, limits, postgres, label }), summary }
+  const versus = (a: string, b: string) =>
+    workloads
+      .flatMap((w) => {
+        const ratio = pairedRatio(measurements, w.name, a, b)
+        return ratio === null ? [] : [`${w.name} ${fixed(ratio, 2)}×`]
+      })
+      .join(', ')
+  const peer = targets.includes('peer')
+    ? `**Against the peer** (bench/peer.ts): the rate of ${label(primary)} over the peer's, median of the rounds' ratios: ${versus(primary, 'peer') || 'no workload measured on both'}.`
+    : ''
+  const twins = targets.filter((t) => targets.includes(`${t}${BASE_SUFFIX}`))
+  const based = input.base
+    ? `**New against base**: this checkout (${input.head}) against BENCH_BASE (${input.base.commit}), each target's rate over its base twin's, median of the rounds' ratios (above 1: the new commit is faster): ${twins
+        .map((t) => `${t}: ${versus(t, `${t}${BASE_SUFFIX}`) || 'no workload measured on both'}`)
+        .join('; ')}.`
+    : ''
+  const comparisons = [based, peer].filter(Boolean).join('\n\n')
+  const summary = `${markdown}\n\n${comparisons ? `${comparisons}\n\n` : ''}${label(primary)}: ${verdict}\n\n${cpu}\n\n${limits.join('\n\n')}\n`
+  return {
+    markdown: documentation(input, { markdown, comparisons, verdict, cpu, limits, postgres, label }),
+    summary,
+  }
 }
 
 interface Parts {
   markdown: string
+  /** Sentences comparing the service with the peer and with the base. */
+  comparisons: string
   verdict: string
   cpu: string
   limits: string[]
@@ -259,16 +308,20 @@ interface Parts {
   label: (t: string) => string
 }
 
-function documentation(input: ReportInput, { markdown, verdict, cpu, limits, postgres, label }: Parts): string {
+function documentation(
+  input: ReportInput,
+  { markdown, comparisons, verdict, cpu, limits, postgres, label }: Parts,
+): string {
   const { settings, targets, started, host, disk, workloads, measurements, contention } = input
   const primary = targets[0] as string
   const spread = (target: string) =>
     workloads
-      .map((w) => {
+      .flatMap((w) => {
         const rates = measurements
           .filter((m) => m.workload === w.name && m.target === target)
           .map((m) => m.result.requestsPerSecond)
-        return `${w.name} ${fixed(Math.min(...rates))}–${fixed(Math.max(...rates))}`
+        // The peer skips some workloads.
+        return rates.length ? [`${w.name} ${fixed(Math.min(...rates))}–${fixed(Math.max(...rates))}`] : []
       })
       .join(', ')
   const wait = contention === null ? '' : `; some task waited for a CPU ${fixed(contention)}% of the run's time`
@@ -300,16 +353,20 @@ rates across machines and runs.
 **Disk:** a 16 KiB write and its fsync, where the SQLite databases are, took ${fixed(disk.wallMicros)} µs (median of 200),
 ${fixed(disk.cpuMicros)} µs of them on the CPU. Each batch of POSTs waits for one, and the writer thread spends that CPU on the service's core.
 **Date:** ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC. **Command:** \`${`${changedSettings()} npm run bench`.trim()}\`.
+**Commit:** ${input.head}${input.base ? `; **base** (the \`@base\` rows, \`BENCH_BASE\`): ${input.base.commit}` : ''}.
 **Load:** load average ${host.loadAverage} at the start${wait} (/proc/pressure/cpu, the bench's own
 processes included): the machine is shared, so read the spread below the table before trusting a
 difference of a few percent.
 
 ${markdown}
 
-**Targets** (${label(primary)}, POST with \`synchronous=FULL\`): ${verdict}
+${comparisons ? `${comparisons}\n\n` : ''}**Targets** (${label(primary)}, POST with \`synchronous=FULL\`): ${verdict}
 
 Lowest–highest rate over the rounds (req/s), ${label(primary)}: ${spread(primary)};
-${postgres.map((t) => `${label(t)}: ${spread(t)};\n`).join('')}ceiling: ${spread('ceiling')}.
+${[`${primary}${BASE_SUFFIX}`, ...postgres, 'peer']
+  .filter((t) => targets.includes(t))
+  .map((t) => `${label(t)}: ${spread(t)};\n`)
+  .join('')}ceiling: ${spread('ceiling')}.
 
 ${
   postgres.length === 0
@@ -341,6 +398,22 @@ ${limits.join('\n\n')}
   \`BENCH_TARGETS=sqlite,sqlite-v8-defaults,ceiling\` adds the service without the script's memory
   settings too (decision 54); \`sqlite-traced\` adds it with traces on (\`OTEL_EXPORTER_OTLP_ENDPOINT\`),
   exported to a collector in the bench's process that drops them.
+- **Old and new:** with \`BENCH_BASE=<another checkout of this repository>\`, each service target
+  X also runs from that checkout as \`X@base\`, in the same rounds, next to X (after it in odd rounds,
+  before it in even ones, so that neither always goes first; use an even BENCH_ROUNDS): that checkout's
+  start script and server, its CLI making the key, and its store (\`openStore\`, hence its
+  migrations) seeding the same pets, since an older commit may have another schema. Only the
+  order workloads' extra pets on PostgreSQL are inserted by the bench's own SQL (one statement), into
+  that checkout's \`pets\` table. The table's **new/base** column is X's rate over \`X@base\`'s, the
+  median of the rounds' ratios; both also have their ratio to the ceiling.
+- **Peer:** \`BENCH_TARGETS=sqlite,peer,ceiling\` adds bench/peer.ts, the reference the project
+  compares itself with: the same pets API as a competent engineer would write it with plain
+  Fastify 5 and node:sqlite and none of the service's features (no cache, writes on the main thread
+  each in its own commit, no rate limits, idempotency or ETags): JSON schemas for validation and
+  serialization, prepared statements, WAL with \`synchronous=FULL\`, a bearer key looked up by its
+  SHA-256 in a table, one log line per request at \`LOG_LEVEL=info\`, Node's default options. It is
+  seeded with the same pets, pinned and measured as the service, and serves list20, list100, get,
+  unauthorized, post and mix only (the run skips it on the others).
 - **Workloads**, each with a valid key unless said: ${workloads.map((w) => `**${w.name}** ${w.description}`).join('; ')}.
   The service runs with \`RATE_LIMIT=1000000000\` and \`AUTH_FAILURE_LIMIT=1000000\`: the limiters
   count every request, as in production, but refuse only where a workload means them to.
@@ -352,13 +425,13 @@ ${limits.join('\n\n')}
 - **PostgreSQL** (${input.postgresVersion ?? "the machine's server"}, \`BENCH_POSTGRES_URL\`, default
   \`postgres://postgres@127.0.0.1:5432/test\`): each PostgreSQL target gets a schema of its own
   (\`search_path\` in its \`DATABASE_URL\`), seeded through the store with the same pets as SQLite
-  and dropped at the end, also on Ctrl-C. Pool: \`DATABASE_POOL_SIZE=${POOL_SIZE}\` per instance. Pages
-  are never cached on PostgreSQL (\`petsVersion()\` is null: other instances write), so list20,
-  list100 and mix ask PostgreSQL on every read; single pets are cached by id on every target, so
-  **get** is served mostly from memory after the warm-up. On SQLite a page with a next page stays
-  cached whatever is added (decision 47), so the mix's reads are answered from memory too, and what
-  the mix measures is its writes: with one request in ten a write, about 1.6 of the 16 in flight
-  are writes, so each commit (and its fsync) serves one or two of them, not the POST workload's 15.
+  and dropped at the end, also on Ctrl-C. Pool: \`DATABASE_POOL_SIZE=${POOL_SIZE}\` per instance. Reads
+  are cached beside the store (src/store/pet-cache.ts, decision 79): on PostgreSQL for at most a
+  second (\`petsVersion()\` is null: other instances write), on SQLite until the next commit; a write
+  through the instance also empties its cache of pages. So in the mixes, where one request in ten is
+  a write, the lists go back to the database after each write and the gets (random ids of
+  ${settings.pets.toLocaleString('en')}) mostly miss. About 1.6 of the 16 requests in flight are writes, so each commit (and its
+  fsync) serves one or two of them, not the POST workload's 15 (in mix-orders, half of them cancels).
 - **Instances and pinning:** wrk is pinned to CPU ${settings.clientCpu} throughout.${
           postgres.includes('postgres-1')
             ? `
@@ -396,7 +469,8 @@ ${limits.join('\n\n')}
   of its reader or of the disk).${targets.includes('sqlite-warn') ? ' The `sqlite, LOG_LEVEL=warn` rows are the same service without the request log, to show what logging costs.' : ''} The targets are checked on the \`LOG_LEVEL=info\` rows.
 - **Ceiling:** bench/ceiling.ts, a bare \`node:http\` server answering the same routes with the
   service's own responses captured before the run (bodies and route headers; the refusals told
-  apart by their key), checking nothing.
+  apart by their key; a mix's requests by their path, each answered as the workload it comes from,
+  an order's cancel with a captured cancel), checking nothing.
 
 ## Running it
 
@@ -404,12 +478,21 @@ ${limits.join('\n\n')}
 and two cores; it takes about ${Math.ceil(seconds / 60)} minutes with these settings. Settings, as environment
 variables: \`BENCH_SECONDS\` (5), \`BENCH_ROUNDS\` (3), \`BENCH_WARMUP_SECONDS\` (2), \`BENCH_CONNECTIONS\`
 (16), \`BENCH_PETS\` (10000), \`BENCH_ORDER_PETS\` (available pets for order, one per request: 20000 per
-second of warm-up and run), \`BENCH_TARGETS\` (sqlite,sqlite-warn,postgres-1,postgres-2,ceiling; the
-PostgreSQL ones are skipped with a note when PostgreSQL does not answer, and fail the run when named
-here), \`BENCH_POSTGRES_URL\`, \`BENCH_WORKLOADS\` (${WORKLOADS.map((w) => w.name).join(',')}), \`BENCH_SERVER_CPU\`
+second of warm-up and run), \`BENCH_TARGETS\` (sqlite,sqlite-warn,postgres-1,postgres-2,ceiling; also
+${Object.keys(TARGETS)
+  .filter((t) => !['sqlite', 'sqlite-warn', 'postgres-1', 'postgres-2', 'ceiling'].includes(t) && !t.includes('@'))
+  .join(', ')}; the PostgreSQL ones are skipped with a note when PostgreSQL does not answer, and fail the run
+when named here), \`BENCH_POSTGRES_URL\`, \`BENCH_WORKLOADS\` (${WORKLOADS.map((w) => w.name).join(',')}), \`BENCH_SERVER_CPU\`
 (0), \`BENCH_CLUSTER_CPU\` (0,1), \`BENCH_CLIENT_CPU\` (1), \`BENCH_POSTGRES_CPU\` (the client's), \`BENCH_NICE\` (unset;
 e.g. -10 as root keeps other processes off the bench's cores, and slows them meanwhile),
-\`BENCH_DOC\` (docs/performance.md; empty to write nothing).
+\`BENCH_DOC\` (docs/performance.md; empty to write nothing), \`BENCH_BASE\` (unset; a checkout to measure
+against, below).
+
+Old against new: check the older commit out beside this one, with the packages, and name it in
+\`BENCH_BASE\`; each chosen service target then gets its \`@base\` twin, e.g.
+\`git worktree add /tmp/base <commit> && ln -s "$PWD/node_modules" /tmp/base/node_modules\`, then
+\`BENCH_BASE=/tmp/base BENCH_ROUNDS=4 BENCH_TARGETS=sqlite,postgres-1,ceiling
+BENCH_WORKLOADS=list20,get,post,mix,mix-orders BENCH_DOC= npm run bench\`, and \`git worktree remove /tmp/base\` afterwards.
 
 Where the time goes: \`BENCH_PROFILE=<folder>\` runs the last round's servers with \`--cpu-prof\` and
 leaves one \`.cpuprofile\` per thread there (the service's main thread and its SQLite writer), to

@@ -4,8 +4,9 @@ import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { ROOT } from '../scripts/start-command.ts'
 import { contention, readText, type Settings, type WrkResult, wrk } from './common.ts'
-import { openStore } from './src.ts'
+import { openStoreAt } from './src.ts'
 import { RACE_PETS, type RunningTarget, UNKNOWN_KEY } from './targets.ts'
 
 export interface Workload {
@@ -18,8 +19,14 @@ export interface Workload {
   scriptArgs?: (key: string, pets: number, live: RunningTarget) => string[]
   /** Minimum service/ceiling ratio aimed at, or the workload whose rate this one must reach. */
   target?: number | string
-  /** One request like the workload's, sent before measuring, and the status it must get. */
-  probe?: { method: 'GET' | 'POST'; body?: string | ((live: RunningTarget) => string); status: number }
+  /**
+   * Requests like the workload's, sent in turn before measuring, each with the status it must get
+   * (default: one GET of `path`, 200; none for a mix, whose requests are other workloads'). Each
+   * answer is a fixture the ceiling replays, named `fixture` (default: the workload's name).
+   */
+  probes?: Probe[]
+  /** It orders pets: the service targets get available pets seeded for it (BENCH_ORDER_PETS). */
+  orders?: boolean
   /** Which key it sends: the target's (default), a well-formed unknown one, or one past its rate limit. */
   key?: 'unknown' | 'limited'
   /** The status most of its answers have by design (the race's 409s): not counted as failures. */
@@ -27,6 +34,15 @@ export interface Workload {
   /** On a service target, before and after each wrk run: sets its pets up; checks what it did, and says it. */
   before?: (live: RunningTarget) => Promise<void>
   after?: (live: RunningTarget, result: WrkResult, connections: number) => Promise<string>
+}
+
+export interface Probe {
+  method: 'GET' | 'POST'
+  /** Default: the workload's path; a function gets the previous probe's answer (an order's, to cancel it). */
+  path?: string | ((previous: string) => string)
+  body?: string | ((live: RunningTarget) => string)
+  status: number
+  fixture?: string
 }
 
 const LUA = join(import.meta.dirname, 'lua')
@@ -50,6 +66,12 @@ async function api<T>(live: RunningTarget, path: string, method = 'GET'): Promis
   })
   if (!response.ok) throw new Error(`${method} ${path} answered ${response.status}: ${await response.text()}`)
   return (await response.json()) as T
+}
+const placeOrder: Probe = {
+  method: 'POST',
+  path: '/v1/store/orders',
+  body: (live) => `{"petId":${nextOrderPet(live)}}`,
+  status: 201,
 }
 const placedOn = (live: RunningTarget, petId: number) =>
   api<{ id: string }[]>(live, `/v1/store/orders?petId=${petId}&status=placed`)
@@ -75,6 +97,16 @@ async function checkRace(live: RunningTarget, result: WrkResult): Promise<string
     throw new Error(`race: ${counts}; pets without exactly one placed order: ${twice.join(', ') || 'none'}`)
   }
   return `${counts}; each of the ${RACE_PETS} pets has one placed order`
+}
+
+/** After a mix-orders run: the pets it asked for are used, and every answer was a 2xx. */
+async function checkOrderMix(live: RunningTarget, result: WrkResult): Promise<string> {
+  const { placed = 0, canceled = 0, ...statuses } = result.script
+  if (live.orderPets) live.orderPets.next += placed
+  if (live.orderPets && live.orderPets.next > live.orderPets.last)
+    throw new Error('mix-orders: out of pets; raise BENCH_ORDER_PETS')
+  const counts = Object.entries(statuses).map(([status, n]) => `${status}: ${n}`)
+  return `orders asked for ${placed}, cancels ${canceled}; answers ${counts.join(', ')}`
 }
 
 /** The webhooks workload's receiver of a target, and where a run started: its count and the time then. */
@@ -112,6 +144,8 @@ async function subscribeReceiver(live: RunningTarget): Promise<void> {
       server.closeAllConnections()
       await state.close()
     }
+    // The store of the checkout the target runs from: BENCH_BASE's may have other migrations.
+    const openStore = await openStoreAt(live.root ?? ROOT)
     const store = await openStore({ databaseUrl: live.databaseUrl, poolSize: 1, timeoutMs: 30_000 })
     try {
       const account = await store.findAccountByEmail('bench@example.com')
@@ -179,7 +213,7 @@ export const WORKLOADS: Workload[] = [
     ...get,
     key: 'unknown',
     target: 'get',
-    probe: { method: 'GET', status: 401 },
+    probes: [{ method: 'GET', status: 401 }],
   },
   {
     name: 'ratelimited',
@@ -187,7 +221,7 @@ export const WORKLOADS: Workload[] = [
     ...get,
     key: 'limited',
     target: 'get',
-    probe: { method: 'GET', status: 429 },
+    probes: [{ method: 'GET', status: 429 }],
   },
   {
     name: 'post',
@@ -196,7 +230,7 @@ export const WORKLOADS: Workload[] = [
     script: join(LUA, 'post.lua'),
     scriptArgs: (key) => [key],
     target: 0.4,
-    probe: { method: 'POST', body: NEW_PET, status: 201 },
+    probes: [{ method: 'POST', body: NEW_PET, status: 201 }],
   },
   {
     name: 'order',
@@ -205,7 +239,8 @@ export const WORKLOADS: Workload[] = [
     script: join(LUA, 'order.lua'),
     scriptArgs: (key, _, live) => [key, String(live.orderPets?.next ?? 1), '0'],
     target: 0.3,
-    probe: { method: 'POST', body: (live) => `{"petId":${nextOrderPet(live)}}`, status: 201 },
+    probes: [placeOrder],
+    orders: true,
     // Pets asked for and not answered when wrk stopped may be ordered too: at most one per connection.
     after: async (live, result, connections) => {
       if (live.orderPets) live.orderPets.next += result.requests + connections
@@ -220,7 +255,8 @@ export const WORKLOADS: Workload[] = [
     path: '/v1/store/orders',
     script: join(LUA, 'order.lua'),
     scriptArgs: (key, _, live) => [key, String(live.orderPets?.first ?? 1), String(RACE_PETS)],
-    probe: { method: 'POST', body: (live) => `{"petId":${nextOrderPet(live)}}`, status: 201 },
+    probes: [placeOrder],
+    orders: true,
     refused: 409,
     before: freeRacePets,
     after: checkRace,
@@ -232,16 +268,38 @@ export const WORKLOADS: Workload[] = [
     path: '/v1/messages',
     script: join(LUA, 'message.lua'),
     scriptArgs: (key) => [key],
-    probe: { method: 'POST', body: '{"message":"Biscuit is ready for pick-up"}', status: 202 },
+    probes: [{ method: 'POST', body: '{"message":"Biscuit is ready for pick-up"}', status: 202 }],
     before: subscribeReceiver,
     after: deliveryRate,
   },
   {
     name: 'mix',
-    description: '90% GET /v1/pets?limit=20, 10% POST /v1/pets',
+    description:
+      'reads and writes as users send them: of every ten requests, five GET /v1/pets?limit=20, four GET /v1/pets/{id} (random seeded id), one POST /v1/pets',
     path: '/v1/pets',
     script: join(LUA, 'mix.lua'),
-    scriptArgs: (key) => [key],
+    scriptArgs: (key, pets) => [key, `${pets}`],
+    probes: [],
+  },
+  {
+    name: 'mix-orders',
+    description:
+      "the mix's reads, its one write in ten an order: POST /v1/store/orders for another available pet, or POST /v1/store/orders/{id}/cancel of an order placed earlier in the run, in turn",
+    path: '/v1/pets',
+    script: join(LUA, 'mix-orders.lua'),
+    scriptArgs: (key, pets, live) => [key, `${pets}`, String(live.orderPets?.next ?? 1)],
+    // An order placed and canceled: the cancel is the ceiling's answer to any …/cancel.
+    probes: [
+      { ...placeOrder, fixture: 'placed' },
+      {
+        method: 'POST',
+        path: (placed) => `/v1/store/orders/${(JSON.parse(placed) as { id: string }).id}/cancel`,
+        status: 200,
+        fixture: 'cancel',
+      },
+    ],
+    orders: true,
+    after: checkOrderMix,
   },
 ]
 

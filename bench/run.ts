@@ -1,9 +1,17 @@
-/** `npm run bench`: the service against a bare node:http ceiling, rounds interleaved; writes docs/performance.md. */
-import { closeSync, fsyncSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs'
+/**
+ * `npm run bench`: the service against a bare node:http ceiling, rounds interleaved; writes
+ * docs/performance.md. Settings: BENCH_* (bench/common.ts readSettings; the "Running it" section of
+ * the report). Old and new side by side: BENCH_BASE=<another checkout of this repository, with its
+ * node_modules> gives each chosen service target X a twin X@base, measured in the same rounds,
+ * whose server, start script, CLI and store (its migrations) all come from that checkout; the report
+ * adds each workload's X/X@base rate ratio. Target `peer` (bench/peer.ts) is plain Fastify + SQLite.
+ */
+import { closeSync, existsSync, fsyncSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { ROOT } from '../scripts/start-command.ts'
+import { ROOT, startCommand } from '../scripts/start-command.ts'
 import type { Fixture } from './ceiling.ts'
 import {
+  commitOf,
   contention,
   ensureTools,
   list,
@@ -20,40 +28,82 @@ import {
 import { type Measurement, report } from './document.ts'
 import { measure, memoryMb, WORKLOADS, type Workload } from './measure.ts'
 import { adminQuery, skipPostgres } from './postgres.ts'
-import { CEILING_LIMITED_KEY, type Context, type RunningTarget, TARGETS, UNKNOWN_KEY } from './targets.ts'
+import {
+  addBaseTargets,
+  BASE_SUFFIX,
+  CEILING_LIMITED_KEY,
+  type Context,
+  type RunningTarget,
+  serves,
+  TARGETS,
+  UNKNOWN_KEY,
+} from './targets.ts'
 
 /** Response headers the ceiling repeats: those the routes set, and the refusals' challenges. */
 const ROUTE_HEADERS = ['content-type', 'link', 'location', 'deprecation', 'sunset', 'www-authenticate', 'retry-after']
 
-/** One request per workload, which must get its status (401s where 200s were meant would be fast and useless). */
+/**
+ * The probes of each workload (bench/measure.ts), which must get their status (401s where 200s were
+ * meant would be fast and useless); their answers are the ceiling's fixtures.
+ */
 async function probe(target: RunningTarget, workloads: Workload[]): Promise<Record<string, Fixture>> {
   const fixtures: Record<string, Fixture> = {}
-  for (const w of workloads.filter((w) => w.name !== 'mix')) {
-    const { method, body: makeBody, status } = w.probe ?? { method: 'GET', status: 200 }
+  for (const w of workloads) {
     const live = w.key === 'limited' ? (target.limited ?? target) : target
     const authorization = `Bearer ${w.key === 'unknown' ? UNKNOWN_KEY : live.key}`
-    const body = typeof makeBody === 'function' ? makeBody(live) : makeBody
-    let response: Response | undefined
-    for (let tries = 0; tries < 3 && response?.status !== status; tries++) {
-      const headers = {
-        authorization,
-        ...(body && { 'content-type': 'application/json' }),
-        ...(w.path.startsWith('/v1/store/') && { 'animal-store-beta': 'orders' }),
+    let previous = ''
+    for (const p of w.probes ?? [{ method: 'GET', status: 200 }]) {
+      const { method, status } = p
+      const path = typeof p.path === 'function' ? p.path(previous) : (p.path ?? w.path)
+      let response: Response | undefined
+      for (let tries = 0; tries < 3 && response?.status !== status; tries++) {
+        const body = typeof p.body === 'function' ? p.body(live) : p.body
+        const headers = {
+          authorization,
+          ...(body && { 'content-type': 'application/json' }),
+          ...(path.startsWith('/v1/store/') && { 'animal-store-beta': 'orders' }),
+        }
+        response = await fetch(`${live.baseUrl}${path}`, { method, body, headers })
+        if (response.status !== status) await response.text()
       }
-      response = await fetch(`${live.baseUrl}${w.path}`, { method, body, headers })
-      if (response.status !== status) await response.text()
+      const text = (await response?.text()) ?? ''
+      if (response?.status !== status)
+        throw new Error(`${w.name}: ${method} ${path} answered ${response?.status}, not ${status}: ${text}`)
+      const headers = Object.fromEntries(
+        ROUTE_HEADERS.flatMap((h) => (response.headers.has(h) ? [[h, `${response.headers.get(h)}`]] : [])),
+      )
+      // The ceiling tells a refusal by its key, and its ratelimited requests carry a key of its own.
+      const asked = w.key === 'limited' ? `Bearer ${CEILING_LIMITED_KEY}` : authorization
+      fixtures[p.fixture ?? w.name] = { status, headers, body: text, ...(w.key && { authorization: asked }) }
+      previous = text
     }
-    const text = (await response?.text()) ?? ''
-    if (response?.status !== status)
-      throw new Error(`${method} ${w.path} answered ${response?.status}, not ${status}: ${text}`)
-    const headers = Object.fromEntries(
-      ROUTE_HEADERS.flatMap((h) => (response.headers.has(h) ? [[h, `${response.headers.get(h)}`]] : [])),
-    )
-    // The ceiling tells a refusal by its key, and its ratelimited requests carry a key of its own.
-    const asked = w.key === 'limited' ? `Bearer ${CEILING_LIMITED_KEY}` : authorization
-    fixtures[w.name] = { status, headers, body: text, ...(w.key && { authorization: asked }) }
   }
   return fixtures
+}
+
+/**
+ * The targets in the order a round measures them: as started, but each service and its BENCH_BASE
+ * twin swapped every other round, so that going first or second (after the ceiling, or after the
+ * other) favours neither over an even number of rounds.
+ */
+function inTurn<T>(running: [string, T][], round: number): [string, T][] {
+  const order = [...running]
+  if (round % 2 === 1) return order
+  for (let i = 0; i + 1 < order.length; i++) {
+    const [a, b] = [order[i] as [string, T], order[i + 1] as [string, T]]
+    if (b[0] === `${a[0]}${BASE_SUFFIX}`) [order[i], order[i + 1]] = [b, a]
+  }
+  return order
+}
+
+/** BENCH_BASE must be a checkout of this repository that can run: its CLI, store, start script and packages. */
+function checkBase(root: string): void {
+  for (const file of ['package.json', 'bin/animal-store.ts', 'src/store/index.ts', 'src/config.ts', 'node_modules'])
+    if (!existsSync(join(root, file)))
+      throw new Error(
+        `BENCH_BASE=${root} has no ${file}: give a checkout of this repository with its node_modules (e.g. git worktree add /tmp/base <commit> && ln -s "$PWD/node_modules" /tmp/base/node_modules)`,
+      )
+  startCommand(root)
 }
 
 /** µs of a 16 KiB write and its fsync: what each batch of POSTs waits for, which moves the POST's ratio most. */
@@ -83,10 +133,20 @@ await main('bench', async () => {
   const settings = readSettings()
   const defaults = ['sqlite', 'sqlite-warn', 'postgres-1', 'postgres-2', 'ceiling']
   let targets = list('BENCH_TARGETS', defaults, Object.keys(TARGETS))
+  const head = commitOf(ROOT)
+  const base = settings.base ? { root: settings.base, commit: commitOf(settings.base) } : null
+  if (base) {
+    checkBase(base.root)
+    addBaseTargets(base.root, base.commit.split(' ')[0] as string)
+    // Each service target's twin runs right after it, in every round.
+    targets = targets.flatMap((t) => (TARGETS[t]?.kind === 'service' ? [t, `${t}${BASE_SUFFIX}`] : [t]))
+  }
   // The ceiling answers with a service's responses, and the ratios need both.
-  if (!targets.includes('ceiling') || targets.length < 2)
+  const kind = (k: string) => targets.filter((t) => TARGETS[t]?.kind === k)
+  if (!targets.includes('ceiling') || kind('service').length === 0)
     throw new Error('BENCH_TARGETS needs "ceiling" and a service target')
-  targets = [...targets.filter((t) => t !== 'ceiling'), 'ceiling']
+  // The service first (the first one's answers are the ceiling's), then the peer, the ceiling last.
+  targets = [...kind('service'), ...kind('peer'), 'ceiling']
   const names = list(
     'BENCH_WORKLOADS',
     WORKLOADS.map((w) => w.name),
@@ -107,12 +167,13 @@ await main('bench', async () => {
   const started = new Date()
   const host = machine()
   const waited = contention()
-  const ordering = workloads.some((w) => w.path === '/v1/store/orders')
+  const ordering = workloads.some((w) => w.orders)
   const context: Context = { ...settings, orderPets: ordering ? settings.orderPets : 0, dir: tempDir() }
   const disk = fsyncCost(context.dir)
   log(
     `bench: ${host.cpu}, ${host.cores} cores, Node ${host.node}; servers on CPU ${settings.serverCpu}, wrk on CPU ${settings.clientCpu}`,
   )
+  if (base) log(`bench: this checkout ${head}; base (BENCH_BASE=${base.root}) ${base.commit}`)
   log(`bench: a 16 KiB write and fsync takes ${disk.wallMicros.toFixed(0)} µs (${disk.cpuMicros.toFixed(0)} µs of CPU)`)
 
   /** Every target afresh each round: two starts of one server can differ by 15% in CPU per request. */
@@ -121,16 +182,14 @@ await main('bench', async () => {
     for (const name of targets) {
       const target = TARGETS[name]
       if (!target) continue
-      if (!target.database && !context.fixturesFile) {
+      if (target.kind === 'ceiling' && !context.fixturesFile) {
         context.fixturesFile = join(context.dir, 'fixtures.json')
         // Every route, not only the selected workloads': the ceiling answers them all.
         const first = running.values().next().value as RunningTarget
         const fixtures = await probe(
           first,
           // Orders only where pets were seeded for them (an order workload was chosen).
-          WORKLOADS.filter(
-            (w) => (w.key !== 'limited' || first.limited) && (!w.path.startsWith('/v1/store/') || first.orderPets),
-          ),
+          WORKLOADS.filter((w) => (w.key !== 'limited' || first.limited) && (!w.orders || first.orderPets)),
         )
         writeFileSync(context.fixturesFile, JSON.stringify(fixtures))
       }
@@ -140,16 +199,20 @@ await main('bench', async () => {
         nodeArgs: measured && settings.profileDir ? ['--cpu-prof', '--cpu-prof-dir', resolve(settings.profileDir)] : [],
       }
       const live = await target.start(profiled)
-      if (target.database && workloads.some((w) => w.key === 'limited')) {
+      if (target.kind === 'service' && workloads.some((w) => w.key === 'limited')) {
         live.limited = await target.start({ ...context, orderPets: 0 }, { RATE_LIMIT: '1' })
       }
-      await probe(live, workloads)
+      await probe(
+        live,
+        workloads.filter((w) => serves(target, w)),
+      )
       running.set(name, live)
     }
     if (settings.warmupSeconds > 0) {
       log(`bench: warming up, ${settings.warmupSeconds} s per workload and target`)
       for (const w of workloads)
-        for (const live of running.values()) await measure(settings, live, w, settings.warmupSeconds, settings.pets)
+        for (const [name, live] of running)
+          if (serves(TARGETS[name], w)) await measure(settings, live, w, settings.warmupSeconds, settings.pets)
     }
     return running
   }
@@ -162,12 +225,14 @@ await main('bench', async () => {
   for (let round = 1; round <= settings.rounds; round++) {
     running = await startAll(round === settings.rounds)
     for (const w of workloads) {
-      for (const [name, live] of running) {
+      for (const [name, live] of inTurn([...running], round)) {
+        // The peer serves only some workloads: it skips the others.
+        if (!serves(TARGETS[name], w)) continue
         const m = await measure(settings, live, w, settings.seconds, settings.pets)
         measurements.push({ target: name, workload: w.name, round, ...m })
         const { result: r, usage: u } = m
         log(
-          `round ${round}/${settings.rounds} ${w.name.padEnd(12)} ${name.padEnd(11)} ${r.requestsPerSecond.toFixed(0).padStart(6)} req/s` +
+          `round ${round}/${settings.rounds} ${w.name.padEnd(12)} ${name.padEnd(15)} ${r.requestsPerSecond.toFixed(0).padStart(6)} req/s` +
             `  p50 ${r.p50.toFixed(2)} ms  p99 ${r.p99.toFixed(2)} ms  non-2xx ${r.non2xx}  RSS ${m.rssMb.toFixed(0)} MB` +
             `  CPU service ${u.service.toFixed(0)}%${u.database === null ? '' : ` postgres ${u.database.toFixed(0)}%`} wrk ${u.wrk.toFixed(0)}%` +
             (m.contention === null ? '' : `  CPU wait ${m.contention.toFixed(0)}%`) +
@@ -192,6 +257,8 @@ await main('bench', async () => {
     fileBacked,
     skipped,
     postgresVersion,
+    head,
+    base,
   })
   process.stdout.write(`\n${summary}\n`)
   if (settings.doc) {

@@ -1,4 +1,8 @@
-/** The targets: the service as `npm start` runs it on a fresh seeded database (SQLite, PostgreSQL), and the ceiling. */
+/**
+ * The targets: the service as `npm start` runs it on a fresh seeded database (SQLite, PostgreSQL),
+ * the peer, and the ceiling. With BENCH_BASE, each service target also runs from another checkout
+ * (`addBaseTargets`): its CLI, store and server, so that its own migrations set its database up.
+ */
 import { execFile } from 'node:child_process'
 import { mkdtempSync } from 'node:fs'
 import { createServer as createHttpServer } from 'node:http'
@@ -8,8 +12,9 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import { ROOT, startCommand } from '../scripts/start-command.ts'
 import { readText, type Started, start } from './common.ts'
+import { seedPeer } from './peer.ts'
 import { adminQuery, BackendWatcher, type BenchSchema, createSchema } from './postgres.ts'
-import { EnvSchema, generateApiKey, type NewPet, openStore } from './src.ts'
+import { generateApiKey, type NewPet, openStoreAt, settingNamesAt } from './src.ts'
 
 export interface Context {
   serverCpu: string
@@ -30,6 +35,8 @@ export interface RunningTarget {
   baseUrl: string
   /** The service's database (none for the ceiling). */
   databaseUrl?: string
+  /** The checkout the service runs from: this one (ROOT) or BENCH_BASE's; its code opens its database. */
+  root?: string
   /** A valid API key of this target's database. */
   key: string
   /** Processes whose memory and CPU are the target's (read afresh: workers may restart). */
@@ -50,7 +57,11 @@ export interface RunningTarget {
 
 export interface Target {
   label: string
+  /** The service (the ceiling replays its answers), the peer (bench/peer.ts), or the ceiling. */
+  kind: 'service' | 'peer' | 'ceiling'
   database?: 'sqlite' | 'postgres'
+  /** The workloads it can serve, when not all (the peer has no orders, messages or rate limits). */
+  workloads?: string[]
   start(context: Context, env?: Record<string, string>): Promise<RunningTarget>
 }
 
@@ -78,20 +89,32 @@ export function random(seed: number): () => number {
   }
 }
 
-/** Pets 1..count through the store (the API's code path minus HTTP): 70% available, 15% pending, 15% sold. */
-async function seedPets(databaseUrl: string, count: number): Promise<void> {
+/** The catalogue's pets, 1..count, the same on every run and target: 70% available, 15% pending, 15% sold. */
+export function* seededPets(count: number): Generator<NewPet> {
   const next = random(42)
-  const store = await openStore({ databaseUrl, poolSize: 4, timeoutMs: 30_000 })
   const status = (r: number): NewPet['status'] => (r < 0.7 ? 'available' : r < 0.85 ? 'pending' : 'sold')
+  for (let i = 0; i < count; i++) {
+    const name = NAMES[Math.floor(next() * NAMES.length)] as string
+    yield { name, categoryId: 1 + Math.floor(next() * 8), status: status(next()) }
+  }
+}
+
+/** Pets 1..count through the store of the checkout at `root` (the API's code path minus HTTP). */
+async function seedPets(databaseUrl: string, count: number, root: string): Promise<void> {
+  const pets = seededPets(count)
+  const openStore = await openStoreAt(root)
+  const store = await openStore({ databaseUrl, poolSize: 4, timeoutMs: 30_000 })
   try {
     // Writes issued in one turn share one transaction (the store's group commit); chunks keep memory flat.
-    for (let done = 0; done < count; done += 10_000) {
-      const chunk = Array.from({ length: Math.min(10_000, count - done) }, () => {
-        const name = NAMES[Math.floor(next() * NAMES.length)] as string
-        return store.createPet({ name, categoryId: 1 + Math.floor(next() * 8), status: status(next()) })
-      })
-      await Promise.all(chunk)
+    let chunk: Promise<unknown>[] = []
+    for (const pet of pets) {
+      chunk.push(store.createPet(pet))
+      if (chunk.length === 10_000) {
+        await Promise.all(chunk)
+        chunk = []
+      }
     }
+    await Promise.all(chunk)
   } finally {
     await store.close()
   }
@@ -111,7 +134,12 @@ export interface OrderPets {
  * `count` available pets after the catalogue, with ids in one run: through the store on SQLite; on
  * PostgreSQL in one statement, as a commit per pet would take minutes (`schema` names it).
  */
-async function seedOrderPets(databaseUrl: string, count: number, schema?: string): Promise<OrderPets | undefined> {
+async function seedOrderPets(
+  databaseUrl: string,
+  count: number,
+  root: string,
+  schema?: string,
+): Promise<OrderPets | undefined> {
   if (!count) return undefined
   let ids: { first: number; last: number }
   if (schema) {
@@ -123,6 +151,7 @@ async function seedOrderPets(databaseUrl: string, count: number, schema?: string
     )
     ids = { first: Number(row?.first), last: Number(row?.last) }
   } else {
+    const openStore = await openStoreAt(root)
     const store = await openStore({ databaseUrl, poolSize: 1, timeoutMs: 30_000 })
     ids = { first: Number.POSITIVE_INFINITY, last: 0 }
     try {
@@ -142,20 +171,24 @@ async function seedOrderPets(databaseUrl: string, count: number, schema?: string
   return { ...ids, next: ids.first + RACE_PETS }
 }
 
-/** The bench's settings and nothing of the caller's shell that would change the service (a REDIS_URL left exported). */
-function serviceEnv(settings: Record<string, string>): NodeJS.ProcessEnv {
+/**
+ * The bench's settings and nothing of the caller's shell that would change the service (a REDIS_URL
+ * left exported): no setting this checkout's service or `root`'s reads.
+ */
+async function serviceEnv(settings: Record<string, string>, root: string): Promise<NodeJS.ProcessEnv> {
   const env = { ...process.env }
-  for (const name of Object.keys(EnvSchema.properties)) delete env[name]
+  for (const name of new Set([...(await settingNamesAt(ROOT)), ...(await settingNamesAt(root))])) delete env[name]
   return { ...env, ...settings }
 }
 
-/** An account and a key made with the operator CLI, as an operator makes them; the key is its last line. */
-async function createKey(databaseUrl: string): Promise<string> {
+/**
+ * An account and a key made with the operator CLI of the checkout at `root`, as an operator makes
+ * them; the key is its last line.
+ */
+async function createKey(databaseUrl: string, root: string): Promise<string> {
+  const env = await serviceEnv({ DATABASE_URL: databaseUrl, DEPLOYMENT: 'staging' }, root)
   const cli = (...args: string[]) =>
-    promisify(execFile)(process.execPath, [join(ROOT, 'bin/animal-store.ts'), ...args], {
-      env: serviceEnv({ DATABASE_URL: databaseUrl, DEPLOYMENT: 'staging' }),
-      cwd: ROOT,
-    })
+    promisify(execFile)(process.execPath, [join(root, 'bin/animal-store.ts'), ...args], { env, cwd: root })
   await cli('accounts', 'create', 'bench@example.com')
   const { stdout } = await cli('keys', 'create', 'bench@example.com', '--name', 'bench')
   const key = stdout.trim().split('\n').at(-1)
@@ -178,45 +211,50 @@ export const baseEnv = (databaseUrl: string, logLevel = 'info'): Record<string, 
   WEBHOOK_ALLOW_HTTP: 'true',
 })
 
-/** Starts the service as `npm start` does, twice: the first start fills the compile cache, as a deployment's does. */
+/**
+ * Starts the service as `npm start` does (that of the checkout at `root`: its package.json's start
+ * script, from its folder), twice: the first start fills the compile cache, as a deployment's does.
+ */
 export async function startService(
   context: Context,
   settings: Record<string, string>,
-  { workers = 1, memorySettings = true } = {},
+  { workers = 1, memorySettings = true, root = ROOT } = {},
 ): Promise<RunningTarget> {
-  const key = await createKey(settings.DATABASE_URL as string)
+  const key = await createKey(settings.DATABASE_URL as string, root)
   const port = await freePort()
-  const command = startCommand()
+  const command = startCommand(root)
   const scriptEnv = memorySettings ? command.env : { NODE_COMPILE_CACHE: command.env.NODE_COMPILE_CACHE ?? '' }
-  const env = serviceEnv({ ...scriptEnv, ...settings, PORT: String(port) })
+  const env = await serviceEnv({ ...scriptEnv, ...settings, PORT: String(port) }, root)
   const options = memorySettings ? command.nodeArgs : []
   const cpus = workers === 1 ? context.serverCpu : context.clusterCpu
-  const first = start(cpus, process.execPath, [...options, command.script], env)
+  const first = start(cpus, process.execPath, [...options, command.script], env, root)
   await waitReady(first, port)
   await first.stop()
-  const server = start(cpus, process.execPath, [...options, ...(context.nodeArgs ?? []), command.script], env)
+  const server = start(cpus, process.execPath, [...options, ...(context.nodeArgs ?? []), command.script], env, root)
   // Object.assign, not a spread: `pids` stays a getter.
-  return Object.assign(await running(server, port, key, cpus, workers), { databaseUrl: settings.DATABASE_URL })
+  return Object.assign(await running(server, port, key, cpus, workers), { databaseUrl: settings.DATABASE_URL, root })
 }
 
 const sqliteService = (
+  root: string,
   name: string,
   logLevel: string,
   memorySettings = true,
   extra: Record<string, string> = {},
 ): Target => ({
+  kind: 'service',
   label: `sqlite, LOG_LEVEL=${logLevel}${memorySettings ? '' : ', default memory settings'}${Object.entries(extra)
     .map(([k, v]) => `, ${k}=${v}`)
     .join('')}`,
   database: 'sqlite',
   async start(context, env = {}) {
     const databaseUrl = `sqlite:${join(mkdtempSync(join(context.dir, `${name}-`)), 'store.db')}`
-    await seedPets(databaseUrl, context.pets)
-    const orderPets = await seedOrderPets(databaseUrl, context.orderPets ?? 0)
+    await seedPets(databaseUrl, context.pets, root)
+    const orderPets = await seedOrderPets(databaseUrl, context.orderPets ?? 0, root)
     const live = await startService(
       context,
       { ...baseEnv(databaseUrl, logLevel), ...extra, ...env },
-      { memorySettings },
+      { memorySettings, root },
     )
     return Object.assign(live, { orderPets })
   },
@@ -228,6 +266,7 @@ const sqliteService = (
  */
 const traced = (base: Target): Target => ({
   label: `${base.label}, traced (OTLP/HTTP)`,
+  kind: base.kind,
   database: base.database,
   async start(context, env = {}) {
     const collector = createHttpServer((request, response) => {
@@ -247,23 +286,24 @@ const traced = (base: Target): Target => ({
   },
 })
 
-const postgresService = (name: string, workers: number): Target => ({
+const postgresService = (root: string, name: string, workers: number): Target => ({
+  kind: 'service',
   label: workers === 1 ? 'postgres, 1 instance' : `postgres, ${workers} instances (WORKERS=${workers})`,
   database: 'postgres',
   async start(context, env = {}) {
     const schema = await createSchema(name)
-    await seedPets(schema.databaseUrl, context.pets)
-    const orderPets = await seedOrderPets(schema.databaseUrl, context.orderPets ?? 0, schema.name)
+    await seedPets(schema.databaseUrl, context.pets, root)
+    const orderPets = await seedOrderPets(schema.databaseUrl, context.orderPets ?? 0, root, schema.name)
     // What autovacuum would do soon after a bulk load: without statistics the planner takes the table for a tiny one.
     await adminQuery(`ANALYZE ${schema.name}.pets`)
-    return Object.assign(await startPostgres(context, schema, workers, env), { orderPets })
+    return Object.assign(await startPostgres(context, schema, workers, env, root), { orderPets })
   },
 })
 
 /** The service on a schema (dropped at stop); one instance's backends are pinned beside wrk, off the service's core. */
-export async function startPostgres(context: Context, schema: BenchSchema, workers = 1, env = {}) {
+export async function startPostgres(context: Context, schema: BenchSchema, workers = 1, env = {}, root = ROOT) {
   const settings = { ...baseEnv(schema.databaseUrl), WORKERS: String(workers), DATABASE_POOL_SIZE: String(POOL_SIZE) }
-  const live = await startService(context, { ...settings, ...env }, { workers })
+  const live = await startService(context, { ...settings, ...env }, { workers, root })
   const databaseCpus = workers === 1 ? context.postgresCpu : null
   const backends = new BackendWatcher(schema.name, databaseCpus)
   const stopServer = live.stop
@@ -282,6 +322,7 @@ export async function startPostgres(context: Context, schema: BenchSchema, worke
 /** A bare node:http server answering with a service's captured responses (bench/ceiling.ts). */
 const ceiling: Target = {
   label: 'ceiling (bare node:http)',
+  kind: 'ceiling',
   async start(context) {
     const port = await freePort()
     const script = [join(import.meta.dirname, 'ceiling.ts'), context.fixturesFile as string]
@@ -294,21 +335,65 @@ const ceiling: Target = {
     return { ...live, limited: { ...live, key: CEILING_LIMITED_KEY } }
   },
 }
+/**
+ * bench/peer.ts, plain Fastify and node:sqlite with no cache, on a database of its own seeded with
+ * the same pets, and a key of its own; pinned and measured like the service.
+ */
+const peer: Target = {
+  label: 'peer (plain Fastify + node:sqlite, no cache)',
+  kind: 'peer',
+  database: 'sqlite',
+  workloads: ['list20', 'list100', 'get', 'unauthorized', 'post', 'mix'],
+  async start(context) {
+    const path = join(mkdtempSync(join(context.dir, 'peer-')), 'peer.db')
+    const key = generateApiKey('staging').secret
+    seedPeer(path, seededPets(context.pets), key)
+    const port = await freePort()
+    const env = { ...process.env, HOST: '127.0.0.1', PORT: String(port), PEER_DATABASE: path, LOG_LEVEL: 'info' }
+    const script = join(import.meta.dirname, 'peer.ts')
+    const server = start(context.serverCpu, process.execPath, [...(context.nodeArgs ?? []), script], env)
+    return running(server, port, key, context.serverCpu)
+  },
+}
+
+/** Whether a target can serve a workload (the peer serves only some). */
+export const serves = (target: Target | undefined, workload: { name: string }) =>
+  !target?.workloads || target.workloads.includes(workload.name)
+
 /** What the ceiling tells the ratelimited workload's requests apart by. */
 export const CEILING_LIMITED_KEY = 'as_test_limited'
 
-export const TARGETS: Record<string, Target> = {
-  sqlite: sqliteService('sqlite', 'info'),
-  'sqlite-warn': sqliteService('sqlite-warn', 'warn'),
+/** The service's targets, run from the checkout at `root`. */
+const serviceTargets = (root: string): Record<string, Target> => ({
+  sqlite: sqliteService(root, 'sqlite', 'info'),
+  'sqlite-warn': sqliteService(root, 'sqlite-warn', 'warn'),
   // Not run by default: traces on, exported to a local collector.
-  'sqlite-traced': traced(sqliteService('sqlite-traced', 'info')),
+  'sqlite-traced': traced(sqliteService(root, 'sqlite-traced', 'info')),
   // Not run by default: the service without the start script's memory settings (decision 54).
-  'sqlite-v8-defaults': sqliteService('sqlite-v8-defaults', 'info', false),
+  'sqlite-v8-defaults': sqliteService(root, 'sqlite-v8-defaults', 'info', false),
   // Not run by default: the service with its metrics on (METRICS_PORT, an ephemeral port), to show their cost.
-  'sqlite-metrics': sqliteService('sqlite-metrics', 'info', true, { METRICS_PORT: '0' }),
-  'postgres-1': postgresService('postgres-1', 1),
-  'postgres-2': postgresService('postgres-2', 2),
+  'sqlite-metrics': sqliteService(root, 'sqlite-metrics', 'info', true, { METRICS_PORT: '0' }),
+  'postgres-1': postgresService(root, 'postgres-1', 1),
+  'postgres-2': postgresService(root, 'postgres-2', 2),
+})
+
+export const TARGETS: Record<string, Target> = {
+  ...serviceTargets(ROOT),
+  // Not run by default: a plain Fastify + node:sqlite server, the reference without our features.
+  peer,
   ceiling,
+}
+
+/** The twin of service target `name` run from BENCH_BASE's checkout. */
+export const BASE_SUFFIX = '@base'
+
+/**
+ * Adds `<name>@base` for each service target: the same target run from the checkout at `root` (its
+ * server, start script, CLI and store), labelled with `what` (its commit).
+ */
+export function addBaseTargets(root: string, what: string): void {
+  for (const [name, target] of Object.entries(serviceTargets(root)))
+    TARGETS[`${name}${BASE_SUFFIX}`] = { ...target, label: `${target.label}, base ${what}` }
 }
 
 /** The processes of a server: itself and, for a node:cluster primary, its workers. */

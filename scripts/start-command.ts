@@ -3,7 +3,7 @@
  * tests run the service exactly as `npm start` does (its environment settings and node options).
  * The script has the shape `[NAME=value …] exec node [--option …] src/server.ts`; anything else is
  * an error here rather than a bench that quietly measures a different command. Values and paths
- * are kept as written: run the command from ROOT, as npm does.
+ * are kept as written: run the command from ROOT (or the checkout it was read from), as npm does.
  */
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -15,14 +15,15 @@ export interface StartCommand {
   env: Record<string, string>
   /** Node's options. */
   nodeArgs: string[]
-  /** The server script, relative to ROOT. */
+  /** The server script, relative to ROOT (to `root`). */
   script: string
 }
 
 const SHAPE = /^((?:[A-Z_][A-Z0-9_]*=\S+\s+)*)exec\s+node\s+((?:--\S+\s+)*)(\S+\.ts)$/
 
-export function startCommand(): StartCommand {
-  const { scripts } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }
+/** The start command of this checkout, or of another at `root` (the bench's BENCH_BASE). */
+export function startCommand(root = ROOT): StartCommand {
+  const { scripts } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }
   const match = SHAPE.exec(scripts.start.trim())
   if (!match) {
     throw new Error(`package.json "start" is not "[NAME=value …] exec node [--option …] <script>.ts": ${scripts.start}`)

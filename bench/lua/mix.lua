@@ -1,13 +1,18 @@
--- 90/10 read/write mix: nine GET /v1/pets?limit=20 then one POST /v1/pets, by a counter (not by
--- chance), so every run has exactly the same mix.
--- Arguments (after --): the API key.
-local read, write
+-- Reads and writes as users send them, by a counter (not by chance), so every run has exactly the
+-- same mix: of every ten requests, five GET /v1/pets?limit=20, four GET /v1/pets/{id} with a random
+-- id of the seeded pets (as get.lua), one POST /v1/pets; interleaved, list and get in turn.
+-- Arguments (after --): the API key, the number of seeded pets.
+local list, write, reads
+local count
 local counter = 0
 
 function init(args)
   local auth = "Bearer " .. args[1]
+  count = tonumber(args[2])
+  math.randomseed(os.time())
   -- wrk.format fills in Host and Content-Length; each request gets its own header table.
-  read = wrk.format("GET", "/v1/pets?limit=20", { ["Host"] = wrk.headers["Host"], ["Authorization"] = auth })
+  reads = { ["Host"] = wrk.headers["Host"], ["Authorization"] = auth }
+  list = wrk.format("GET", "/v1/pets?limit=20", { ["Host"] = wrk.headers["Host"], ["Authorization"] = auth })
   write = wrk.format("POST", "/v1/pets", {
     ["Host"] = wrk.headers["Host"],
     ["Authorization"] = auth,
@@ -15,10 +20,15 @@ function init(args)
   }, '{"name":"Biscuit","categoryId":3,"status":"available"}')
 end
 
+-- Slots 1, 3, 5, 7, 9: list; 2, 4, 6, 8: get; 10: write.
 function request()
   counter = counter + 1
-  if counter % 10 == 0 then
+  local slot = counter % 10
+  if slot == 0 then
     return write
   end
-  return read
+  if slot % 2 == 1 then
+    return list
+  end
+  return wrk.format("GET", "/v1/pets/" .. math.random(1, count), reads)
 end
