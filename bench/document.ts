@@ -426,11 +426,10 @@ ${limits.join('\n\n')}
   \`postgres://postgres@127.0.0.1:5432/test\`): each PostgreSQL target gets a schema of its own
   (\`search_path\` in its \`DATABASE_URL\`), seeded through the store with the same pets as SQLite
   and dropped at the end, also on Ctrl-C. Pool: \`DATABASE_POOL_SIZE=${POOL_SIZE}\` per instance. Reads
-  are cached beside the store (src/store/pet-cache.ts, decision 79): on PostgreSQL for at most a
-  second (\`petsVersion()\` is null: other instances write), on SQLite until the next commit; a write
-  through the instance also empties its cache of pages. So in the mixes, where one request in ten is
-  a write, the lists go back to the database after each write and the gets (random ids of
-  ${settings.pets.toLocaleString('en')}) mostly miss. About 1.6 of the 16 requests in flight are writes, so each commit (and its
+  are cached beside the store (src/store/pet-cache.ts, decision 98) until the pet change feed says
+  a pet they hold changed: a write forgets its pet and the pages that could hold it (a new pet only
+  the last pages), and writes of other kinds forget nothing. So in the mixes the first pages stay
+  cached, and the gets (random ids of ${settings.pets.toLocaleString('en')}) miss only once per pet. About 1.6 of the 16 requests in flight are writes, so each commit (and its
   fsync) serves one or two of them, not the POST workload's 15 (in mix-orders, half of them cancels).
 - **Instances and pinning:** wrk is pinned to CPU ${settings.clientCpu} throughout.${
           postgres.includes('postgres-1')
