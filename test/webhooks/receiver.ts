@@ -37,6 +37,7 @@ export interface Receiver {
 export async function receiver(t: TestContext, path = '/hook'): Promise<Receiver> {
   let server: http.Server
   let port = 0
+  const held = new Set<NodeJS.Timeout>()
   const self: Receiver = {
     url: '',
     received: [],
@@ -45,6 +46,9 @@ export async function receiver(t: TestContext, path = '/hook'): Promise<Receiver
     holding: 0,
     ids: () => new Set(self.received.map((r) => r.id)),
     async stop() {
+      // A held answer must not keep the test process alive past its test.
+      for (const timer of held) clearTimeout(timer)
+      held.clear()
       server.closeAllConnections()
       await new Promise((resolve) => server.close(resolve))
     },
@@ -66,10 +70,12 @@ export async function receiver(t: TestContext, path = '/hook'): Promise<Receiver
           const delay = self.delayMs(n)
           if (delay <= 0) return void response.end()
           self.holding++
-          setTimeout(() => {
+          const timer = setTimeout(() => {
+            held.delete(timer)
             self.holding--
             response.end()
           }, delay)
+          held.add(timer)
         })
       })
       await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve))
