@@ -244,9 +244,8 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
   )
 }
 
-/** An id beyond ±2^53 is not exact as a number: the message then does not repeat it. */
 function petNotFound(petId: number): ApiError {
-  return new ApiError('pet_not_found', Number.isSafeInteger(petId) ? `No pet with id ${petId}.` : undefined)
+  return new ApiError('pet_not_found', `No pet with id ${petId}.`)
 }
 
 /** Every answer of getPet says it is deprecated; the links are not built from a Host it may be refusing. */

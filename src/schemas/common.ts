@@ -41,9 +41,12 @@ export const VISIBLE_TEXT = `^(?=[\\s\\S]*[^${INVISIBLE}])[^\\u0000]*$`
 export const Int64 = (options: { description: string; minimum?: number; examples?: number[] }) =>
   Type.Integer({ format: 'int64', maximum: MAX_EXACT_INTEGER, ...options })
 
-/** An int64 path or query parameter: the whole int64 range, checked exactly on the decimal text. */
+/**
+ * An id in a path or query: as in bodies, from 1 to MAX_EXACT_INTEGER, written as a plain decimal
+ * (decision 99): `0`, `-1` or `01` is a 400, never a 404 or an alias of another id.
+ */
 export const Int64Param = (options: { description: string; examples?: number[] }) =>
-  Type.Integer({ format: 'int64', ...options })
+  Type.Integer({ format: 'int64', minimum: 1, maximum: MAX_EXACT_INTEGER, ...options })
 
 type Headers = Record<string, { type: 'string'; description: string }>
 

@@ -3,8 +3,9 @@
  *
  * - Bodies are strict JSON: no type coercion ("7" is not an integer), unknown fields are refused.
  * - Path and query parameters arrive as text, so they are coerced, but integers must be written
- *   as plain decimals, and `format: 'int64'` parameters are range-checked exactly on the text
- *   (a double cannot tell 9223372036854775807 from 9223372036854775808).
+ *   as plain decimals without leading zeros (`01` would be an alias of `1`), and `format: 'int64'`
+ *   parameters are range-checked exactly on the text (a double cannot tell 9223372036854775807
+ *   from 9223372036854775808).
  * - A parameter given twice (`?limit=1&limit=2`) arrives as an array and is refused.
  */
 import { Ajv, type ErrorObject, type Options } from 'ajv'
@@ -12,7 +13,7 @@ import type { FastifySchemaCompiler } from 'fastify'
 
 const INT64_MIN = -(2n ** 63n)
 const INT64_MAX = 2n ** 63n - 1n
-const DECIMAL = /^-?[0-9]+$/
+const DECIMAL = /^(?:0|-?[1-9][0-9]*)$/
 
 const common: Options = { allErrors: false, verbose: true, useDefaults: true, removeAdditional: false, strict: true }
 
@@ -54,7 +55,7 @@ export const validatorCompiler: FastifySchemaCompiler<Schema> = ({ schema, httpP
 }
 
 function integerTextError(text: string, int64: boolean): string | undefined {
-  if (!DECIMAL.test(text)) return 'must be a decimal integer'
+  if (!DECIMAL.test(text)) return 'must be a decimal integer, without leading zeros'
   // Up to 18 digits always fit in an int64: only longer texts need the exact check.
   if (int64 && text.length > 18) {
     const value = BigInt(text)

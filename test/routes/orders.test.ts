@@ -200,13 +200,20 @@ describe('Store: orders and inventory (beta)', () => {
     const asPets = await test.app.inject({ url: `/v1/pets?cursor=${unfiltered}`, headers })
     assert.equal(asPets.statusCode, 400)
     assert.equal(errorBody(asPets).code, 'invalid_cursor')
-    // An int64 no pet can have (ids run from 1 to 2^53-1) lists nothing; PostgreSQL once answered 500.
-    for (const petId of ['0', '-9223372036854775808', '9223372036854775807', '9007199254740992']) {
-      const none = await test.app.inject({ url: `/v1/store/orders?petId=${petId}`, headers })
-      assert.equal(none.statusCode, 200, petId)
-      assert.deepEqual(none.json(), [], petId)
-    }
-    for (const query of ['limit=0', 'limit=101', 'status=gone', 'petId=x', 'cursor=', 'other=1']) {
+    // An id no pet has lists nothing; one no pet can have (ids run from 1 to 2^53-1) is a 400.
+    const none = await test.app.inject({ url: '/v1/store/orders?petId=9007199254740991', headers })
+    assert.equal(none.statusCode, 200)
+    assert.deepEqual(none.json(), [])
+    for (const query of [
+      'limit=0',
+      'limit=101',
+      'status=gone',
+      'petId=x',
+      'cursor=',
+      'other=1',
+      'petId=0',
+      'petId=01',
+    ]) {
       const response = await test.app.inject({ url: `/v1/store/orders?${query}`, headers })
       assert.equal(response.statusCode, 400, query)
     }
