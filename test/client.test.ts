@@ -19,7 +19,7 @@ import {
   unwrap,
 } from 'animal-store/client'
 import { CLIENT_TYPES_FILE, generateClientTypes, servedDocument } from '../scripts/generate-client.ts'
-import { bearer, build, errorBody, testDatabaseUrl } from './helper.ts'
+import { bearer, build, errorBody, suiteApp, testDatabaseUrl } from './helper.ts'
 import { cliKey, ROOT, runNode, startServer } from './processes.ts'
 import { assertShows, codeBlocks, docSection } from './readme.ts'
 import { until } from './wait.ts'
@@ -89,8 +89,13 @@ describe('Typed client: the quickstart without a key', () => {
   })
 })
 
+// The tests that look only at what they made (their key's orders and messages, their animals by
+// id) share one app; those that count every animal of the store have an app of their own.
+const shared = suiteApp()
+
 describe('Typed client: calls and pages', () => {
   it('allPets follows Link rel="next" to the end: every animal once, in id order, with the filter kept', async (t) => {
+    // Expects the store's animals to be exactly its five: an app of its own.
     const test = await build(t)
     const { secret } = await test.newKey()
     const statuses = ['available', 'sold', 'sold', 'pending', 'sold'] as const
@@ -125,8 +130,8 @@ describe('Typed client: calls and pages', () => {
     assert.deepEqual(await ids(), [1, 2, 3, 4, 5])
   })
 
-  it('unwrap throws an AnimalStoreError with the API code, status and request id', async (t) => {
-    const test = await build(t)
+  it('unwrap throws an AnimalStoreError with the API code, status and request id', async () => {
+    const test = await shared()
     const client = createAnimalStoreClient({
       baseUrl: 'http://animal-store.test/v1',
       apiKey: 'as_test_wrong',
@@ -144,8 +149,8 @@ describe('Typed client: calls and pages', () => {
     )
   })
 
-  it('PATCH changes an animal; with If-Match from the ETag, a stale version is refused (412)', async (t) => {
-    const test = await build(t)
+  it('PATCH changes an animal; with If-Match from the ETag, a stale version is refused (412)', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     const client = createAnimalStoreClient({
       baseUrl: 'http://animal-store.test/v1',
@@ -198,6 +203,7 @@ describe('Typed client: beta operations (orders)', () => {
   })
 
   it('covers every store operation and sends Animal-Store-Beta: orders for them, and only for them', async (t) => {
+    // Checks the inventory, which counts every animal of the store: an app of its own.
     const test = await build(t)
     const { secret } = await test.newKey()
     const sent: { method: string; path: string; beta: string | null }[] = []
@@ -256,8 +262,8 @@ describe('Typed client: beta operations (orders)', () => {
     assert.equal(errorBody(bare).code, 'beta_opt_in_required')
   })
 
-  it('keeps the beta features a caller sends and adds orders to them', async (t) => {
-    const test = await build(t)
+  it('keeps the beta features a caller sends and adds orders to them', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     const sent: { method: string; path: string; beta: string | null }[] = []
     const client = recordingClient(test.app, secret, sent)
@@ -268,8 +274,8 @@ describe('Typed client: beta operations (orders)', () => {
     assert.equal(sent[1]?.beta, 'ORDERS')
   })
 
-  it('refusals come back as AnimalStoreError codes: pet_not_found, pet_not_available, order_conflict, order_not_found', async (t) => {
-    const test = await build(t)
+  it('refusals come back as AnimalStoreError codes: pet_not_found, pet_not_available, order_conflict, order_not_found', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     const client = recordingClient(test.app, secret, [])
     const code = async (
@@ -299,8 +305,8 @@ describe('Typed client: beta operations (orders)', () => {
     )
   })
 
-  it('allOrders follows Link rel="next" to the end: every order once, newest first, with the filters kept', async (t) => {
-    const test = await build(t)
+  it('allOrders follows Link rel="next" to the end: every order once, newest first, with the filters kept', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     const sent: { method: string; path: string; beta: string | null }[] = []
     const client = recordingClient(test.app, secret, sent)
@@ -328,8 +334,8 @@ describe('Typed client: beta operations (orders)', () => {
 })
 
 describe('Typed client: messages and webhook endpoints (experimental)', () => {
-  it('allMessages walks every page newest first, keeping the status filter; getMessage reads one back', async (t) => {
-    const test = await build(t)
+  it('allMessages walks every page newest first, keeping the status filter; getMessage reads one back', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     const sent: { method: string; path: string; beta: string | null }[] = []
     const client = recordingClient(test.app, secret, sent)

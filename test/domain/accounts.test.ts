@@ -15,8 +15,8 @@ import {
 } from '../../src/domain/accounts.ts'
 import { EXPIRY_CHOICES } from '../../src/portal/forms.ts'
 import { EMAIL_DESCRIPTION } from '../../src/schemas/accounts.ts'
-import { build } from '../helper.ts'
-import { FormBrowser, newEmail, PASSWORD } from '../portal/browser.ts'
+import { suiteApp } from '../helper.ts'
+import { FormBrowser, newAddress, newEmail, PASSWORD, signedInBrowser } from '../portal/browser.ts'
 
 const DAY_MS = 86_400_000
 
@@ -114,11 +114,13 @@ describe('Key lifetimes (parseDuration)', () => {
 })
 
 describe('The portal applies the same rules', () => {
-  it('refuses a key name with control characters (400) and stores no key', async (t) => {
-    const { app } = await build(t)
-    const browser = new FormBrowser(app)
-    const email = newEmail()
-    await browser.signUp(email)
+  // Each test looks only at its own account, or its own email: one app serves both.
+  const shared = suiteApp()
+
+  it('refuses a key name with control characters (400) and stores no key', async () => {
+    const { app } = await shared()
+    // Signed in to an account with a cheap password hash (see browser.ts), rather than signed up.
+    const { browser, email } = await signedInBrowser(app)
     const response = await browser.submit('/portal/keys', '/portal/keys', {
       name: 'evil\u001b]0;pwned\u0007\u001b[31mRED\nfake row',
       expires: 'never',
@@ -130,14 +132,18 @@ describe('The portal applies the same rules', () => {
     assert.deepEqual(await app.store.listApiKeys(account.id), [])
   })
 
-  it('refuses to sign up with an email holding a control character (400) and creates no account', async (t) => {
-    const { app } = await build(t)
+  it('refuses to sign up with an email holding a control character (400) and creates no account', async () => {
+    const { app } = await shared()
     const email = `z\u001b[31m${newEmail()}`
-    const response = await new FormBrowser(app).submit('/portal/sign-up', '/portal/sign-up', {
-      email,
-      password: PASSWORD,
-      confirm: PASSWORD,
-    })
+    const response = await new FormBrowser(app, {}, { remoteAddress: newAddress() }).submit(
+      '/portal/sign-up',
+      '/portal/sign-up',
+      {
+        email,
+        password: PASSWORD,
+        confirm: PASSWORD,
+      },
+    )
     assert.equal(response.statusCode, 400)
     assert.equal(await app.store.findAccountByEmail(email), null)
   })

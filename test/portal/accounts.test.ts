@@ -5,16 +5,43 @@
 import assert from 'node:assert/strict'
 import { hash } from 'node:crypto'
 import { describe, it } from 'node:test'
+import type { FastifyInstance } from 'fastify'
 import { PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH } from '../../src/domain/accounts.ts'
 import { SIGN_IN_PER_ADDRESS, SIGN_IN_PER_EMAIL } from '../../src/portal/limits.ts'
 import { SESSION_LIFETIME_MS } from '../../src/portal/session.ts'
-import { build, loggedAsOutage } from '../helper.ts'
-import { csrfOf, FormBrowser, heading, newEmail, PASSWORD } from './browser.ts'
+import { build, loggedAsOutage, suiteApp } from '../helper.ts'
+import {
+  cheapPasswordHash,
+  csrfOf,
+  FormBrowser,
+  heading,
+  newAccount,
+  newAddress,
+  newEmail,
+  PASSWORD,
+  signedInBrowser,
+} from './browser.ts'
+
+/** A browser of an address of its own: the tests sharing an app must not add up to a per-address limit. */
+const browserOf = (app: FastifyInstance) => new FormBrowser(app, {}, { remoteAddress: newAddress() })
+
+/**
+ * Accounts (with one cheap hash) for nobody1@example.com … nobody100@example.com: a wrong password
+ * for them costs little, where an unknown email (nobody0) is checked against the decoy hash at the
+ * full cost. The limits count both alike.
+ */
+async function nobodies(app: FastifyInstance) {
+  const hash = cheapPasswordHash()
+  for (let i = 1; i <= 100; i++) await app.store.createAccount(`nobody${i}@example.com`, hash)
+}
 
 describe('Portal sign-up', () => {
-  it('creates the account with a scrypt password hash, signs it in and lands on the keys page', async (t) => {
-    const { app } = await build(t)
-    const browser = new FormBrowser(app)
+  // Each test signs up its own emails, from its own address: one app serves them all.
+  const shared = suiteApp()
+
+  it('creates the account with a scrypt password hash, signs it in and lands on the keys page', async () => {
+    const { app } = await shared()
+    const browser = browserOf(app)
     const email = newEmail()
     const response = await browser.signUp(email)
     assert.equal(response.headers.location, '/portal/keys')
@@ -45,11 +72,11 @@ describe('Portal sign-up', () => {
     loggedAsOutage(logs, response)
   })
 
-  it('refuses an email that is taken, whatever its case, and keeps the first account', async (t) => {
-    const { app } = await build(t)
+  it('refuses an email that is taken, whatever its case, and keeps the first account', async () => {
+    const { app } = await shared()
     const email = newEmail()
-    await new FormBrowser(app).signUp(email)
-    const second = new FormBrowser(app)
+    await newAccount(app, email)
+    const second = browserOf(app)
     const response = await second.submit('/portal/sign-up', '/portal/sign-up', {
       email: email.toUpperCase(),
       password: `${PASSWORD} 2`,
@@ -78,9 +105,9 @@ describe('Portal sign-up', () => {
     ['a missing email', { email: '' }, /Enter an email address/],
   ]
   for (const [what, change, message] of refused) {
-    it(`refuses ${what} with 400, says why next to the field, and creates nothing`, async (t) => {
-      const { app } = await build(t)
-      const browser = new FormBrowser(app)
+    it(`refuses ${what} with 400, says why next to the field, and creates nothing`, async () => {
+      const { app } = await shared()
+      const browser = browserOf(app)
       const email = newEmail()
       const fields = { email, password: PASSWORD, confirm: change.password ?? PASSWORD, ...change }
       const response = await browser.submit('/portal/sign-up', '/portal/sign-up', fields)
@@ -92,9 +119,9 @@ describe('Portal sign-up', () => {
     })
   }
 
-  it('refuses a form whose bytes are not UTF-8 with 400, rather than store U+FFFD in their place', async (t) => {
-    const { app } = await build(t)
-    const browser = new FormBrowser(app)
+  it('refuses a form whose bytes are not UTF-8 with 400, rather than store U+FFFD in their place', async () => {
+    const { app } = await shared()
+    const browser = browserOf(app)
     const page = await browser.get('/portal/sign-up')
     const csrf = encodeURIComponent(csrfOf(page.body, '/portal/sign-up'))
     const password = encodeURIComponent(PASSWORD)
@@ -110,9 +137,9 @@ describe('Portal sign-up', () => {
     assert.equal(await app.store.findAccountByEmail('r1\ufffd@example.com'), null)
   })
 
-  it('refuses a form that gives a field twice with 400, the CSRF token included, and creates nothing', async (t) => {
-    const { app } = await build(t)
-    const browser = new FormBrowser(app)
+  it('refuses a form that gives a field twice with 400, the CSRF token included, and creates nothing', async () => {
+    const { app } = await shared()
+    const browser = browserOf(app)
     const page = await browser.get('/portal/sign-up')
     const csrf = encodeURIComponent(csrfOf(page.body, '/portal/sign-up'))
     const password = encodeURIComponent(PASSWORD)
@@ -128,17 +155,17 @@ describe('Portal sign-up', () => {
     }
   })
 
-  it(`accepts a password of exactly ${PASSWORD_MIN_LENGTH} characters, spaces and any script included`, async (t) => {
-    const { app } = await build(t)
+  it(`accepts a password of exactly ${PASSWORD_MIN_LENGTH} characters, spaces and any script included`, async () => {
+    const { app } = await shared()
     const password = 'ça va très bien'
     assert.equal(password.length, PASSWORD_MIN_LENGTH)
     const email = newEmail()
-    await new FormBrowser(app).signUp(email, password)
-    assert.equal((await new FormBrowser(app).signIn(email, password)).statusCode, 303)
+    await browserOf(app).signUp(email, password)
+    assert.equal((await browserOf(app).signIn(email, password)).statusCode, 303)
   })
 
-  it(`lets a browser type every password the server takes: ${PASSWORD_MAX_LENGTH} characters of two UTF-16 units each`, async (t) => {
-    const { app } = await build(t)
+  it(`lets a browser type every password the server takes: ${PASSWORD_MAX_LENGTH} characters of two UTF-16 units each`, async () => {
+    const { app } = await shared()
     // A browser counts maxlength in UTF-16 units; the server counts characters.
     const longest = '🐶'.repeat(PASSWORD_MAX_LENGTH)
     for (const url of ['/portal/sign-up', '/portal/sign-in']) {
@@ -148,17 +175,21 @@ describe('Portal sign-up', () => {
       for (const limit of limits) assert.ok(longest.length <= limit, `${url}: maxlength ${limit}`)
     }
     const email = newEmail()
-    await new FormBrowser(app).signUp(email, longest)
-    assert.equal((await new FormBrowser(app).signIn(email, longest)).statusCode, 303)
+    await browserOf(app).signUp(email, longest)
+    assert.equal((await browserOf(app).signIn(email, longest)).statusCode, 303)
   })
 })
 
 describe('Portal sign-in', () => {
-  it('signs in with the right password: a new HttpOnly, SameSite=Lax session cookie for /portal, 8 hours', async (t) => {
-    const { app } = await build(t)
+  // Each test signs in to its own accounts from its own addresses; the tests of the limits, which
+  // count every attempt of an address, have an app of their own.
+  const shared = suiteApp()
+
+  it('signs in with the right password: a new HttpOnly, SameSite=Lax session cookie for /portal, 8 hours', async () => {
+    const { app } = await shared()
     const email = newEmail()
-    await new FormBrowser(app).signUp(email)
-    const browser = new FormBrowser(app)
+    await newAccount(app, email)
+    const browser = browserOf(app)
     const response = await browser.signIn(email)
     assert.equal(response.statusCode, 303)
     assert.equal(response.headers.location, '/portal/keys')
@@ -174,15 +205,15 @@ describe('Portal sign-in', () => {
     assert.equal(await app.store.findSession(cookie.value), null)
   })
 
-  it('refuses a wrong password and an unknown email with the same words, and starts no session', async (t) => {
-    const { app } = await build(t)
+  it('refuses a wrong password and an unknown email with the same words, and starts no session', async () => {
+    const { app } = await shared()
     const email = newEmail()
-    await new FormBrowser(app).signUp(email)
+    await newAccount(app, email)
     for (const [address, password] of [
       [email, `${PASSWORD}x`],
       [newEmail(), PASSWORD],
     ] as const) {
-      const browser = new FormBrowser(app)
+      const browser = browserOf(app)
       const response = await browser.signIn(address, password)
       assert.equal(response.statusCode, 400)
       assert.match(response.body, /The email or the password is wrong\./)
@@ -191,21 +222,22 @@ describe('Portal sign-in', () => {
     }
   })
 
-  it('refuses an account made by the CLI (it has no password): nobody can sign in to it', async (t) => {
-    const test = await build(t)
+  it('refuses an account made by the CLI (it has no password): nobody can sign in to it', async () => {
+    const test = await shared()
     const { accountId } = await test.newKey({ email: 'operator-made@example.com' })
     assert.ok(accountId)
-    const response = await new FormBrowser(test.app).signIn('operator-made@example.com', '')
+    const response = await browserOf(test.app).signIn('operator-made@example.com', '')
     assert.equal(response.statusCode, 400)
-    const guessed = await new FormBrowser(test.app).signIn('operator-made@example.com', PASSWORD)
+    const guessed = await browserOf(test.app).signIn('operator-made@example.com', PASSWORD)
     assert.equal(guessed.statusCode, 400)
     assert.match(guessed.body, /The email or the password is wrong/)
   })
 
   it(`limits attempts per email: after ${SIGN_IN_PER_EMAIL} in 15 minutes, 429 with Retry-After, even with the right password`, async (t) => {
+    // Counts every attempt of the address (127.0.0.1): an app of its own.
     const { app } = await build(t)
     const email = newEmail()
-    await new FormBrowser(app).signUp(email)
+    await newAccount(app, email)
     const browser = new FormBrowser(app)
     const page = await browser.get('/portal/sign-in')
     const _csrf = csrfOf(page.body, '/portal/sign-in')
@@ -222,12 +254,13 @@ describe('Portal sign-in', () => {
     assert.equal(browser.cookies.has('as_session'), false)
     // Another account from the same address is not locked out by this one.
     const other = newEmail()
-    await new FormBrowser(app).signUp(other)
+    await newAccount(app, other)
     assert.equal((await new FormBrowser(app).signIn(other)).statusCode, 303)
   })
 
   it(`limits attempts per client address: ${SIGN_IN_PER_ADDRESS} in 15 minutes, whatever the emails`, async (t) => {
     const { app } = await build(t)
+    await nobodies(app)
     const browser = new FormBrowser(app)
     const page = await browser.get('/portal/sign-in')
     const _csrf = csrfOf(page.body, '/portal/sign-in')
@@ -242,6 +275,7 @@ describe('Portal sign-in', () => {
 
   it('counts an IPv6 client by its /64: a new address of the same network for each attempt changes nothing', async (t) => {
     const { app } = await build(t, { TRUST_PROXY: 'true' })
+    await nobodies(app)
     const browser = new FormBrowser(app, { 'x-forwarded-for': '2001:db8:1:2::1' })
     const page = await browser.get('/portal/sign-in')
     const _csrf = csrfOf(page.body, '/portal/sign-in')
@@ -259,10 +293,12 @@ describe('Portal sign-in', () => {
 })
 
 describe('Portal sessions', () => {
-  it('signing out ends the session in the database: the old cookie no longer opens any page', async (t) => {
-    const { app } = await build(t)
-    const browser = new FormBrowser(app)
-    await browser.signUp(newEmail())
+  // Each test signs in to its own account, from its own address: one app serves them all.
+  const shared = suiteApp()
+
+  it('signing out ends the session in the database: the old cookie no longer opens any page', async () => {
+    const { app } = await shared()
+    const { browser } = await signedInBrowser(app)
     const token = browser.cookies.get('as_session') as string
     const keys = await browser.get('/portal/keys')
     const response = await browser.post('/portal/sign-out', { _csrf: csrfOf(keys.body, '/portal/sign-out') })
@@ -279,8 +315,8 @@ describe('Portal sessions', () => {
     assert.match(replay.headers.location as string, /^\/portal\/sign-in/)
   })
 
-  it('an expired session is refused: the page redirects to sign-in, says so, and clears the cookie', async (t) => {
-    const test = await build(t)
+  it('an expired session is refused: the page redirects to sign-in, says so, and clears the cookie', async () => {
+    const test = await shared()
     const { accountId } = await test.newKey()
     const token = 'expired-session-token-for-this-test-000000000'
     await test.app.store.createSession({
@@ -301,28 +337,28 @@ describe('Portal sessions', () => {
     assert.match(page.body, /Your session has ended/)
   })
 
-  it('a session that is still valid opens the pages; signed out, every account page redirects to sign-in', async (t) => {
-    const { app } = await build(t)
+  it('a session that is still valid opens the pages; signed out, every account page redirects to sign-in', async () => {
+    const { app } = await shared()
     for (const url of ['/portal/keys', '/portal/messages', '/portal/keys/key_abc/revoke']) {
       const response = await app.inject({ url })
       assert.equal(response.statusCode, 303, url)
       assert.equal(response.headers.location, '/portal/sign-in', url)
     }
-    const browser = new FormBrowser(app)
-    await browser.signUp(newEmail())
+    const { browser } = await signedInBrowser(app)
     for (const url of ['/portal/keys', '/portal/messages']) assert.equal((await browser.get(url)).statusCode, 200, url)
     assert.equal((await browser.get('/portal')).headers.location, '/portal/keys')
     assert.equal((await browser.get('/portal/sign-in')).headers.location, '/portal/keys')
   })
 
-  it("a page that is not there keeps the menu of the browser's state: signed in, the account and Sign out", async (t) => {
-    const { app } = await build(t)
-    const browser = new FormBrowser(app)
+  it("a page that is not there keeps the menu of the browser's state: signed in, the account and Sign out", async () => {
+    const { app } = await shared()
+    const browser = browserOf(app)
     const signedOut = await browser.get('/portal/nowhere')
     assert.equal(signedOut.statusCode, 404)
     assert.match(signedOut.body, /Create an account/)
     const email = newEmail()
-    await browser.signUp(email)
+    await newAccount(app, email)
+    assert.equal((await browser.signIn(email)).statusCode, 303)
     const signedIn = await browser.get('/portal/nowhere')
     assert.equal(signedIn.statusCode, 404)
     assert.equal(heading(signedIn.body), 'Page not found')
@@ -334,11 +370,9 @@ describe('Portal sessions', () => {
     assert.equal(out.headers.location, '/portal/sign-in?notice=signed-out')
   })
 
-  it('signing in replaces the session the browser had: the previous token stops working', async (t) => {
-    const { app } = await build(t)
-    const email = newEmail()
-    const browser = new FormBrowser(app)
-    await browser.signUp(email)
+  it('signing in replaces the session the browser had: the previous token stops working', async () => {
+    const { app } = await shared()
+    const { browser, email } = await signedInBrowser(app)
     const first = browser.cookies.get('as_session') as string
     // A sign-in form left open in another tab, sent while the browser still holds the first session.
     const keys = await browser.get('/portal/keys')

@@ -1,8 +1,10 @@
 /**
  * A pretend browser over `app.inject` for the portal tests: it keeps cookies (per path), sends
- * forms as a browser does (urlencoded, with the page's CSRF token), and reads pages.
+ * forms as a browser does (urlencoded, with the page's CSRF token), and reads pages. And accounts
+ * to sign in to that cost no real password hash (see cheapPasswordHash).
  */
 import assert from 'node:assert/strict'
+import { randomBytes, scryptSync } from 'node:crypto'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { SCOPES } from '../../src/domain/scopes.ts'
 import { scopeField } from '../../src/portal/forms.ts'
@@ -14,11 +16,18 @@ export class FormBrowser {
   readonly cookies = new Map<string, string>()
   /** Extra headers on every request (e.g. another Host). */
   readonly headers: Record<string, string>
+  /** The client address the app sees (inject's default, 127.0.0.1, when undefined). */
+  readonly remoteAddress: string | undefined
   last: LightMyRequestResponse | undefined
 
-  constructor(app: FastifyInstance, headers: Record<string, string> = {}) {
+  constructor(
+    app: FastifyInstance,
+    headers: Record<string, string> = {},
+    { remoteAddress }: { remoteAddress?: string } = {},
+  ) {
     this.app = app
     this.headers = headers
+    this.remoteAddress = remoteAddress
   }
 
   private cookieHeader(url: string): Record<string, string> {
@@ -42,6 +51,7 @@ export class FormBrowser {
       await this.app.inject({
         method: 'GET',
         url,
+        ...(this.remoteAddress && { remoteAddress: this.remoteAddress }),
         headers: { ...this.headers, ...this.cookieHeader(url), ...headers },
       }),
     )
@@ -53,6 +63,7 @@ export class FormBrowser {
       await this.app.inject({
         method: 'POST',
         url,
+        ...(this.remoteAddress && { remoteAddress: this.remoteAddress }),
         headers: {
           ...this.headers,
           ...this.cookieHeader(url),
@@ -106,6 +117,50 @@ export const heading = (html: string) => /<h1[^>]*>([\s\S]*?)<\/h1>/.exec(html)?
 
 let emails = 0
 export const newEmail = () => `dev${++emails}-${process.pid}@example.com`
+
+let addresses = 0
+/**
+ * A client address no other browser of this process has: the portal limits sign-ins and sign-ups
+ * per address, and the tests sharing an app must not add up to those limits.
+ */
+export const newAddress = () => {
+  const n = ++addresses
+  return `10.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}`
+}
+
+/**
+ * A hash of `password` in the format of src/domain/accounts.ts, at a cost about a hundred times
+ * lower (N=1024, p=1): verifyPassword takes the cost from the hash, so signing in with it is
+ * cheap. For tests that need an account with a password, not the hashing itself (a real hash,
+ * made or checked, costs ~0.3 s of CPU).
+ */
+export function cheapPasswordHash(password = PASSWORD): string {
+  const salt = randomBytes(16)
+  const derived = scryptSync(password.normalize('NFKC'), salt, 32, { N: 1024, r: 8, p: 1 })
+  return `scrypt$N=1024,r=8,p=1$${salt.toString('base64url')}$${derived.toString('base64url')}`
+}
+
+/** A new account with `password` (a cheap hash), made in the store: no sign-up form, no sign-up limit. */
+export async function newAccount(app: FastifyInstance, email = newEmail(), password = PASSWORD) {
+  const account = await app.store.createAccount(email, cheapPasswordHash(password))
+  assert.ok(account, `${email} is taken`)
+  return account
+}
+
+/**
+ * A browser with an address of its own (newAddress), signed in through the sign-in form to a new
+ * account (newAccount): where a test of the signed-in pages starts, without a sign-up's hash.
+ */
+export async function signedInBrowser(
+  app: FastifyInstance,
+  { email = newEmail(), headers = {} }: { email?: string; headers?: Record<string, string> } = {},
+) {
+  const account = await newAccount(app, email)
+  const browser = new FormBrowser(app, headers, { remoteAddress: newAddress() })
+  const response = await browser.signIn(email)
+  assert.equal(response.statusCode, 303, `sign-in failed: ${response.body}`)
+  return { browser, email, accountId: account.id }
+}
 
 /** The cells of a page's table rows (its tbody), as text without markup or screen-reader-only text. */
 export function tableRows(page: string): string[][] {

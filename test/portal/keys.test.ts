@@ -5,24 +5,23 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { hashApiKey } from '../../src/domain/api-keys.ts'
-import { bearer, build, errorBody } from '../helper.ts'
-import { csrfOf, FormBrowser, heading, newEmail } from './browser.ts'
+import { bearer, errorBody, suiteApp } from '../helper.ts'
+import { csrfOf, heading, signedInBrowser } from './browser.ts'
 
 const DAY_MS = 86_400_000
 
-async function signedIn(t: Parameters<typeof build>[0]) {
-  const test = await build(t)
-  const browser = new FormBrowser(test.app)
-  const email = newEmail()
-  await browser.signUp(email)
-  const account = await test.app.store.findAccountByEmail(email)
-  assert.ok(account)
-  return { ...test, browser, email, accountId: account.id }
+// Each test looks only at its own account's keys and messages: one app serves the file.
+const shared = suiteApp()
+
+/** A browser signed in to a new account of its own (with a cheap password hash: see browser.ts). */
+async function signedIn() {
+  const test = await shared()
+  return { ...test, ...(await signedInBrowser(test.app)) }
 }
 
 describe('Portal: create a key', () => {
-  it('makes a key limited to the scopes left checked; none checked is refused; every box is every scope', async (t) => {
-    const { app, browser, accountId } = await signedIn(t)
+  it('makes a key limited to the scopes left checked; none checked is refused; every box is every scope', async () => {
+    const { app, browser, accountId } = await signedIn()
     const form = await browser.get('/portal/keys')
     for (const scope of [
       'pets:read',
@@ -58,8 +57,8 @@ describe('Portal: create a key', () => {
     assert.equal((await app.store.listApiKeys(accountId)).length, 2)
   })
 
-  it('shows the new key once, stores only its hash, and the API accepts it', async (t) => {
-    const { app, browser, accountId } = await signedIn(t)
+  it('shows the new key once, stores only its hash, and the API accepts it', async () => {
+    const { app, browser, accountId } = await signedIn()
     const secret = await browser.createKey('laptop')
     assert.match(secret, /^as_test_[0-9A-Za-z]{38}$/)
     assert.match(browser.last?.body ?? '', /Copy it now: it is shown only this once\./)
@@ -78,8 +77,8 @@ describe('Portal: create a key', () => {
     assert.equal(api.statusCode, 200)
   })
 
-  it('sets the chosen expiry (30 days) and lists name, prefix, created, last used, expires and state', async (t) => {
-    const { app, browser, accountId } = await signedIn(t)
+  it('sets the chosen expiry (30 days) and lists name, prefix, created, last used, expires and state', async () => {
+    const { app, browser, accountId } = await signedIn()
     const before = Date.now()
     const secret = await browser.createKey('ci runner', '30d')
     const [key] = await app.store.listApiKeys(accountId)
@@ -107,8 +106,8 @@ describe('Portal: create a key', () => {
     ['an unknown field', { name: 'laptop', expires: 'never', scope: 'admin' }, /not filled in as expected/],
   ]
   for (const [what, fields, message] of refused) {
-    it(`refuses ${what} with 400 and a message on the page, and creates no key`, async (t) => {
-      const { app, browser, accountId } = await signedIn(t)
+    it(`refuses ${what} with 400 and a message on the page, and creates no key`, async () => {
+      const { app, browser, accountId } = await signedIn()
       const response = await browser.submit('/portal/keys', '/portal/keys', fields)
       assert.equal(response.statusCode, 400)
       assert.match(response.body, message)
@@ -116,8 +115,8 @@ describe('Portal: create a key', () => {
     })
   }
 
-  it('refuses a form body with a bad escape (%zz, bytes that are not UTF-8) with 400 instead of storing its text', async (t) => {
-    const { app, browser, accountId } = await signedIn(t)
+  it('refuses a form body with a bad escape (%zz, bytes that are not UTF-8) with 400 instead of storing its text', async () => {
+    const { app, browser, accountId } = await signedIn()
     for (const name of ['%FF', '%ED%A0%80', '%zz']) {
       const page = await browser.get('/portal/keys')
       const csrf = encodeURIComponent(csrfOf(page.body, '/portal/keys'))
@@ -128,16 +127,16 @@ describe('Portal: create a key', () => {
     assert.deepEqual(await app.store.listApiKeys(accountId), [])
   })
 
-  it('a refused name with a NUL is shown back without the NUL (U+FFFD, as browsers would)', async (t) => {
-    const { browser } = await signedIn(t)
+  it('a refused name with a NUL is shown back without the NUL (U+FFFD, as browsers would)', async () => {
+    const { browser } = await signedIn()
     const response = await browser.submit('/portal/keys', '/portal/keys', { name: 'a\u0000b', expires: 'never' })
     assert.equal(response.statusCode, 400)
     assert.ok(!response.body.includes('\u0000'), 'a NUL reached the page')
     assert.match(response.body, /value="a\uFFFDb"/)
   })
 
-  it('escapes what people typed: a key name with markup is shown as text', async (t) => {
-    const { browser } = await signedIn(t)
+  it('escapes what people typed: a key name with markup is shown as text', async () => {
+    const { browser } = await signedIn()
     await browser.createKey('<img src=x onerror=alert(1)>')
     const list = await browser.get('/portal/keys')
     assert.ok(!list.body.includes('<img src=x'), 'markup in a name reached the page')
@@ -146,8 +145,8 @@ describe('Portal: create a key', () => {
 })
 
 describe('Portal: revoke a key', () => {
-  it('asks first, then revokes: the API refuses the key at once (401 revoked_api_key) and the list says Revoked', async (t) => {
-    const { app, browser, accountId } = await signedIn(t)
+  it('asks first, then revokes: the API refuses the key at once (401 revoked_api_key) and the list says Revoked', async () => {
+    const { app, browser, accountId } = await signedIn()
     const secret = await browser.createKey('laptop')
     // Cached by the API as a verified key, as it would be after any use.
     assert.equal((await app.inject({ url: '/v1/pets', headers: bearer(secret) })).statusCode, 200)
@@ -173,11 +172,10 @@ describe('Portal: revoke a key', () => {
     assert.ok(!list.body.includes(`href="/portal/keys/${key.id}/revoke"`), 'a revoked key still offers Revoke')
   })
 
-  it("cannot revoke another account's key: 404, nothing changes, and the key keeps working", async (t) => {
-    const test = await build(t)
+  it("cannot revoke another account's key: 404, nothing changes, and the key keeps working", async () => {
+    const test = await shared()
     const victim = await test.newKey({ email: 'victim@example.com' })
-    const attacker = new FormBrowser(test.app)
-    await attacker.signUp(newEmail())
+    const { browser: attacker } = await signedInBrowser(test.app)
     const own = await attacker.get('/portal/keys')
     const _csrf = csrfOf(own.body, '/portal/sign-out')
     const confirm = await attacker.get(`/portal/keys/${victim.keyId}/revoke`)
@@ -193,8 +191,8 @@ describe('Portal: revoke a key', () => {
 })
 
 describe('Portal: messages', () => {
-  it("lists the account's recent messages, newest first, escaped, and never another account's", async (t) => {
-    const { app, browser } = await signedIn(t)
+  it("lists the account's recent messages, newest first, escaped, and never another account's", async () => {
+    const { app, browser } = await signedIn()
     const empty = await browser.get('/portal/messages')
     assert.match(empty.body, /No messages yet/)
     const secret = await browser.createKey('laptop')
@@ -202,8 +200,7 @@ describe('Portal: messages', () => {
       app.inject({ method: 'POST', url: '/v1/messages', headers: bearer(key), payload: { message } })
     assert.equal((await send(secret, 'first hello')).statusCode, 202)
     assert.equal((await send(secret, '<script>alert(1)</script>')).statusCode, 202)
-    const stranger = new FormBrowser(app)
-    await stranger.signUp(newEmail())
+    const { browser: stranger } = await signedInBrowser(app)
     const strangerKey = await stranger.createKey('theirs')
     assert.equal((await send(strangerKey, 'not yours')).statusCode, 202)
 

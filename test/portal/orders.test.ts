@@ -6,8 +6,8 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import type { FastifyInstance } from 'fastify'
-import { bearer, build } from '../helper.ts'
-import { csrfOf, FormBrowser, heading, newEmail, tableRows } from './browser.ts'
+import { bearer, suiteApp } from '../helper.ts'
+import { csrfOf, FormBrowser, heading, signedInBrowser, tableRows } from './browser.ts'
 
 const BETA = { 'animal-store-beta': 'orders' }
 
@@ -36,17 +36,21 @@ function api(app: FastifyInstance, secret: string) {
   }
 }
 
-async function signedIn(t: Parameters<typeof build>[0]) {
-  const test = await build(t)
-  const browser = new FormBrowser(test.app)
-  await browser.signUp(newEmail())
+// Each test looks only at its own account's orders, and at the animals it made (by id): one app
+// serves the file. (No test here lists every animal, which would see the others'.)
+const shared = suiteApp()
+
+/** A browser signed in to a new account (with a cheap password hash: see browser.ts), and its key. */
+async function signedIn() {
+  const test = await shared()
+  const { browser } = await signedInBrowser(test.app)
   const secret = await browser.createKey('laptop')
   return { ...test, browser, api: api(test.app, secret) }
 }
 
 describe('Portal: orders', () => {
-  it('is linked from the navigation; with no orders it says how to place one', async (t) => {
-    const { browser } = await signedIn(t)
+  it('is linked from the navigation; with no orders it says how to place one', async () => {
+    const { browser } = await signedIn()
     const keys = await browser.get('/portal/keys')
     assert.match(keys.body, /<a href="\/portal\/orders">Orders<\/a>/)
     const page = await browser.get('/portal/orders')
@@ -57,14 +61,13 @@ describe('Portal: orders', () => {
     assert.match(page.body, /Animal-Store-Beta: orders/)
   })
 
-  it("lists the account's orders newest first (id, animal, status, placed, hold ends, last change), never another's", async (t) => {
-    const { app, browser, api: mine } = await signedIn(t)
+  it("lists the account's orders newest first (id, animal, status, placed, hold ends, last change), never another's", async () => {
+    const { app, browser, api: mine } = await signedIn()
     const [rex, tom, kit] = [await mine.pet('Rex'), await mine.pet('Tom'), await mine.pet('Kit')]
     const first = await mine.order(rex)
     assert.equal((await mine.call('POST', `/v1/store/orders/${first}/complete`)).status, 200)
     const second = await mine.order(tom)
-    const stranger = new FormBrowser(app)
-    await stranger.signUp(newEmail())
+    const { browser: stranger } = await signedInBrowser(app)
     const theirs = await api(app, await stranger.createKey('theirs')).order(kit)
 
     const page = await browser.get('/portal/orders')
@@ -85,16 +88,16 @@ describe('Portal: orders', () => {
     assert.match(page.body, /Cancel<span class="visually-hidden"> the order for Tom<\/span>/)
   })
 
-  it('escapes animal names: markup in a name is shown as text', async (t) => {
-    const { browser, api: mine } = await signedIn(t)
+  it('escapes animal names: markup in a name is shown as text', async () => {
+    const { browser, api: mine } = await signedIn()
     await mine.order(await mine.pet('<img src=x onerror=alert(1)>'))
     const page = await browser.get('/portal/orders')
     assert.ok(!page.body.includes('<img src=x'), 'markup in a name reached the page')
     assert.match(page.body, /&lt;img src=x onerror=alert\(1\)&gt;/)
   })
 
-  it('shows 20 orders a page: Older orders leads to the rest, Newest orders back', async (t) => {
-    const { browser, api: mine } = await signedIn(t)
+  it('shows 20 orders a page: Older orders leads to the rest, Newest orders back', async () => {
+    const { browser, api: mine } = await signedIn()
     const ids: string[] = []
     for (let i = 1; i <= 21; i++) ids.push(await mine.order(await mine.pet(`pet ${i}`)))
     const page = await browser.get('/portal/orders')
@@ -121,8 +124,8 @@ describe('Portal: orders', () => {
 })
 
 describe('Portal: cancel an order', () => {
-  it('cancels a placed order: 303 to the list with a notice, and the API sees the animal available at once', async (t) => {
-    const { browser, api: mine } = await signedIn(t)
+  it('cancels a placed order: 303 to the list with a notice, and the API sees the animal available at once', async () => {
+    const { browser, api: mine } = await signedIn()
     const rex = await mine.pet('Rex')
     const order = await mine.order(rex)
     // Read once through the API, so that this instance's pet cache holds it as pending.
@@ -146,8 +149,8 @@ describe('Portal: cancel an order', () => {
     await mine.order(rex)
   })
 
-  it('a second Cancel of the same order (a double submit) leads to the same list, and changes nothing more', async (t) => {
-    const { browser, api: mine } = await signedIn(t)
+  it('a second Cancel of the same order (a double submit) leads to the same list, and changes nothing more', async () => {
+    const { browser, api: mine } = await signedIn()
     const rex = await mine.pet('Rex')
     const order = await mine.order(rex)
     const page = await browser.get('/portal/orders')
@@ -162,8 +165,8 @@ describe('Portal: cancel an order', () => {
     assert.equal(await mine.petStatus(rex), 'pending')
   })
 
-  it('an order completed since the page was shown: 409, the page says so, and it stays completed', async (t) => {
-    const { browser, api: mine } = await signedIn(t)
+  it('an order completed since the page was shown: 409, the page says so, and it stays completed', async () => {
+    const { browser, api: mine } = await signedIn()
     const rex = await mine.pet('Rex')
     const order = await mine.order(rex)
     const page = await browser.get('/portal/orders')
@@ -178,8 +181,8 @@ describe('Portal: cancel an order', () => {
     assert.equal(await mine.petStatus(rex), 'sold')
   })
 
-  it('without the CSRF token: 403, and the order stays placed', async (t) => {
-    const { browser, api: mine } = await signedIn(t)
+  it('without the CSRF token: 403, and the order stays placed', async () => {
+    const { browser, api: mine } = await signedIn()
     const rex = await mine.pet('Rex')
     const order = await mine.order(rex)
     for (const form of [{}, { _csrf: 'forged' }] as Record<string, string>[]) {
@@ -191,12 +194,11 @@ describe('Portal: cancel an order', () => {
     assert.equal(await mine.petStatus(rex), 'pending')
   })
 
-  it("cannot cancel another account's order: 404, and it stays placed", async (t) => {
-    const { app, api: victim } = await signedIn(t)
+  it("cannot cancel another account's order: 404, and it stays placed", async () => {
+    const { app, api: victim } = await signedIn()
     const rex = await victim.pet('Rex')
     const order = await victim.order(rex)
-    const attacker = new FormBrowser(app)
-    await attacker.signUp(newEmail())
+    const { browser: attacker } = await signedInBrowser(app)
     const _csrf = csrfOf((await attacker.get('/portal/orders')).body, '/portal/sign-out')
     const response = await attacker.post(`/portal/orders/${order}/cancel`, { _csrf })
     assert.equal(response.statusCode, 404)
@@ -208,8 +210,8 @@ describe('Portal: cancel an order', () => {
     assert.ok(!notice.body.includes(order))
   })
 
-  it('signed out: the list and the form lead to sign-in and nothing changes; a malformed order id is 400', async (t) => {
-    const { app, browser, api: mine } = await signedIn(t)
+  it('signed out: the list and the form lead to sign-in and nothing changes; a malformed order id is 400', async () => {
+    const { app, browser, api: mine } = await signedIn()
     const order = await mine.order(await mine.pet('Rex'))
     const stranger = new FormBrowser(app)
     const list = await stranger.get('/portal/orders')

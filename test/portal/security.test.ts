@@ -6,8 +6,8 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import type { FastifyInstance } from 'fastify'
-import { bearer, build, errorBody } from '../helper.ts'
-import { csrfOf, FormBrowser, newEmail, PASSWORD } from './browser.ts'
+import { bearer, errorBody, suiteApp } from '../helper.ts'
+import { csrfOf, FormBrowser, newAddress, newEmail, PASSWORD, signedInBrowser } from './browser.ts'
 
 const PAGES = ['/portal/sign-in', '/portal/sign-up', '/portal/nowhere', '/docs', '/docs/nowhere']
 
@@ -40,10 +40,15 @@ function postSignUp(app: FastifyInstance, page: string, headers: Record<string, 
   })
 }
 
+// Each test adds only what it looks at (its accounts, keys and browsers, each browser of an address
+// of its own): one app serves every suite of this file, and another one behind a proxy.
+const shared = suiteApp()
+const proxied = suiteApp({ TRUST_PROXY: 'true' })
+
 describe('Portal security headers', () => {
   for (const url of PAGES) {
-    it(`${url}: CSP without inline scripts or styles, nosniff, no framing, and HTML`, async (t) => {
-      const { app } = await build(t)
+    it(`${url}: CSP without inline scripts or styles, nosniff, no framing, and HTML`, async () => {
+      const { app } = await shared()
       const response = await app.inject({ url })
       assertSecurityHeaders(response.headers, url)
       assert.match(String(response.headers['content-type']), /^text\/html; charset=utf-8/)
@@ -51,21 +56,20 @@ describe('Portal security headers', () => {
     })
   }
 
-  it('HSTS only on pages fetched over HTTPS (here through a TRUST_PROXY proxy), never over plain HTTP (RFC 6797 §7.2)', async (t) => {
-    const plain = (await build(t)).app
-    const proxied = (await build(t, { TRUST_PROXY: 'true' })).app
+  it('HSTS only on pages fetched over HTTPS (here through a TRUST_PROXY proxy), never over plain HTTP (RFC 6797 §7.2)', async () => {
+    const plain = (await shared()).app
+    const behindProxy = (await proxied()).app
     for (const url of PAGES) {
       const overHttp = await plain.inject({ url })
       assert.equal(overHttp.headers['strict-transport-security'], undefined, url)
-      const overHttps = await proxied.inject({ url, headers: { 'x-forwarded-proto': 'https' } })
+      const overHttps = await behindProxy.inject({ url, headers: { 'x-forwarded-proto': 'https' } })
       assert.equal(overHttps.headers['strict-transport-security'], 'max-age=31536000; includeSubDomains', url)
     }
   })
 
-  it('pages carry no inline script, inline style or event handler (the CSP would block them)', async (t) => {
-    const { app } = await build(t)
-    const browser = new FormBrowser(app)
-    await browser.signUp(newEmail())
+  it('pages carry no inline script, inline style or event handler (the CSP would block them)', async () => {
+    const { app } = await shared()
+    const { browser } = await signedInBrowser(app)
     await browser.createKey('laptop')
     const pages = [browser.last?.body as string]
     for (const url of ['/portal/keys', '/portal/messages', '/portal/nowhere', '/docs'])
@@ -79,8 +83,8 @@ describe('Portal security headers', () => {
     }
   })
 
-  it('portal pages are never cached; assets are revalidated with an ETag', async (t) => {
-    const { app } = await build(t)
+  it('portal pages are never cached; assets are revalidated with an ETag', async () => {
+    const { app } = await shared()
     assert.equal((await app.inject({ url: '/portal/sign-in' })).headers['cache-control'], 'no-store')
     for (const url of ['/portal/assets/portal.css', '/portal/assets/portal.js', '/docs/assets/swagger-ui-bundle.js']) {
       const asset = await app.inject({ url })
@@ -93,9 +97,9 @@ describe('Portal security headers', () => {
 })
 
 describe('Portal cookies', () => {
-  it('over plain HTTP to 127.0.0.1 (local development): HttpOnly, SameSite=Lax, Path=/portal, not Secure', async (t) => {
-    const { app } = await build(t)
-    const browser = new FormBrowser(app, { host: '127.0.0.1:8080' })
+  it('over plain HTTP to 127.0.0.1 (local development): HttpOnly, SameSite=Lax, Path=/portal, not Secure', async () => {
+    const { app } = await shared()
+    const browser = new FormBrowser(app, { host: '127.0.0.1:8080' }, { remoteAddress: newAddress() })
     const response = await browser.signUp(newEmail())
     const session = response.cookies.find((c) => c.name === 'as_session')
     assert.ok(session)
@@ -105,16 +109,12 @@ describe('Portal cookies', () => {
     )
   })
 
-  for (const [what, headers, env] of [
-    ['any other host', { host: 'portal.animal-store.example' }, {}],
-    [
-      'HTTPS behind a proxy (TRUST_PROXY)',
-      { host: 'localhost', 'x-forwarded-proto': 'https' },
-      { TRUST_PROXY: 'true' },
-    ],
+  for (const [what, headers, served] of [
+    ['any other host', { host: 'portal.animal-store.example' }, shared],
+    ['HTTPS behind a proxy (TRUST_PROXY)', { host: 'localhost', 'x-forwarded-proto': 'https' }, proxied],
   ] as const) {
-    it(`for ${what}: every cookie is Secure as well as HttpOnly and SameSite=Lax`, async (t) => {
-      const { app } = await build(t, env)
+    it(`for ${what}: every cookie is Secure as well as HttpOnly and SameSite=Lax`, async () => {
+      const { app } = await served()
       const page = await app.inject({ url: '/portal/sign-up', headers })
       const csrf = page.cookies.find((c) => c.name === 'as_csrf')
       assert.ok(csrf)
@@ -131,13 +131,10 @@ describe('Portal cookies', () => {
 })
 
 describe('Portal CSRF protection', () => {
-  async function signedInWithKey(t: Parameters<typeof build>[0]) {
-    const test = await build(t)
-    const browser = new FormBrowser(test.app)
-    const email = newEmail()
-    await browser.signUp(email)
+  async function signedInWithKey() {
+    const test = await shared()
+    const { browser, accountId } = await signedInBrowser(test.app)
     await browser.createKey('laptop')
-    const accountId = (await test.app.store.findAccountByEmail(email))?.id as number
     const [key] = await test.app.store.listApiKeys(accountId)
     return { ...test, browser, accountId, keyId: key?.id as string }
   }
@@ -154,8 +151,8 @@ describe('Portal CSRF protection', () => {
     ['the right token, sent from another site', (token) => ({ _csrf: token }), { 'sec-fetch-site': 'cross-site' }],
   ]
   for (const [what, form, headers] of forged) {
-    it(`refuses every form with ${what}: 403 HTML, and nothing happens`, async (t) => {
-      const { app, browser, accountId, keyId } = await signedInWithKey(t)
+    it(`refuses every form with ${what}: 403 HTML, and nothing happens`, async () => {
+      const { app, browser, accountId, keyId } = await signedInWithKey()
       const token = csrfOf((await browser.get('/portal/keys')).body, '/portal/keys')
       for (const [action, fields] of [
         ['/portal/keys', { name: 'forged', expires: 'never' }],
@@ -178,18 +175,17 @@ describe('Portal CSRF protection', () => {
     })
   }
 
-  it("refuses a token taken from another browser's page (it is bound to that browser's cookies)", async (t) => {
-    const { app, browser, accountId } = await signedInWithKey(t)
-    const attacker = new FormBrowser(app)
-    await attacker.signUp(newEmail())
+  it("refuses a token taken from another browser's page (it is bound to that browser's cookies)", async () => {
+    const { app, browser, accountId } = await signedInWithKey()
+    const { browser: attacker } = await signedInBrowser(app)
     const theirs = csrfOf((await attacker.get('/portal/keys')).body, '/portal/keys')
     const response = await browser.post('/portal/keys', { _csrf: theirs, name: 'forged', expires: 'never' })
     assert.equal(response.statusCode, 403)
     assert.equal((await app.store.listApiKeys(accountId)).length, 1)
   })
 
-  it('refuses a form sent without the CSRF cookie (e.g. cookies blocked), even with a token from a page', async (t) => {
-    const { app } = await build(t)
+  it('refuses a form sent without the CSRF cookie (e.g. cookies blocked), even with a token from a page', async () => {
+    const { app } = await shared()
     const page = await app.inject({ url: '/portal/sign-up' })
     const response = await postSignUp(app, page.body, {})
     assert.equal(response.statusCode, 403)
@@ -243,8 +239,8 @@ describe('Portal failures are HTML pages', () => {
     ['an undecodable reference URL', { method: 'GET', url: '/docs/%zz' }, 400],
   ]
   for (const [what, request, status] of cases) {
-    it(`${what}: ${status}, as an HTML page with the security headers`, async (t) => {
-      const { app } = await build(t)
+    it(`${what}: ${status}, as an HTML page with the security headers`, async () => {
+      const { app } = await shared()
       const response = await app.inject(request)
       assert.equal(response.statusCode, status)
       assert.match(String(response.headers['content-type']), /^text\/html; charset=utf-8/)
@@ -260,8 +256,8 @@ describe('Portal failures are HTML pages', () => {
 })
 
 describe('The API under /v1 is untouched by the portal', () => {
-  it('still answers 415 to a form body, with the JSON error body', async (t) => {
-    const test = await build(t)
+  it('still answers 415 to a form body, with the JSON error body', async () => {
+    const test = await shared()
     const { secret } = await test.newKey()
     const response = await test.app.inject({
       method: 'POST',
@@ -273,10 +269,9 @@ describe('The API under /v1 is untouched by the portal', () => {
     assert.equal(errorBody(response).code, 'unsupported_media_type')
   })
 
-  it('does not take a portal session cookie as a credential (401 missing_api_key), and sends no portal headers', async (t) => {
-    const { app } = await build(t)
-    const browser = new FormBrowser(app)
-    await browser.signUp(newEmail())
+  it('does not take a portal session cookie as a credential (401 missing_api_key), and sends no portal headers', async () => {
+    const { app } = await shared()
+    const { browser } = await signedInBrowser(app)
     const cookie = [...browser.cookies].map(([name, value]) => `${name}=${value}`).join('; ')
     const response = await app.inject({ url: '/v1/pets', headers: { cookie } })
     assert.equal(response.statusCode, 401)
@@ -285,8 +280,8 @@ describe('The API under /v1 is untouched by the portal', () => {
     assert.equal(response.headers['set-cookie'], undefined)
   })
 
-  it('answers no CORS preflight: no Access-Control headers on OPTIONS, for the API or the portal', async (t) => {
-    const { app } = await build(t)
+  it('answers no CORS preflight: no Access-Control headers on OPTIONS, for the API or the portal', async () => {
+    const { app } = await shared()
     for (const url of ['/v1/pets', '/portal/sign-in']) {
       const response = await app.inject({
         method: 'OPTIONS',
@@ -299,8 +294,8 @@ describe('The API under /v1 is untouched by the portal', () => {
     }
   })
 
-  it('keeps the OpenAPI document to the API: no portal or reference routes in it', async (t) => {
-    const { app } = await build(t)
+  it('keeps the OpenAPI document to the API: no portal or reference routes in it', async () => {
+    const { app } = await shared()
     const document = (await app.inject({ url: '/v1/openapi.json' })).json()
     assert.deepEqual(Object.keys(document.paths).sort(), [
       '/messages',

@@ -8,31 +8,45 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import type { FastifyInstance } from 'fastify'
-import { bearer, build } from '../helper.ts'
+import { type BuildOptions, bearer, build, type Cleanup, suiteApp, type TestApp } from '../helper.ts'
 import { until } from '../wait.ts'
-import { csrfOf, FormBrowser, heading, newEmail, tableRows } from './browser.ts'
+import { csrfOf, type FormBrowser, heading, signedInBrowser, tableRows } from './browser.ts'
 
 const FEATURE = { EXPERIMENTAL_FEATURES: 'webhooks' }
 const URL_1 = 'https://hooks.example.com/animal-store'
 
-async function signedIn(t: Parameters<typeof build>[0], env: Record<string, string> = FEATURE) {
+/** Build options that count the nudges the pages give the delivery loop; and the count so far. */
+function countingNudges(): { options: BuildOptions; nudges: () => number } {
   let nudges = 0
-  const test = await build(t, env, {
-    // Counts the nudges the pages give the delivery loop.
-    setup: (app) => {
-      const { nudge } = app.webhookDeliveries
-      app.webhookDeliveries.nudge = () => {
-        nudges++
-        nudge()
-      }
-    },
-  })
-  const browser = new FormBrowser(test.app)
-  const email = newEmail()
-  await browser.signUp(email)
-  const account = await test.app.store.findAccountByEmail(email)
-  assert.ok(account)
-  return { ...test, browser, accountId: account.id, nudges: () => nudges }
+  const setup = (app: FastifyInstance) => {
+    const { nudge } = app.webhookDeliveries
+    app.webhookDeliveries.nudge = () => {
+      nudges++
+      nudge()
+    }
+  }
+  return { options: { setup }, nudges: () => nudges }
+}
+
+type Counted = { test: TestApp; nudges: () => number }
+
+/** An app of the test's own: for another configuration, or a test that cannot share one. */
+async function ownApp(t: Cleanup, env: Record<string, string> = FEATURE): Promise<Counted> {
+  const counter = countingNudges()
+  return { test: await build(t, env, counter.options), nudges: counter.nudges }
+}
+
+// The tests that look only at their own account's endpoints and deliveries share one app (with the
+// feature). A test that reads the nudges of the shared app counts those made since it began.
+const counting = countingNudges()
+const sharedApp = suiteApp(FEATURE, counting.options)
+const shared = async (): Promise<Counted> => ({ test: await sharedApp(), nudges: counting.nudges })
+
+/** A browser signed in to a new account (with a cheap password hash: see browser.ts) of `app`. */
+async function signedIn(app: Counted | Promise<Counted>) {
+  const { test, nudges } = await app
+  const { browser, accountId } = await signedInBrowser(test.app)
+  return { ...test, browser, accountId, nudges }
 }
 
 /** Submits the add form of the webhooks page: every event box checked unless `events` says otherwise. */
@@ -80,7 +94,7 @@ async function sendMessage(app: FastifyInstance, secret: string, message: string
 
 describe('Portal: webhooks without the experimental feature', () => {
   it('has no link and no pages: 404 as any unknown portal page', async (t) => {
-    const { browser } = await signedIn(t, {})
+    const { browser } = await signedIn(ownApp(t, {}))
     const keys = await browser.get('/portal/keys')
     assert.ok(!keys.body.includes('/portal/webhooks'), 'the navigation links webhooks')
     const _csrf = csrfOf(keys.body, '/portal/sign-out')
@@ -96,8 +110,8 @@ describe('Portal: webhooks without the experimental feature', () => {
 })
 
 describe('Portal: webhook endpoints', () => {
-  it('is linked from the navigation; adds an endpoint and shows its secret once, with how to verify', async (t) => {
-    const { app, browser, accountId } = await signedIn(t)
+  it('is linked from the navigation; adds an endpoint and shows its secret once, with how to verify', async () => {
+    const { app, browser, accountId } = await signedIn(shared())
     const keys = await browser.get('/portal/keys')
     assert.match(keys.body, /<a href="\/portal\/webhooks">Webhooks<\/a>/)
     const empty = await browser.get('/portal/webhooks')
@@ -132,8 +146,8 @@ describe('Portal: webhook endpoints', () => {
     assert.match(detail.body, /No deliveries yet/)
   })
 
-  it('refuses a URL against the policy with its reason, keeping what was typed; and no event, or a bad description', async (t) => {
-    const { app, browser, accountId } = await signedIn(t)
+  it('refuses a URL against the policy with its reason, keeping what was typed; and no event, or a bad description', async () => {
+    const { app, browser, accountId } = await signedIn(shared())
     const cases: [string, RegExp][] = [
       ['http://hooks.example.com/x', /The URL must start with https:\/\/\./],
       [
@@ -164,16 +178,18 @@ describe('Portal: webhook endpoints', () => {
   })
 
   it('follows the deployment: plain http and private addresses where the operator allows them', async (t) => {
-    const { browser } = await signedIn(t, {
-      ...FEATURE,
-      WEBHOOK_ALLOW_HTTP: 'true',
-      WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
-    })
+    const { browser } = await signedIn(
+      ownApp(t, {
+        ...FEATURE,
+        WEBHOOK_ALLOW_HTTP: 'true',
+        WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+      }),
+    )
     await added(browser, 'http://127.0.0.1:8080/hook')
   })
 
-  it('escapes the URL and description in the list and on the endpoint page', async (t) => {
-    const { browser } = await signedIn(t)
+  it('escapes the URL and description in the list and on the endpoint page', async () => {
+    const { browser } = await signedIn(shared())
     const { id } = await added(browser, 'https://hooks.example.com/?q=<b>', {
       description: '<img src=x onerror=alert(1)>',
     })
@@ -184,8 +200,8 @@ describe('Portal: webhook endpoints', () => {
     }
   })
 
-  it('allows 16 endpoints per account, as the API does', async (t) => {
-    const { app, browser, accountId } = await signedIn(t)
+  it('allows 16 endpoints per account, as the API does', async () => {
+    const { app, browser, accountId } = await signedIn(shared())
     for (let i = 0; i < 16; i++)
       await app.store.createWebhookEndpoint({
         accountId,
@@ -208,8 +224,8 @@ describe('Portal: webhook endpoints', () => {
     assert.equal((await app.store.listWebhookEndpoints(accountId)).length, 16)
   })
 
-  it('needs the CSRF token of the page for every form', async (t) => {
-    const { app, browser, accountId } = await signedIn(t)
+  it('needs the CSRF token of the page for every form', async () => {
+    const { app, browser, accountId } = await signedIn(shared())
     const { id } = await added(browser)
     for (const action of [
       '/portal/webhooks',
@@ -228,8 +244,8 @@ describe('Portal: webhook endpoints', () => {
 })
 
 describe('Portal: manage an endpoint', () => {
-  it('disables it (with the reason shown) and enables it again', async (t) => {
-    const { app, browser, accountId } = await signedIn(t)
+  it('disables it (with the reason shown) and enables it again', async () => {
+    const { app, browser, accountId } = await signedIn(shared())
     const { id } = await added(browser)
     const page = `/portal/webhooks/${id}`
     const disabled = await press(browser, `${page}/disable`, page)
@@ -251,8 +267,8 @@ describe('Portal: manage an endpoint', () => {
     assert.match((await browser.get(enabled.headers.location as string)).body, /The endpoint is enabled/)
   })
 
-  it('rotates the secret: the new one shown once, the old one signing 24 hours more', async (t) => {
-    const { app, browser, accountId } = await signedIn(t)
+  it('rotates the secret: the new one shown once, the old one signing 24 hours more', async () => {
+    const { app, browser, accountId } = await signedIn(shared())
     const { id, secret: old } = await added(browser)
     const page = `/portal/webhooks/${id}`
     const before = Date.now()
@@ -271,8 +287,8 @@ describe('Portal: manage an endpoint', () => {
     assert.ok(!detail.body.includes(secret) && !detail.body.includes(old), 'a secret is shown again')
   })
 
-  it('deletes it after a confirmation', async (t) => {
-    const { app, browser, accountId } = await signedIn(t)
+  it('deletes it after a confirmation', async () => {
+    const { app, browser, accountId } = await signedIn(shared())
     const { id } = await added(browser)
     const detail = await browser.get(`/portal/webhooks/${id}`)
     assert.match(detail.body, new RegExp(`href="/portal/webhooks/${id}/delete"`))
@@ -290,14 +306,13 @@ describe('Portal: manage an endpoint', () => {
     assert.equal((await browser.get(`/portal/webhooks/${id}`)).statusCode, 404)
   })
 
-  it("cannot see or change another account's endpoint: 404, and it stays as it is", async (t) => {
-    const { app, browser, accountId } = await signedIn(t)
+  it("cannot see or change another account's endpoint: 404, and it stays as it is", async () => {
+    const { app, browser, accountId } = await signedIn(shared())
     const { id } = await added(browser)
     await sendMessage(app, await browser.createKey('laptop'), 'hello')
     const [delivery] = (await app.store.listDeliveries(accountId, id, 20)) ?? []
     assert.ok(delivery)
-    const stranger = new FormBrowser(app)
-    await stranger.signUp(newEmail())
+    const { browser: stranger } = await signedInBrowser(app)
     const _csrf = csrfOf((await stranger.get('/portal/webhooks')).body, '/portal/webhooks')
     for (const url of [`/portal/webhooks/${id}`, `/portal/webhooks/${id}/delete`]) {
       const response = await stranger.get(url)
@@ -318,7 +333,8 @@ describe('Portal: manage an endpoint', () => {
 
 describe('Portal: recent deliveries', () => {
   it('lists a delivery once a message is sent; Send again makes a failed one pending and wakes the deliverer', async (t) => {
-    const { app, browser, accountId, nudges } = await signedIn(t)
+    // It claims the first due delivery of the store, whoever's, and counts every nudge: an app of its own.
+    const { app, browser, accountId, nudges } = await signedIn(ownApp(t))
     const { id } = await added(browser)
     await sendMessage(app, await browser.createKey('laptop'), 'hello')
     // One attempt, answered 500, with no retry left: the delivery fails. (The app's own delivery loop
@@ -355,8 +371,8 @@ describe('Portal: recent deliveries', () => {
     assert.equal(tableRows(after.body)[0]?.[1], 'Pending')
   })
 
-  it('shows the 20 most recent deliveries', async (t) => {
-    const { app, browser, accountId } = await signedIn(t)
+  it('shows the 20 most recent deliveries', async () => {
+    const { app, browser, accountId } = await signedIn(shared())
     const { id } = await added(browser, URL_1, { events: ['message.created'] })
     const key = await browser.createKey('laptop')
     for (let i = 0; i < 21; i++) await sendMessage(app, key, `hello ${i}`)
@@ -367,8 +383,9 @@ describe('Portal: recent deliveries', () => {
     assert.ok(!shown.some((row) => row[0]?.includes(all[20]?.eventId as string)), 'the oldest is shown')
   })
 
-  it('refuses Send again while the endpoint is disabled, saying so; and a delivery of another endpoint', async (t) => {
-    const { app, browser, accountId, nudges } = await signedIn(t)
+  it('refuses Send again while the endpoint is disabled, saying so; and a delivery of another endpoint', async () => {
+    const { app, browser, accountId, nudges } = await signedIn(shared())
+    const nudged = nudges()
     const { id } = await added(browser)
     const { id: other } = await added(browser, 'https://other.example.com/hook')
     await sendMessage(app, await browser.createKey('laptop'), 'hello')
@@ -390,6 +407,6 @@ describe('Portal: recent deliveries', () => {
       /This endpoint is disabled: nothing is sent to it\. Enable it, then send the delivery again\./,
     )
     assert.equal((await app.store.listDeliveries(accountId, id, 20))?.[0]?.status, 'failed')
-    assert.equal(nudges(), 0)
+    assert.equal(nudges(), nudged)
   })
 })
