@@ -792,8 +792,7 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
   })
 
   it('a CONNECT pipelined after a request is refused after that request is answered, not instead of it', async (t) => {
-    // It expects its two pipelined POSTs to take their ids in order, which a fresh app's PostgreSQL
-    // pool gives them, not a warm one (that serves both at once): an app of its own.
+    // It lists every pet: an app of its own.
     const test = await build(t, {}, LOGS)
     const { secret } = await test.newKey()
     await test.app.listen({ port: 0, host: '127.0.0.1' })
@@ -812,9 +811,11 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
       )
       assert.match(answer, /CONNECT is not supported/)
     }
+    // Each stored once. Pipelined requests may be served at once (PostgreSQL's pool takes both), so
+    // the two of one connection may take their ids in either order.
     assert.deepEqual(
-      (await test.app.store.listPets({ limit: 10 })).pets.map(({ name }) => name),
-      ['Piped', 'First', 'Second'],
+      (await test.app.store.listPets({ limit: 10 })).pets.map(({ name }) => name).sort(),
+      ['First', 'Piped', 'Second'],
     )
   })
 
