@@ -5,7 +5,6 @@
 import { createInterface } from 'node:readline'
 import { Writable } from 'node:stream'
 import { parseArgs } from 'node:util'
-import Value from 'typebox/value'
 import { type Config, loadConfig } from './config.ts'
 import {
   AccountRuleError,
@@ -13,13 +12,13 @@ import {
   DEFAULT_KEY_NAME,
   hashPassword,
   isEmail,
+  isKeyName,
+  isPassword,
   issueApiKey,
   KEY_NAME_DESCRIPTION,
-  KeyNameSchema,
   keyState,
   MAX_LIFETIME_DESCRIPTION,
   PASSWORD_DESCRIPTION,
-  PasswordSchema,
   parseDuration,
 } from './domain/accounts.ts'
 import { isKeyId } from './domain/api-keys.ts'
@@ -195,7 +194,7 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   const lifetimeMs = values['expires-in'] === undefined ? undefined : lifetime(values['expires-in'])
   const name = values.name ?? DEFAULT_KEY_NAME
   const scopes = values.scopes === undefined ? null : keyScopes(values.scopes)
-  if (!Value.Check(KeyNameSchema, name)) throw new UsageError(`--name must be ${KEY_NAME_DESCRIPTION}`)
+  if (!isKeyName(name)) throw new UsageError(`--name must be ${KEY_NAME_DESCRIPTION}`)
   const password = command === 'accounts set-password' ? await readPassword() : undefined
   const say: Print = (line) => print(printable(line))
 
@@ -312,7 +311,7 @@ async function readPassword(): Promise<string> {
   if (password.includes('\uFFFD')) {
     throw new CliError("The password is not UTF-8 text (check the terminal's encoding); no password was set.")
   }
-  if (!Value.Check(PasswordSchema, password)) throw new CliError(`The password must be ${PASSWORD_DESCRIPTION}.`)
+  if (!isPassword(password)) throw new CliError(`The password must be ${PASSWORD_DESCRIPTION}.`)
   return password
 }
 
