@@ -201,7 +201,14 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   // Only "accounts create" may set up a database: the others need an account or a key in it, and a
   // mistyped DATABASE_URL must not leave an empty database (a file, its folders, tables) behind.
   const existing = command !== 'accounts create'
-  const options = { databaseUrl: config.databaseUrl, poolSize: 2, timeoutMs: config.databaseTimeoutMs, existing }
+  // One statement or two, then the process ends: written directly, with no writer thread (SQLite).
+  const options = {
+    databaseUrl: config.databaseUrl,
+    poolSize: 2,
+    timeoutMs: config.databaseTimeoutMs,
+    existing,
+    direct: true,
+  }
   const store = await openStore(options).catch((error) => {
     if (!(error instanceof DatabaseNotSetUpError)) throw error
     throw new CliError(`${error.message} (only "accounts create" sets up a new one).`)
