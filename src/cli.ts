@@ -155,8 +155,14 @@ async function account(store: Store, address: string) {
 /** Writes a line to standard output; resolves once it is written (rejects if it cannot be). */
 type Print = (line: string) => void | Promise<void>
 
-/** Runs one command. Exported so the tests can drive it in-process as well as through the bin. */
-export async function run(argv: string[], config: Config, print: Print): Promise<void> {
+/** Standard input, and where its prompt goes (standard error). */
+interface Input {
+  stdin: NodeJS.ReadableStream & { isTTY?: boolean }
+  prompts: NodeJS.WritableStream
+}
+
+/** Runs one command. */
+async function run(argv: string[], config: Config, print: Print, input: Input): Promise<void> {
   const { positionals, values, tokens } = parse(argv)
   // parseArgs keeps the last of a repeated option: refuse it rather than guess which was meant.
   const given = new Set<string>()
@@ -195,7 +201,7 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   const name = values.name ?? DEFAULT_KEY_NAME
   const scopes = values.scopes === undefined ? null : keyScopes(values.scopes)
   if (!isKeyName(name)) throw new UsageError(`--name must be ${KEY_NAME_DESCRIPTION}`)
-  const password = command === 'accounts set-password' ? await readPassword() : undefined
+  const password = command === 'accounts set-password' ? await readPassword(input) : undefined
   const say: Print = (line) => print(printable(line))
 
   // Only "accounts create" may set up a database: the others need an account or a key in it, and a
@@ -311,8 +317,8 @@ function shellQuote(text: string): string {
 const MAX_PASSWORD_INPUT = 4096
 
 /** The new password: one line, checked against the portal's rule before anything is stored. */
-async function readPassword(): Promise<string> {
-  const password = await readStdin('New password: ')
+async function readPassword({ stdin, prompts }: Input): Promise<string> {
+  const password = await readStdin('New password: ', stdin, prompts)
   // Bytes that are not UTF-8 (a terminal in Latin-1) arrive as U+FFFD: stored so, the password the
   // owner types in a browser would never match, and any other such bytes would.
   if (password.includes('\uFFFD')) {
@@ -390,27 +396,40 @@ function parseErrorLine(error: Error & { code: string }): string {
   return `${error.message.split('\n').join(' ')} Run "animal-store help".`
 }
 
-/** Entry point of bin/animal-store.ts. */
-export async function main(argv: string[]): Promise<number> {
+/** What a run reads and writes: the process's environment and standard streams, unless others are given (the tests). */
+export interface Io {
+  /** The variables, read through loadConfig (config.ts) like the server's. */
+  env?: Record<string, string | undefined>
+  stdin?: NodeJS.ReadableStream & { isTTY?: boolean }
+  stdout?: NodeJS.WritableStream
+  stderr?: NodeJS.WritableStream
+}
+
+/**
+ * Runs `animal-store <argv>` and resolves with its exit status (it never rejects): the entry point
+ * of bin/animal-store.ts, and of the tests, which run most commands in their own process.
+ */
+export async function main(argv: string[], io: Io = {}): Promise<number> {
+  const { stdin = process.stdin, stdout = process.stdout, stderr = process.stderr } = io
   try {
     // A reader that went away (`| head -1`) is reported by each write's callback, not as an uncaught 'error'.
-    process.stdout.on('error', () => {})
+    stdout.on('error', () => {})
     const print = (line: string) => {
       const written = new Promise<void>((resolve, reject) => {
-        process.stdout.write(`${line}\n`, (error) => (error ? reject(error) : resolve()))
+        stdout.write(`${line}\n`, (error) => (error ? reject(error) : resolve()))
       })
       // Lines nobody awaits are not unhandled rejections; the one that matters (a new key) is awaited.
       written.catch(() => {})
       return written
     }
-    await run(argv, loadConfig(), print)
+    await run(argv, loadConfig(io.env), print, { stdin, prompts: stderr })
     return 0
   } catch (error) {
     // The reader went away (`| head -1`, `| true`): what was done is done, and there is no one to
     // tell (a new key nobody received was revoked above, and said so).
     if ((error as { code?: string }).code === 'EPIPE') return 0
     if (error instanceof NoCommandError) {
-      process.stderr.write(`${USAGE}\n`)
+      stderr.write(`${USAGE}\n`)
       return 2
     }
     const parseError = (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')
@@ -419,7 +438,7 @@ export async function main(argv: string[]): Promise<number> {
     // parseArgs spreads its advice over several lines: keep it, on one. Anything else that is not
     // one line (typed or stored text, an unexpected error) has its line breaks escaped.
     const line = printable(parseError ? parseErrorLine(error as Error & { code: string }) : message)
-    process.stderr.write(`animal-store: ${known ? line : `failed: ${line}`}\n`)
+    stderr.write(`animal-store: ${known ? line : `failed: ${line}`}\n`)
     return error instanceof UsageError || parseError ? 2 : 1
   }
 }
