@@ -98,6 +98,11 @@ function keyScopes(list: string): string {
   }
 }
 
+/** A key's scopes as the CLI prints them: comma-separated, as `--scopes` takes them (stored: space-separated). */
+function shownScopes(scopes: string | null | undefined): string {
+  return scopes?.replaceAll(' ', ',') ?? 'all'
+}
+
 /** The key lifetime of `--expires-in`, in milliseconds (the rule is in accounts.ts). */
 function lifetime(text: string): number {
   try {
@@ -236,7 +241,7 @@ async function run(argv: string[], config: Config, print: Print, input: Input): 
         const request = { accountId: owner.id, name, lifetimeMs, scopes }
         const { key, secret } = await issueApiKey(store, config.deployment, request)
         say(
-          `Created ${config.deployment} key ${key.id} "${key.name}" for ${owner.email}, ${key.expiresAt ? `expires ${key.expiresAt}` : 'no expiry'}, scopes: ${key.scopes ?? 'all'}.`,
+          `Created ${config.deployment} key ${key.id} "${key.name}" for ${owner.email}, ${key.expiresAt ? `expires ${key.expiresAt}` : 'no expiry'}, scopes: ${shownScopes(key.scopes)}.`,
         )
         // Each deployment refuses the other's keys: say so where the operator may have forgotten.
         if (config.deployment === 'staging')
@@ -263,7 +268,7 @@ async function run(argv: string[], config: Config, print: Print, input: Input): 
           k.createdAt,
           k.expiresAt ?? '-',
           k.lastUsedAt ?? '-',
-          k.scopes?.replaceAll(' ', ',') ?? 'all',
+          shownScopes(k.scopes),
         ])
         return printTable(['ID', 'NAME', 'PREFIX', 'STATE', 'CREATED', 'EXPIRES', 'LAST USED', 'SCOPES'], rows, print)
       }
@@ -393,7 +398,9 @@ function parseErrorLine(error: Error & { code: string }): string {
   if (error.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' && option !== undefined) {
     return `Unknown option "${option}". Run "animal-store help".`
   }
-  return `${error.message.split('\n').join(' ')} Run "animal-store help".`
+  const message = error.message.split('\n').join(' ').trimEnd()
+  // Some of its messages end their sentence ("… is ambiguous."), others not ("… argument missing").
+  return `${message}${/[.?!]$/.test(message) ? '' : '.'} Run "animal-store help".`
 }
 
 /** What a run reads and writes: the process's environment and standard streams, unless others are given (the tests). */

@@ -321,7 +321,8 @@ describe('CLI: keys create', () => {
   it('makes a key restricted to --scopes, shown by keys list; an unknown scope is a usage error', async (t) => {
     const { url, email } = await withAccount(t)
     const run = await ok(url, ['keys', 'create', email, '--scopes', 'orders:write,pets:read'])
-    assert.match(run.stdout, /scopes: pets:read orders:write\./)
+    // Comma-separated, as --scopes takes them and keys list shows them.
+    assert.match(run.stdout, /, scopes: pets:read,orders:write\.\n/)
     await ok(url, ['keys', 'create', email, '--name', 'full'])
     const list = await ok(url, ['keys', 'list', email])
     assert.match(list.stdout, /SCOPES/)
@@ -603,7 +604,19 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
     [
       '--expires-in without a value, with the way to help',
       ['keys', 'create', 'alice@example.com', '--expires-in'],
-      /expires-in.* Run "animal-store help"\.$/,
+      /^animal-store: Option '--expires-in <value>' argument missing\. Run "animal-store help"\.$/,
+      USAGE,
+    ],
+    [
+      '--name without a value, its sentence ended before the way to help',
+      ['keys', 'create', 'alice@example.com', '--name'],
+      /^animal-store: Option '--name <value>' argument missing\. Run "animal-store help"\.$/,
+      USAGE,
+    ],
+    [
+      'a value given to --help, its sentence ended before the way to help',
+      ['--help=yes'],
+      /^animal-store: Option '-h, --help' does not take an argument\. Run "animal-store help"\.$/,
       USAGE,
     ],
     [
