@@ -298,7 +298,7 @@ async function backupCommand(target: string | undefined, databaseUrl: string, sa
     )
   }
   const { sqlitePath } = await import('./store/sqlite.ts')
-  const { backupSqlite, BackupTargetExistsError } = await import('./store/sqlite-backup.ts')
+  const { backupSqlite, BackupTargetError } = await import('./store/sqlite-backup.ts')
   const source = sqlitePath(databaseUrl)
   const started = performance.now()
   try {
@@ -306,7 +306,7 @@ async function backupCommand(target: string | undefined, databaseUrl: string, sa
     const seconds = ((performance.now() - started) / 1000).toFixed(1)
     await say(`Backed up ${source} to ${target}: ${pages} pages, ${bytes} bytes, in ${seconds} s.`)
   } catch (error) {
-    if (error instanceof BackupTargetExistsError || error instanceof DatabaseNotSetUpError) {
+    if (error instanceof BackupTargetError || error instanceof DatabaseNotSetUpError) {
       throw new CliError(error.message)
     }
     throw error

@@ -10,7 +10,7 @@
  * start costs more than such a process's whole work); each write runs on this thread's connection,
  * through the same statements (sqlite-writer.ts's batchCommitter), as a batch of one.
  */
-import { accessSync, constants, existsSync, mkdirSync } from 'node:fs'
+import { accessSync, constants, existsSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { Worker } from 'node:worker_threads'
@@ -19,7 +19,7 @@ import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
 import type { Delivery } from '../schemas/webhooks.ts'
 import { latestMigration, newerThanCode, readMigrations } from './migrations.ts'
-import { FILE_GONE, filesIdentity } from './sqlite-file.ts'
+import { FILE_GONE, filesIdentity, makeFolders } from './sqlite-file.ts'
 import {
   batchCommitter,
   MESSAGE_COLUMNS,
@@ -143,21 +143,6 @@ function named(path: string, error: unknown): Error {
     : ' (this user cannot write the file or its folder, where SQLite also keeps its -wal and -shm files)'
   failure.message = `${path}: ${failure.message}${why}`
   return failure
-}
-
-/**
- * `mkdir -p`, one level at a time: Node's recursive mkdir spins forever where mkdir answers
- * ENOENT under a folder that exists (a path in /proc).
- */
-function makeFolders(dir: string): void {
-  if (existsSync(dir)) return
-  makeFolders(dirname(dir))
-  try {
-    mkdirSync(dir)
-  } catch (error) {
-    // Another process starting beside this one made it first.
-    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
-  }
 }
 
 /** The highest migration applied to the database; 0 when it has none (no schema_migrations table). */
