@@ -1,9 +1,8 @@
 /**
  * `animal-store backup <file>`, run for real: the CLI as a child process beside a real server
  * process writing to the same SQLite file under concurrent POST /v1/pets, then a new server
- * started on the copy, restored as the README says. Its refusals run in this process (the CLI's
- * main), but one that used to hang. SQLite only: PostgreSQL is backed up with pg_dump, which the
- * CLI only names.
+ * started on the copy, restored as the README says. SQLite only: PostgreSQL is backed up with
+ * pg_dump, which the CLI only names.
  */
 import assert from 'node:assert/strict'
 import { copyFileSync, existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
@@ -94,6 +93,8 @@ describe('CLI: backup under load (SQLite)', { skip: SQLITE_ONLY }, () => {
   })
 })
 
+// The refusals run the CLI in this process (its main), but for one that used to hang: only a
+// process can be killed.
 describe('CLI: backup refusals', { skip: SQLITE_ONLY }, () => {
   /** The run `run` failed with `code`, one line on stderr and nothing on stdout; returns that line. */
   function failed(run: Exit, args: string[], code: number): string {
