@@ -297,7 +297,8 @@ async function backupCommand(target: string | undefined, databaseUrl: string, sa
       `"backup" copies SQLite databases; back up PostgreSQL with pg_dump: pg_dump --format=custom --file=${shellQuote(target)} ${shellQuote(url.href)}`,
     )
   }
-  const { sqlitePath } = await import('./store/sqlite.ts')
+  // Not the store (nor its writer's modules): a copy needs the file's path and node:sqlite.
+  const { sqlitePath } = await import('./store/sqlite-file.ts')
   const { backupSqlite, BackupTargetError } = await import('./store/sqlite-backup.ts')
   const source = sqlitePath(databaseUrl)
   const started = performance.now()

@@ -41,3 +41,9 @@ export function makeFolders(dir: string): void {
     if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
   }
 }
+
+/** `sqlite:data/x.db`, `sqlite:/abs/x.db` or `sqlite:///abs/x.db` → the file path. */
+export function sqlitePath(url: string): string {
+  const rest = url.replace(/^sqlite:/, '')
+  return rest.startsWith('//') ? rest.slice(2) : rest
+}

@@ -19,7 +19,7 @@ import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
 import type { Delivery } from '../schemas/webhooks.ts'
 import { latestMigration, newerThanCode, readMigrations } from './migrations.ts'
-import { FILE_GONE, filesIdentity, makeFolders } from './sqlite-file.ts'
+import { FILE_GONE, filesIdentity, makeFolders, sqlitePath } from './sqlite-file.ts'
 import {
   batchCommitter,
   MESSAGE_COLUMNS,
@@ -155,11 +155,7 @@ function appliedVersion(db: DatabaseSync): number {
   return applied ?? 0
 }
 
-/** `sqlite:data/x.db`, `sqlite:/abs/x.db` or `sqlite:///abs/x.db` → the file path. */
-export function sqlitePath(url: string): string {
-  const rest = url.replace(/^sqlite:/, '')
-  return rest.startsWith('//') ? rest.slice(2) : rest
-}
+export { sqlitePath }
 
 type Op = keyof WriteOps
 
