@@ -5,7 +5,6 @@
 import { createInterface } from 'node:readline'
 import { Writable } from 'node:stream'
 import { parseArgs } from 'node:util'
-import Value from 'typebox/value'
 import { type Config, loadConfig } from './config.ts'
 import {
   AccountRuleError,
@@ -13,13 +12,13 @@ import {
   DEFAULT_KEY_NAME,
   hashPassword,
   isEmail,
+  isKeyName,
+  isPassword,
   issueApiKey,
   KEY_NAME_DESCRIPTION,
-  KeyNameSchema,
   keyState,
   MAX_LIFETIME_DESCRIPTION,
   PASSWORD_DESCRIPTION,
-  PasswordSchema,
   parseDuration,
 } from './domain/accounts.ts'
 import { isKeyId } from './domain/api-keys.ts'
@@ -99,6 +98,11 @@ function keyScopes(list: string): string {
   }
 }
 
+/** A key's scopes as the CLI prints them: comma-separated, as `--scopes` takes them (stored: space-separated). */
+function shownScopes(scopes: string | null | undefined): string {
+  return scopes?.replaceAll(' ', ',') ?? 'all'
+}
+
 /** The key lifetime of `--expires-in`, in milliseconds (the rule is in accounts.ts). */
 function lifetime(text: string): number {
   try {
@@ -156,8 +160,14 @@ async function account(store: Store, address: string) {
 /** Writes a line to standard output; resolves once it is written (rejects if it cannot be). */
 type Print = (line: string) => void | Promise<void>
 
-/** Runs one command. Exported so the tests can drive it in-process as well as through the bin. */
-export async function run(argv: string[], config: Config, print: Print): Promise<void> {
+/** Standard input, and where its prompt goes (standard error). */
+interface Input {
+  stdin: NodeJS.ReadableStream & { isTTY?: boolean }
+  prompts: NodeJS.WritableStream
+}
+
+/** Runs one command. */
+async function run(argv: string[], config: Config, print: Print, input: Input): Promise<void> {
   const { positionals, values, tokens } = parse(argv)
   // parseArgs keeps the last of a repeated option: refuse it rather than guess which was meant.
   const given = new Set<string>()
@@ -195,14 +205,21 @@ export async function run(argv: string[], config: Config, print: Print): Promise
   const lifetimeMs = values['expires-in'] === undefined ? undefined : lifetime(values['expires-in'])
   const name = values.name ?? DEFAULT_KEY_NAME
   const scopes = values.scopes === undefined ? null : keyScopes(values.scopes)
-  if (!Value.Check(KeyNameSchema, name)) throw new UsageError(`--name must be ${KEY_NAME_DESCRIPTION}`)
-  const password = command === 'accounts set-password' ? await readPassword() : undefined
+  if (!isKeyName(name)) throw new UsageError(`--name must be ${KEY_NAME_DESCRIPTION}`)
+  const password = command === 'accounts set-password' ? await readPassword(input) : undefined
   const say: Print = (line) => print(printable(line))
 
   // Only "accounts create" may set up a database: the others need an account or a key in it, and a
   // mistyped DATABASE_URL must not leave an empty database (a file, its folders, tables) behind.
   const existing = command !== 'accounts create'
-  const options = { databaseUrl: config.databaseUrl, poolSize: 2, timeoutMs: config.databaseTimeoutMs, existing }
+  // One statement or two, then the process ends: written directly, with no writer thread (SQLite).
+  const options = {
+    databaseUrl: config.databaseUrl,
+    poolSize: 2,
+    timeoutMs: config.databaseTimeoutMs,
+    existing,
+    direct: true,
+  }
   const store = await openStore(options).catch((error) => {
     if (!(error instanceof DatabaseNotSetUpError)) throw error
     throw new CliError(`${error.message} (only "accounts create" sets up a new one).`)
@@ -224,7 +241,7 @@ export async function run(argv: string[], config: Config, print: Print): Promise
         const request = { accountId: owner.id, name, lifetimeMs, scopes }
         const { key, secret } = await issueApiKey(store, config.deployment, request)
         say(
-          `Created ${config.deployment} key ${key.id} "${key.name}" for ${owner.email}, ${key.expiresAt ? `expires ${key.expiresAt}` : 'no expiry'}, scopes: ${key.scopes ?? 'all'}.`,
+          `Created ${config.deployment} key ${key.id} "${key.name}" for ${owner.email}, ${key.expiresAt ? `expires ${key.expiresAt}` : 'no expiry'}, scopes: ${shownScopes(key.scopes)}.`,
         )
         // Each deployment refuses the other's keys: say so where the operator may have forgotten.
         if (config.deployment === 'staging')
@@ -251,7 +268,7 @@ export async function run(argv: string[], config: Config, print: Print): Promise
           k.createdAt,
           k.expiresAt ?? '-',
           k.lastUsedAt ?? '-',
-          k.scopes?.replaceAll(' ', ',') ?? 'all',
+          shownScopes(k.scopes),
         ])
         return printTable(['ID', 'NAME', 'PREFIX', 'STATE', 'CREATED', 'EXPIRES', 'LAST USED', 'SCOPES'], rows, print)
       }
@@ -280,8 +297,9 @@ async function backupCommand(target: string | undefined, databaseUrl: string, sa
       `"backup" copies SQLite databases; back up PostgreSQL with pg_dump: pg_dump --format=custom --file=${shellQuote(target)} ${shellQuote(url.href)}`,
     )
   }
-  const { sqlitePath } = await import('./store/sqlite.ts')
-  const { backupSqlite, BackupTargetExistsError } = await import('./store/sqlite-backup.ts')
+  // Not the store (nor its writer's modules): a copy needs the file's path and node:sqlite.
+  const { sqlitePath } = await import('./store/sqlite-file.ts')
+  const { backupSqlite, BackupTargetError } = await import('./store/sqlite-backup.ts')
   const source = sqlitePath(databaseUrl)
   const started = performance.now()
   try {
@@ -289,7 +307,7 @@ async function backupCommand(target: string | undefined, databaseUrl: string, sa
     const seconds = ((performance.now() - started) / 1000).toFixed(1)
     await say(`Backed up ${source} to ${target}: ${pages} pages, ${bytes} bytes, in ${seconds} s.`)
   } catch (error) {
-    if (error instanceof BackupTargetExistsError || error instanceof DatabaseNotSetUpError) {
+    if (error instanceof BackupTargetError || error instanceof DatabaseNotSetUpError) {
       throw new CliError(error.message)
     }
     throw error
@@ -305,14 +323,14 @@ function shellQuote(text: string): string {
 const MAX_PASSWORD_INPUT = 4096
 
 /** The new password: one line, checked against the portal's rule before anything is stored. */
-async function readPassword(): Promise<string> {
-  const password = await readStdin('New password: ')
+async function readPassword({ stdin, prompts }: Input): Promise<string> {
+  const password = await readStdin('New password: ', stdin, prompts)
   // Bytes that are not UTF-8 (a terminal in Latin-1) arrive as U+FFFD: stored so, the password the
   // owner types in a browser would never match, and any other such bytes would.
   if (password.includes('\uFFFD')) {
     throw new CliError("The password is not UTF-8 text (check the terminal's encoding); no password was set.")
   }
-  if (!Value.Check(PasswordSchema, password)) throw new CliError(`The password must be ${PASSWORD_DESCRIPTION}.`)
+  if (!isPassword(password)) throw new CliError(`The password must be ${PASSWORD_DESCRIPTION}.`)
   return password
 }
 
@@ -381,30 +399,45 @@ function parseErrorLine(error: Error & { code: string }): string {
   if (error.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' && option !== undefined) {
     return `Unknown option "${option}". Run "animal-store help".`
   }
-  return `${error.message.split('\n').join(' ')} Run "animal-store help".`
+  const message = error.message.split('\n').join(' ').trimEnd()
+  // Some of its messages end their sentence ("… is ambiguous."), others not ("… argument missing").
+  return `${message}${/[.?!]$/.test(message) ? '' : '.'} Run "animal-store help".`
 }
 
-/** Entry point of bin/animal-store.ts. */
-export async function main(argv: string[]): Promise<number> {
+/** What a run reads and writes: the process's environment and standard streams, unless others are given (the tests). */
+export interface Io {
+  /** The variables, read through loadConfig (config.ts) like the server's. */
+  env?: Record<string, string | undefined>
+  stdin?: NodeJS.ReadableStream & { isTTY?: boolean }
+  stdout?: NodeJS.WritableStream
+  stderr?: NodeJS.WritableStream
+}
+
+/**
+ * Runs `animal-store <argv>` and resolves with its exit status (it never rejects): the entry point
+ * of bin/animal-store.ts, and of the tests, which run most commands in their own process.
+ */
+export async function main(argv: string[], io: Io = {}): Promise<number> {
+  const { stdin = process.stdin, stdout = process.stdout, stderr = process.stderr } = io
   try {
     // A reader that went away (`| head -1`) is reported by each write's callback, not as an uncaught 'error'.
-    process.stdout.on('error', () => {})
+    stdout.on('error', () => {})
     const print = (line: string) => {
       const written = new Promise<void>((resolve, reject) => {
-        process.stdout.write(`${line}\n`, (error) => (error ? reject(error) : resolve()))
+        stdout.write(`${line}\n`, (error) => (error ? reject(error) : resolve()))
       })
       // Lines nobody awaits are not unhandled rejections; the one that matters (a new key) is awaited.
       written.catch(() => {})
       return written
     }
-    await run(argv, loadConfig(), print)
+    await run(argv, loadConfig(io.env), print, { stdin, prompts: stderr })
     return 0
   } catch (error) {
     // The reader went away (`| head -1`, `| true`): what was done is done, and there is no one to
     // tell (a new key nobody received was revoked above, and said so).
     if ((error as { code?: string }).code === 'EPIPE') return 0
     if (error instanceof NoCommandError) {
-      process.stderr.write(`${USAGE}\n`)
+      stderr.write(`${USAGE}\n`)
       return 2
     }
     const parseError = (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')
@@ -413,7 +446,7 @@ export async function main(argv: string[]): Promise<number> {
     // parseArgs spreads its advice over several lines: keep it, on one. Anything else that is not
     // one line (typed or stored text, an unexpected error) has its line breaks escaped.
     const line = printable(parseError ? parseErrorLine(error as Error & { code: string }) : message)
-    process.stderr.write(`animal-store: ${known ? line : `failed: ${line}`}\n`)
+    stderr.write(`animal-store: ${known ? line : `failed: ${line}`}\n`)
     return error instanceof UsageError || parseError ? 2 : 1
   }
 }

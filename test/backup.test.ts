@@ -10,8 +10,9 @@ import { join } from 'node:path'
 import { describe, it } from 'node:test'
 import { isDeepStrictEqual } from 'node:util'
 import type { Pet } from '../src/schemas/pets.ts'
+import { runCli } from './cli-run.ts'
 import { DATABASE, tempDir } from './helper.ts'
-import { cli, cliKey, startServer } from './processes.ts'
+import { cli, cliKey, type Exit, runNode, startServer } from './processes.ts'
 import { until } from './wait.ts'
 
 const CLIENTS = 6
@@ -92,20 +93,32 @@ describe('CLI: backup under load (SQLite)', { skip: SQLITE_ONLY }, () => {
   })
 })
 
+// The refusals run the CLI in this process (its main), but for one that used to hang: only a
+// process can be killed.
 describe('CLI: backup refusals', { skip: SQLITE_ONLY }, () => {
-  /** A run that fails with `code`, one line on stderr and nothing on stdout; returns that line. */
-  async function fails(env: Record<string, string>, args: string[], code: number): Promise<string> {
-    const run = await cli(args, env)
+  /** The run `run` failed with `code`, one line on stderr and nothing on stdout; returns that line. */
+  function failed(run: Exit, args: string[], code: number): string {
     assert.equal(run.code, code, `animal-store ${args.join(' ')} exited ${run.code}: ${run.stderr}`)
     assert.equal(run.stdout, '')
     assert.match(run.stderr, /^animal-store: [^\n]+\n$/)
     return run.stderr.trimEnd()
   }
 
-  it('refuses a target that exists (exit 1, naming it) and leaves it as it was', async (t) => {
+  /** A run (in this process) that fails with `code`, one line on stderr and nothing on stdout; returns that line. */
+  async function fails(env: Record<string, string>, args: string[], code: number): Promise<string> {
+    return failed(await runCli(args, env), args, code)
+  }
+
+  /** A database with an account in it, at live.db in a new folder. */
+  async function live(t: Parameters<typeof tempDir>[0]) {
     const dir = tempDir(t)
     const env = { DATABASE_URL: `sqlite:${join(dir, 'live.db')}` }
-    assert.equal((await cli(['accounts', 'create', 'a@example.com'], env)).code, 0)
+    assert.equal((await runCli(['accounts', 'create', 'a@example.com'], env)).code, 0)
+    return { dir, env }
+  }
+
+  it('refuses a target that exists (exit 1, naming it) and leaves it as it was', async (t) => {
+    const { dir, env } = await live(t)
     const target = join(dir, 'existing.db')
     writeFileSync(target, 'keep me')
     assert.match(await fails(env, ['backup', target], 1), /existing\.db already exists/)
@@ -125,6 +138,28 @@ describe('CLI: backup refusals', { skip: SQLITE_ONLY }, () => {
     const env = { DATABASE_URL: `sqlite:${join(dir, 'none.db')}` }
     assert.match(await fails(env, ['backup', join(dir, 'copy.db')], 1), /No SQLite database at .*none\.db/)
     assert.deepEqual(readdirSync(dir), [])
+  })
+
+  it('refuses a target whose folder cannot be made (under /proc) in one line, at once, rather than spin', async (t) => {
+    const { env } = await live(t)
+    // A real process: where Node's recursive mkdir spins, it spins forever, and only a kill ends it.
+    const args = ['backup', '/proc/animal-store-test/copy.db']
+    const run = await runNode(['bin/animal-store.ts', ...args], env, 10_000)
+    assert.equal(run.signal, null, 'the backup did not end by itself within 10 s')
+    assert.match(
+      failed(run, args, 1),
+      /^animal-store: Cannot make the folder \/proc\/animal-store-test for the backup: no such file or directory \(ENOENT\)\.$/,
+    )
+  })
+
+  it('names the real cause when a folder of the target is a file (not an internal .partial file)', async (t) => {
+    const { dir, env } = await live(t)
+    writeFileSync(join(dir, 'afile'), 'a file, not a folder')
+    const line = await fails(env, ['backup', join(dir, 'afile', 'sub', 'copy.db')], 1)
+    assert.equal(
+      line,
+      `animal-store: Cannot make the folder ${join(dir, 'afile', 'sub')} for the backup: ${join(dir, 'afile')} is a file, not a folder (ENOTDIR).`,
+    )
   })
 
   for (const [what, args] of [

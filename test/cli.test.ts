@@ -1,7 +1,10 @@
 /**
- * The operator's CLI, run for real: `bin/animal-store.ts` as a child process on a real SQLite file,
- * exactly as `npx animal-store …` runs it. The end-to-end tests then point the real app at the
- * same file to check that what the CLI wrote is what the server reads.
+ * The operator's CLI on a real SQLite file: each command run in this process through src/cli.ts's
+ * main (test/cli-run.ts), with an environment and standard streams of its own; the few things only
+ * a real process shows (the bin, exit statuses as a shell sees them, a reader that goes away) run
+ * `bin/animal-store.ts` as a child process, exactly as `npx animal-store …` runs it. The
+ * end-to-end tests then point the real app at the same file to check that what the CLI wrote is
+ * what the server reads.
  */
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
@@ -14,6 +17,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { readStdin } from '../src/cli.ts'
 import { generateApiKey } from '../src/domain/api-keys.ts'
 import { openStore } from '../src/store/index.ts'
+import { runCli } from './cli-run.ts'
 import { bearer, build, errorBody, type TestApp } from './helper.ts'
 import { FormBrowser, PASSWORD } from './portal/browser.ts'
 import { cli, type Exit, spawnNode } from './processes.ts'
@@ -33,14 +37,14 @@ function rawControls(text: string): string[] {
 /** A key name that, printed raw, retitles the terminal, turns it red and forges a row of `keys list`. */
 const EVIL_NAME = 'evil\u001b]0;pwned\u0007\u001b[31mRED\nfake row'
 
-/** Runs `animal-store <args>` on `databaseUrl` (with `input` piped to it) and collects its exit code and output. */
+/** Runs `animal-store <args>` on `databaseUrl` (with `input` piped to it), in this process, and collects its exit code and output. */
 function cliOn(
   databaseUrl: string,
   args: string[],
   env: Record<string, string> = {},
   input?: string | Buffer,
 ): Promise<Exit> {
-  return cli(args, { DATABASE_URL: databaseUrl, ...env }, input)
+  return runCli(args, { DATABASE_URL: databaseUrl, ...env }, input)
 }
 
 /** A run that must succeed: exit 0, nothing on stderr. */
@@ -254,31 +258,41 @@ describe('CLI: accounts set-password', () => {
   })
 })
 
-describe('CLI: output nobody reads', () => {
+describe('CLI: the real bin, as `npx animal-store` runs it (child processes)', () => {
+  it('runs commands through bin/animal-store.ts, answering with the exit statuses a script tests', async (t) => {
+    const { url } = newDatabase(t)
+    const env = { DATABASE_URL: url }
+    const help = await cli(['help'], env)
+    assert.deepEqual([help.code, help.stderr], [0, ''])
+    assert.match(help.stdout, /^Usage: animal-store <command>\n[\s\S]*keys revoke <key-id>/)
+    const none = await cli([], env)
+    assert.deepEqual([none.code, none.stdout], [USAGE, ''])
+    assert.match(none.stderr, /^Usage: animal-store <command>\n/)
+    const unknown = await cli(['frobnicate'], env)
+    assert.deepEqual([unknown.code, unknown.stdout], [USAGE, ''])
+    assert.equal(unknown.stderr, 'animal-store: Unknown command "frobnicate". Run "animal-store help".\n')
+
+    const created = await cli(['accounts', 'create', 'alice@example.com'], env)
+    assert.deepEqual([created.code, created.stderr], [0, ''])
+    assert.match(created.stdout, /^Created account \d+ for alice@example\.com\.\n$/)
+    const key = await cli(['keys', 'create', 'alice@example.com'], env)
+    assert.deepEqual([key.code, key.stderr], [0, ''])
+    const secret = lastLine(key.stdout)
+    assert.match(secret, STAGING_KEY)
+    const list = await cli(['keys', 'list', 'alice@example.com'], env)
+    assert.deepEqual([list.code, list.stderr], [0, ''])
+    assert.equal(parseTable(list.stdout)[0]?.PREFIX, `${secret.slice(0, SHOWN)}…`)
+    const failed = await cli(['keys', 'list', 'nobody@example.com'], env)
+    assert.deepEqual([failed.code, failed.stdout], [FAILED, ''])
+    assert.match(failed.stderr, /^animal-store: No account for nobody@example\.com; [^\n]+\n$/)
+  })
+
   it('stops quietly, exit 0, when standard output is closed (`animal-store help | true`)', async () => {
     const { child, exited } = spawnNode(['bin/animal-store.ts', 'help'], {})
     child.stdout.destroy()
     const run = await exited
     assert.equal(run.stderr, '')
     assert.equal(run.code, 0)
-  })
-})
-
-describe('CLI: keys create', () => {
-  it('makes a key restricted to --scopes, shown by keys list; an unknown scope is a usage error', async (t) => {
-    const { url, email } = await withAccount(t)
-    const run = await ok(url, ['keys', 'create', email, '--scopes', 'orders:write,pets:read'])
-    assert.match(run.stdout, /scopes: pets:read orders:write\./)
-    await ok(url, ['keys', 'create', email, '--name', 'full'])
-    const list = await ok(url, ['keys', 'list', email])
-    assert.match(list.stdout, /SCOPES/)
-    assert.match(list.stdout, /pets:read,orders:write/)
-    assert.match(list.stdout, /full .* all\n/)
-    assert.match(
-      await wrongUsage(url, ['keys', 'create', email, '--scopes', 'pets:admin']),
-      /Unknown scope "pets:admin"/,
-    )
-    assert.match(await wrongUsage(url, ['keys', 'list', email, '--scopes', 'pets:read']), /--scopes/)
   })
 
   it('revokes the new key when it cannot be written out (the reader went away), in one line on stderr', async (t) => {
@@ -300,6 +314,25 @@ describe('CLI: keys create', () => {
     const [key] = await store.listApiKeys(account?.id as number)
     assert.equal(key?.name, 'lost')
     assert.ok(key?.revokedAt, 'the key nobody received is still active')
+  })
+})
+
+describe('CLI: keys create', () => {
+  it('makes a key restricted to --scopes, shown by keys list; an unknown scope is a usage error', async (t) => {
+    const { url, email } = await withAccount(t)
+    const run = await ok(url, ['keys', 'create', email, '--scopes', 'orders:write,pets:read'])
+    // Comma-separated, as --scopes takes them and keys list shows them.
+    assert.match(run.stdout, /, scopes: pets:read,orders:write\.\n/)
+    await ok(url, ['keys', 'create', email, '--name', 'full'])
+    const list = await ok(url, ['keys', 'list', email])
+    assert.match(list.stdout, /SCOPES/)
+    assert.match(list.stdout, /pets:read,orders:write/)
+    assert.match(list.stdout, /full .* all\n/)
+    assert.match(
+      await wrongUsage(url, ['keys', 'create', email, '--scopes', 'pets:admin']),
+      /Unknown scope "pets:admin"/,
+    )
+    assert.match(await wrongUsage(url, ['keys', 'list', email, '--scopes', 'pets:read']), /--scopes/)
   })
 
   it('prints a staging key (as_test_…) alone on the last line by default (DEPLOYMENT defaults to staging)', async (t) => {
@@ -571,7 +604,19 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
     [
       '--expires-in without a value, with the way to help',
       ['keys', 'create', 'alice@example.com', '--expires-in'],
-      /expires-in.* Run "animal-store help"\.$/,
+      /^animal-store: Option '--expires-in <value>' argument missing\. Run "animal-store help"\.$/,
+      USAGE,
+    ],
+    [
+      '--name without a value, its sentence ended before the way to help',
+      ['keys', 'create', 'alice@example.com', '--name'],
+      /^animal-store: Option '--name <value>' argument missing\. Run "animal-store help"\.$/,
+      USAGE,
+    ],
+    [
+      'a value given to --help, its sentence ended before the way to help',
+      ['--help=yes'],
+      /^animal-store: Option '-h, --help' does not take an argument\. Run "animal-store help"\.$/,
       USAGE,
     ],
     [
@@ -674,7 +719,7 @@ describe('CLI keys against the app (end to end, same SQLite file)', () => {
   it('a key created with --expires-in 1s is refused with 401 expired_api_key once it lapses, and listed as expired', async (t) => {
     const { url, email } = await withAccount(t)
     const secret = await createKey(url, email, ['--expires-in', '1s'])
-    // Real time, not a mocked clock: `keys list` below is another process, which reads its own.
+    // Real time, not a mocked clock: the app and `keys list` below read the real one.
     await sleep(1100)
     await assertRefused(await build(t, { DATABASE_URL: url }), secret, 'expired_api_key')
     assert.equal((await listedKey(url, email, secret)).STATE, 'expired')

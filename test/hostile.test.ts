@@ -813,10 +813,11 @@ describe(`Hostile clients on a real socket (${DATABASE})`, () => {
     }
     // Each stored once. Pipelined requests may be served at once (PostgreSQL's pool takes both), so
     // the two of one connection may take their ids in either order.
-    assert.deepEqual(
-      (await test.app.store.listPets({ limit: 10 })).pets.map(({ name }) => name).sort(),
-      ['First', 'Piped', 'Second'],
-    )
+    assert.deepEqual((await test.app.store.listPets({ limit: 10 })).pets.map(({ name }) => name).sort(), [
+      'First',
+      'Piped',
+      'Second',
+    ])
   })
 
   it('a client that resets its connection after a POST and a CONNECT leaves the server serving', async (t) => {

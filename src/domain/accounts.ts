@@ -6,8 +6,8 @@
 import { randomBytes, scrypt, timingSafeEqual } from 'node:crypto'
 import { promisify } from 'node:util'
 import Type from 'typebox'
-import Value from 'typebox/value'
 import type { Deployment } from '../config.ts'
+import { stringRule } from '../lib/string-rule.ts'
 import { CONTROL_CHARACTERS, EMAIL_DESCRIPTION, EmailSchema } from '../schemas/accounts.ts'
 import type { Account, ApiKey, Store } from '../store/types.ts'
 import { generateApiKey } from './api-keys.ts'
@@ -35,6 +35,11 @@ export const KeyNameSchema = Type.String({
 
 export const DEFAULT_KEY_NAME = 'default'
 
+/** The checks of the schemas above, and of an email address (schemas/accounts.ts). */
+export const isPassword = stringRule(PasswordSchema)
+export const isKeyName = stringRule(KeyNameSchema)
+export const isEmail = stringRule(EmailSchema)
+
 /** Thrown when an input breaks one of the rules above; the message is meant for people. */
 export class AccountRuleError extends Error {
   override name = 'AccountRuleError'
@@ -61,10 +66,6 @@ export function parseDuration(text: string): number {
   return seconds * 1000
 }
 
-export function isEmail(text: string): boolean {
-  return Value.Check(EmailSchema, text)
-}
-
 /** Creates an account (with a password hash for the portal); null when the email is taken. */
 export async function createAccount(
   store: Store,
@@ -72,7 +73,7 @@ export async function createAccount(
   password?: string,
 ): Promise<(Account & { passwordHash: string | null }) | null> {
   if (!isEmail(email)) throw new AccountRuleError(`"${email}" is not ${EMAIL_DESCRIPTION}`)
-  if (password !== undefined && !Value.Check(PasswordSchema, password)) {
+  if (password !== undefined && !isPassword(password)) {
     throw new AccountRuleError(`The password must be ${PASSWORD_DESCRIPTION}.`)
   }
   const passwordHash = password === undefined ? null : await hashPassword(password)
@@ -92,7 +93,7 @@ export async function issueApiKey(
   deployment: Deployment,
   request: { accountId: number; name: string; lifetimeMs?: number; scopes?: string | null },
 ): Promise<IssuedKey> {
-  if (!Value.Check(KeyNameSchema, request.name)) throw new AccountRuleError(`The name must be ${KEY_NAME_DESCRIPTION}.`)
+  if (!isKeyName(request.name)) throw new AccountRuleError(`The name must be ${KEY_NAME_DESCRIPTION}.`)
   const generated = generateApiKey(deployment)
   const expiresAt = request.lifetimeMs === undefined ? null : new Date(Date.now() + request.lifetimeMs).toISOString()
   const key = await store.createApiKey({

@@ -13,6 +13,13 @@ export interface StoreOptions {
    */
   existing?: boolean
   /**
+   * SQLite: no writer thread; each write is committed on the calling thread, through the same
+   * statements, before its promise settles (blocking the thread for its fsync, with no group
+   * commit). For a process that makes a write or two and exits (the CLI), where starting the
+   * thread costs more than the work. PostgreSQL: no effect (it has no writer thread).
+   */
+  direct?: boolean
+  /**
    * With tracing on: the traceparent of the span active when a write makes an event, kept with the
    * event so that its deliveries continue the request's trace. Unset: none is kept.
    */

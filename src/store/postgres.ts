@@ -17,7 +17,7 @@ import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
 import { type Delivery, EVENT_TYPES, type EventType } from '../schemas/webhooks.ts'
 import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
-import { newerThanCode, readMigrations } from './migrations.ts'
+import { latestMigration, newerThanCode, readMigrations } from './migrations.ts'
 import {
   type Account,
   type ApiKey,
@@ -953,6 +953,15 @@ export class PostgresStore implements Store {
         throw new DatabaseNotSetUpError(
           `Schema "${schema}" of database "${database}" holds no Animal Store tables: check DATABASE_URL`,
         )
+      }
+      if (setUp) {
+        // Mostly the schema is current: then there is nothing to lock, create or read.
+        const { rows } = await client.query('SELECT coalesce(max(version), 0) AS applied FROM schema_migrations')
+        if (Number(rows[0].applied) === latestMigration('postgres')) {
+          await client.query('COMMIT')
+          release()
+          return
+        }
       }
       // One migrator per schema at a time; the lock ends with the transaction.
       await client.query("SELECT pg_advisory_xact_lock(hashtext('animal-store:' || current_schema()))")

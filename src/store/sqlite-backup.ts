@@ -10,9 +10,10 @@
  * (200 commits a second) a backup of 100-page steps never finished, while one step copied a 216 MB
  * file in under 2 s with the writer going on.
  */
-import { closeSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, renameSync, rmSync, statSync } from 'node:fs'
+import { closeSync, existsSync, fsyncSync, linkSync, openSync, renameSync, rmSync, statSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { backup, DatabaseSync } from 'node:sqlite'
+import { makeFolders } from './sqlite-file.ts'
 import { DatabaseNotSetUpError } from './types.ts'
 
 /** More pages than any database has: `backup()` then copies it all in one step (it refuses -1). */
@@ -23,8 +24,11 @@ export interface BackupResult {
   bytes: number
 }
 
+/** Thrown when the backup cannot go where it was asked to; the message says why, for people. */
+export class BackupTargetError extends Error {}
+
 /** Thrown when the target exists: a backup never replaces a file. */
-export class BackupTargetExistsError extends Error {}
+export class BackupTargetExistsError extends BackupTargetError {}
 
 /** Copies the database at `source` to a new file `target`, written as `<target>.partial` and then put in place. */
 export async function backupSqlite(source: string, target: string): Promise<BackupResult> {
@@ -38,7 +42,7 @@ export async function backupSqlite(source: string, target: string): Promise<Back
     if (setUp === undefined) {
       throw new DatabaseNotSetUpError(`The SQLite file ${source} holds no Animal Store tables: check DATABASE_URL`)
     }
-    mkdirSync(dirname(target), { recursive: true })
+    folderFor(target)
     removePartial(partial) // left by a backup that was interrupted
     const pages = await backup(db, partial, { rate: ALL_PAGES })
     check(partial)
@@ -85,6 +89,35 @@ function putInPlace(partial: string, target: string): void {
   }
 }
 
+/** Makes the target's folder if it is missing; a BackupTargetError, in plain words, if it cannot be made. */
+function folderFor(target: string): void {
+  const folder = dirname(target)
+  try {
+    makeFolders(folder)
+  } catch (error) {
+    const { code, path, message } = error as NodeJS.ErrnoException
+    // Node's "ENOENT: no such file or directory, mkdir '/proc/x'" → "no such file or directory".
+    const reason =
+      code === 'ENOTDIR' && path !== undefined
+        ? `${dirname(path)} is a file, not a folder`
+        : (/^[A-Z]+: (.*?), \w+ '/.exec(message)?.[1] ?? message)
+    throw new BackupTargetError(
+      `Cannot make the folder ${folder} for the backup: ${reason}${code ? ` (${code})` : ''}.`,
+    )
+  }
+}
+
+/**
+ * Removes what a backup to `partial` left. Never fails for want of it (nothing there, or no
+ * folder: a path through a file answers ENOTDIR): it runs on the way out of a failed backup, and
+ * must not take the place of that failure.
+ */
 function removePartial(partial: string): void {
-  for (const suffix of ['', '-journal', '-wal', '-shm']) rmSync(`${partial}${suffix}`, { force: true })
+  for (const suffix of ['', '-journal', '-wal', '-shm']) {
+    try {
+      rmSync(`${partial}${suffix}`, { force: true })
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOTDIR') throw error
+    }
+  }
 }

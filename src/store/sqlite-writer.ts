@@ -486,19 +486,19 @@ function describe(error: unknown): Record<string, unknown> {
   return { message: String(message ?? error), code, errcode, errstr }
 }
 
-function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): void {
-  const db = new DatabaseSync(data.path)
-  db.exec(`PRAGMA busy_timeout = ${data.busyTimeoutMs}`)
-  db.exec('PRAGMA synchronous = FULL')
-  db.exec('PRAGMA foreign_keys = ON')
+/**
+ * Commits batches of writes on `db`, each batch in one transaction; returns each write's result.
+ * The writer thread runs it for the batches that reach it, and SqliteStore itself on its own
+ * connection when it writes directly (StoreOptions.direct), one write at a time: the same
+ * statements, and the same checks, on either thread.
+ */
+export function batchCommitter(db: DatabaseSync, path: string): (batch: WriteJob[]) => WriteResult[] {
   const sql = prepareWrites(db)
   // Looked up in a Map: an operation's name arrives as a new string with each message, and an
   // object's keyed lookup by such a string threw V8's optimized code out on every batch.
   const ops = new Map(Object.entries(writeOps(sql)) as [string, (...args: unknown[]) => unknown][])
-  const identity = fileIdentity(data.path)
-  const identities = filesIdentity(data.path)
-  let queue: WriteJob[] = []
-  let scheduled = false
+  const identity = fileIdentity(path)
+  const identities = filesIdentity(path)
 
   /**
    * Runs a batch in one transaction. Without savepoints (the usual case: writes seldom fail, and a
@@ -530,26 +530,43 @@ function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): vo
     return results
   }
 
-  const flush = () => {
-    scheduled = false
-    const batch = queue
-    queue = []
-    let results: WriteResult[]
-    const started = performance.now()
+  return (batch) => {
     try {
       // A file no longer at its path (moved, deleted, replaced) is not where the data is read and
       // kept: refuse the batch without writing it there. Checked again after the commit, in case it
       // went meanwhile; then the writes may be in the moved file, as with any lost answer.
-      if (fileIdentity(data.path) !== identity) throw new Error(`${FILE_GONE}: ${data.path}`)
-      results = runBatch(batch, false) ?? (runBatch(batch, true) as WriteResult[])
+      if (fileIdentity(path) !== identity) throw new Error(`${FILE_GONE}: ${path}`)
+      const results = runBatch(batch, false) ?? (runBatch(batch, true) as WriteResult[])
       // The -wal and -shm too: a commit into a removed -wal is lost like one into a removed file.
-      if (filesIdentity(data.path) !== identities) throw new Error(`${FILE_GONE}: ${data.path}`)
+      if (filesIdentity(path) !== identities) throw new Error(`${FILE_GONE}: ${path}`)
+      return results
     } catch (error) {
       if (db.isTransaction) sql.rollback.run()
-      const failed = batch.map(([id]): WriteResult => [id, false, describe(error)])
-      port.postMessage([failed, (performance.now() - started) / 1000] satisfies WriterAnswer)
-      return
+      return batch.map(([id]): WriteResult => [id, false, describe(error)])
     }
+  }
+}
+
+/** The connection's settings for writing: each commit waits for its fsync. */
+export function writeSettings(db: DatabaseSync, busyTimeoutMs: number): void {
+  db.exec(`PRAGMA busy_timeout = ${busyTimeoutMs}`)
+  db.exec('PRAGMA synchronous = FULL')
+  db.exec('PRAGMA foreign_keys = ON')
+}
+
+function startWriter(port: NonNullable<typeof parentPort>, data: WriterData): void {
+  const db = new DatabaseSync(data.path)
+  writeSettings(db, data.busyTimeoutMs)
+  const commit = batchCommitter(db, data.path)
+  let queue: WriteJob[] = []
+  let scheduled = false
+
+  const flush = () => {
+    scheduled = false
+    const batch = queue
+    queue = []
+    const started = performance.now()
+    const results = commit(batch)
     port.postMessage([results, (performance.now() - started) / 1000] satisfies WriterAnswer)
   }
 

@@ -5,8 +5,12 @@
  * writer thread (sqlite-writer.ts), which commits the writes that arrive together in one
  * transaction with one fsync (WAL, synchronous=FULL): a write's promise resolves only once its
  * commit is on disk, and the fsync never blocks the requests this thread is serving.
+ *
+ * A process that makes a write or two and exits (the CLI) opens it `direct`: no writer thread (its
+ * start costs more than such a process's whole work); each write runs on this thread's connection,
+ * through the same statements (sqlite-writer.ts's batchCommitter), as a batch of one.
  */
-import { accessSync, constants, existsSync, mkdirSync } from 'node:fs'
+import { accessSync, constants, existsSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { Worker } from 'node:worker_threads'
@@ -14,9 +18,10 @@ import type { Message } from '../schemas/messages.ts'
 import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
 import type { Delivery } from '../schemas/webhooks.ts'
-import { newerThanCode, readMigrations } from './migrations.ts'
-import { FILE_GONE, filesIdentity } from './sqlite-file.ts'
+import { latestMigration, newerThanCode, readMigrations } from './migrations.ts'
+import { FILE_GONE, filesIdentity, makeFolders, sqlitePath } from './sqlite-file.ts'
 import {
+  batchCommitter,
   MESSAGE_COLUMNS,
   ORDER_COLUMNS,
   type WriteJob,
@@ -24,6 +29,7 @@ import {
   type WriteResult,
   type WriterAnswer,
   type WriterData,
+  writeSettings,
 } from './sqlite-writer.ts'
 import {
   type Account,
@@ -142,26 +148,17 @@ function named(path: string, error: unknown): Error {
   return failure
 }
 
-/**
- * `mkdir -p`, one level at a time: Node's recursive mkdir spins forever where mkdir answers
- * ENOENT under a folder that exists (a path in /proc).
- */
-function makeFolders(dir: string): void {
-  if (existsSync(dir)) return
-  makeFolders(dirname(dir))
-  try {
-    mkdirSync(dir)
-  } catch (error) {
-    // Another process starting beside this one made it first.
-    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
+/** The highest migration applied to the database; 0 when it has none (no schema_migrations table). */
+function appliedVersion(db: DatabaseSync): number {
+  const table = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").get()
+  if (table === undefined) return 0
+  const { applied } = db.prepare('SELECT max(version) AS applied FROM schema_migrations').get() as {
+    applied: number | null
   }
+  return applied ?? 0
 }
 
-/** `sqlite:data/x.db`, `sqlite:/abs/x.db` or `sqlite:///abs/x.db` → the file path. */
-export function sqlitePath(url: string): string {
-  const rest = url.replace(/^sqlite:/, '')
-  return rest.startsWith('//') ? rest.slice(2) : rest
-}
+export { sqlitePath }
 
 type Op = keyof WriteOps
 
@@ -171,7 +168,10 @@ export class SqliteStore implements Store {
   /** The files this connection opened (see sqlite-file.ts). */
   #identity: string
   #sql: ReturnType<typeof prepareReads>
-  #writer!: Worker
+  /** The writer thread; null when this store writes directly. */
+  #writer: Worker | null = null
+  /** Commits a batch on this thread's connection, when this store writes directly (StoreOptions.direct). */
+  #direct: ((batch: WriteJob[]) => WriteResult[]) | null = null
   #ready: Promise<void>
   /** The new writer thread's start, while one is due after the last one ended. */
   #restart: NodeJS.Timeout | null = null
@@ -201,13 +201,13 @@ export class SqliteStore implements Store {
   /** The active trace to keep with an event (StoreOptions.traceparent); none without tracing. */
   #traceparent: () => string | null = () => null
 
-  private constructor(path: string) {
+  private constructor(path: string, direct: boolean) {
     makeFolders(dirname(path))
     this.#db = new DatabaseSync(path)
     this.#path = path
-    this.#db.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`)
+    // This connection writes too: the migrations, and every write when it writes directly.
+    writeSettings(this.#db, BUSY_TIMEOUT_MS)
     this.#db.exec('PRAGMA journal_mode = WAL')
-    this.#db.exec('PRAGMA foreign_keys = ON')
     // Reads map the file: SQLite's own 2 MiB page cache thrashes at a million pets; mapped pages
     // are the OS's file cache, shared, not this process's memory.
     this.#db.exec(`PRAGMA mmap_size = ${MMAP_BYTES}`)
@@ -215,13 +215,25 @@ export class SqliteStore implements Store {
     // Taken once the -wal and -shm files exist (the migration's first access made them).
     this.#identity = filesIdentity(path)
     this.#sql = prepareReads(this.#db)
-    this.#ready = this.#startWriter()
+    if (direct) {
+      this.#direct = batchCommitter(this.#db, path)
+      this.#ready = Promise.resolve()
+    } else {
+      this.#ready = this.#startWriter()
+    }
   }
 
-  /** Opens (creating it if needed) and migrates the database file, and starts its writer thread. */
+  /**
+   * Opens (creating it if needed) and migrates the database file, and starts its writer thread;
+   * `direct`: writes on this thread instead, with no writer thread (StoreOptions.direct).
+   */
   static async open(
     url: string,
-    { existing = false, traceparent }: { existing?: boolean; traceparent?: () => string | null } = {},
+    {
+      existing = false,
+      direct = false,
+      traceparent,
+    }: { existing?: boolean; direct?: boolean; traceparent?: () => string | null } = {},
   ): Promise<SqliteStore> {
     const path = sqlitePath(url)
     // Each connection to :memory: would be a database of its own: the writer could not share it.
@@ -234,7 +246,7 @@ export class SqliteStore implements Store {
       if (existing && !isSetUp(path)) {
         throw new DatabaseNotSetUpError(`The SQLite file ${path} holds no Animal Store tables: check DATABASE_URL`)
       }
-      store = new SqliteStore(path)
+      store = new SqliteStore(path, direct)
       if (traceparent) store.#traceparent = traceparent
       await store.#ready
       return store
@@ -269,12 +281,15 @@ export class SqliteStore implements Store {
       if (this.#restart) clearTimeout(this.#restart)
       this.#send()
       if (this.#oldest !== null) await new Promise<void>((resolve) => (this.#drained = resolve))
-      if (this.#writerGone) {
+      const writer = this.#writer
+      if (writer === null) {
+        // Writes directly: each was committed before its promise settled.
+      } else if (this.#writerGone) {
         // Gone, or a new one not ready yet: nothing of ours is queued there.
-        await this.#writer.terminate()
+        await writer.terminate()
       } else {
-        const exited = new Promise((resolve) => this.#writer.once('exit', resolve))
-        this.#writer.postMessage('close')
+        const exited = new Promise((resolve) => writer.once('exit', resolve))
+        writer.postMessage('close')
         await exited
       }
       this.#db.close()
@@ -606,6 +621,9 @@ export class SqliteStore implements Store {
 
   #migrate(): void {
     const db = this.#db
+    // Mostly the schema is current: one read says so, without reading the files or taking the write
+    // lock (which another process may hold for up to its busy timeout). Anything else: the steps below.
+    if (appliedVersion(db) === latestMigration('sqlite')) return
     db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
       version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`)
     const migrations = readMigrations('sqlite')
@@ -680,6 +698,7 @@ export class SqliteStore implements Store {
   /** Queues a write for the writer thread; resolves with its result once its commit is durable. */
   #write<K extends Op>(op: K, ...args: Parameters<WriteOps[K]>): Promise<ReturnType<WriteOps[K]>> {
     if (this.#closing) return Promise.reject(new DatabaseUnavailableError('The store is closed'))
+    if (this.#direct) return this.#writeNow(op, args)
     // A message to a thread that has exited is dropped without a word: the write would wait forever.
     if (this.#writerGone) return Promise.reject(this.#writerGone)
     const id = this.#nextJob++
@@ -689,9 +708,34 @@ export class SqliteStore implements Store {
     })
   }
 
+  /** Commits a write on this thread's connection (direct): settled once it is durable, or failed. */
+  #writeNow<K extends Op>(op: K, args: Parameters<WriteOps[K]>): Promise<ReturnType<WriteOps[K]>> {
+    const started = performance.now()
+    const [[, ok, value]] = (this.#direct as (batch: WriteJob[]) => WriteResult[])([[this.#nextJob++, op, args]]) as [
+      WriteResult,
+    ]
+    this.#onBatch?.(1, (performance.now() - started) / 1000)
+    try {
+      return Promise.resolve(this.#outcome(ok, value) as ReturnType<WriteOps[K]>)
+    } catch (error) {
+      return Promise.reject(error)
+    }
+  }
+
+  /** A write's result as the writer reported it: its value, or its failure thrown (translated). */
+  #outcome(ok: boolean, value: unknown): unknown {
+    if (ok) {
+      this.#writeFailedAt = null
+      return value
+    }
+    const error = translate(Object.assign(new Error(), value))
+    if (error instanceof DatabaseUnavailableError) this.#writeFailedAt = Date.now()
+    throw error
+  }
+
   #send(): void {
     if (this.#outbox.length === 0) return
-    this.#writer.postMessage(this.#outbox)
+    ;(this.#writer as Worker).postMessage(this.#outbox)
     const sent: Sent = { writes: this.#unsent, answered: 0, next: null }
     if (this.#newest) this.#newest.next = sent
     else this.#oldest = sent
@@ -707,17 +751,14 @@ export class SqliteStore implements Store {
       // its waiting writes fail as when it ends (#writerEnded).
       if (waiting?.id !== id) {
         waiting?.reject(new DatabaseUnavailableError('The SQLite writer answered out of order'))
-        void this.#writer.terminate()
+        void this.#writer?.terminate()
         return
       }
-      if (ok) {
-        this.#writeFailedAt = null
-        waiting.resolve(value)
-        continue
+      try {
+        waiting.resolve(this.#outcome(ok, value))
+      } catch (error) {
+        waiting.reject(error)
       }
-      const error = translate(Object.assign(new Error(), value))
-      if (error instanceof DatabaseUnavailableError) this.#writeFailedAt = Date.now()
-      waiting.reject(error)
     }
     if (this.#oldest === null && this.#unsent.length === 0) this.#drained?.()
   }

@@ -4,17 +4,22 @@
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
+import Type from 'typebox'
 import Value from 'typebox/value'
 import {
   AccountRuleError,
   isEmail,
+  isKeyName,
+  isPassword,
   KEY_NAME_DESCRIPTION,
   KeyNameSchema,
   MAX_LIFETIME_DAYS,
+  PasswordSchema,
   parseDuration,
 } from '../../src/domain/accounts.ts'
+import { stringRule } from '../../src/lib/string-rule.ts'
 import { EXPIRY_CHOICES } from '../../src/portal/forms.ts'
-import { EMAIL_DESCRIPTION } from '../../src/schemas/accounts.ts'
+import { EMAIL_DESCRIPTION, EmailSchema } from '../../src/schemas/accounts.ts'
 import { suiteApp } from '../helper.ts'
 import { FormBrowser, newAddress, newEmail, PASSWORD, signedInBrowser } from '../portal/browser.ts'
 
@@ -64,6 +69,52 @@ describe('Email addresses', () => {
     assert.ok(isEmail('alice@example.com'))
     assert.ok(isEmail('Ünïcode+tag@exämple.org'))
     assert.match(EMAIL_DESCRIPTION, /control characters/)
+  })
+})
+
+describe('The rules as checked outside a route (stringRule, without typebox/value)', () => {
+  const emoji = '🐈'
+  const samples = [
+    undefined,
+    42,
+    '',
+    ' ',
+    '   ',
+    '\u00a0',
+    'x',
+    'laptop',
+    ' padded ',
+    'evil\u001b[31m',
+    '\ufffd',
+    '\ud800 lone surrogate',
+    'alice@example.com',
+    'a@b.c',
+    'a@b',
+    'a b@example.com',
+    'Ünïcode+tag@exämple.org',
+    `${'a'.repeat(250)}@b.co`,
+    `${'a'.repeat(249)}@b.co`,
+    ...[14, 15, 99, 100, 101, 128, 129, 255, 256, 257].flatMap((n) => ['p'.repeat(n), emoji.repeat(n)]),
+    `${emoji.repeat(255)}x`,
+    `${'x'.repeat(99)}${emoji}`,
+    'correct horse battery staple',
+    `correct horse\nbattery staple`,
+  ]
+  for (const [name, schema, check] of [
+    ['passwords', PasswordSchema, isPassword],
+    ['key names', KeyNameSchema, isKeyName],
+    ['email addresses', EmailSchema, isEmail],
+  ] as const) {
+    it(`${name}: the same answer as TypeBox's Value.Check, lengths counted in code points`, () => {
+      for (const sample of samples) {
+        assert.equal(check(sample), Value.Check(schema, sample), JSON.stringify(sample)?.slice(0, 40))
+      }
+    })
+  }
+
+  it('refuses, at once, a schema with a rule it does not check', () => {
+    assert.throws(() => stringRule(Type.String({ format: 'email' })), /format/)
+    assert.throws(() => stringRule(Type.Number() as never), /string schemas/)
   })
 })
 

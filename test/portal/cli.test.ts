@@ -1,18 +1,19 @@
 /**
- * The CLI and the portal manage the same accounts and keys: the real CLI process and the app,
- * on one database of this run's kind (SQLite or PostgreSQL).
+ * The CLI and the portal manage the same accounts and keys: the CLI (run in this process through
+ * src/cli.ts's main, with its own store) and the app, on one database of this run's kind (SQLite
+ * or PostgreSQL).
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
+import { runCli } from '../cli-run.ts'
 import { bearer, build, errorBody, testDatabaseUrl } from '../helper.ts'
-import { cli } from '../processes.ts'
 import { csrfOf, FormBrowser, newEmail } from './browser.ts'
 
 async function shared(t: Parameters<typeof build>[0]) {
   const url = await testDatabaseUrl(t)
   const test = await build(t, { DATABASE_URL: url, API_KEY_CACHE_SECONDS: '0' })
   const run = async (...args: string[]) => {
-    const result = await cli(args, { DATABASE_URL: url, LOG_LEVEL: 'silent' })
+    const result = await runCli(args, { DATABASE_URL: url, LOG_LEVEL: 'silent' })
     assert.equal(result.code, 0, `animal-store ${args.join(' ')}: ${result.stderr}`)
     return result.stdout
   }
@@ -64,7 +65,7 @@ describe('CLI and portal, one set of accounts and keys', () => {
     const { app, url, run } = await shared(t)
     const portalFirst = newEmail()
     await new FormBrowser(app).signUp(portalFirst)
-    const taken = await cli(['accounts', 'create', portalFirst], { DATABASE_URL: url })
+    const taken = await runCli(['accounts', 'create', portalFirst], { DATABASE_URL: url })
     assert.notEqual(taken.code, 0)
     assert.match(taken.stderr, /already exists/)
 
@@ -81,7 +82,7 @@ describe('CLI and portal, one set of accounts and keys', () => {
   })
 
   it('the CLI applies the same key rules as the portal (name of 1 to 100 characters, not only spaces)', async () => {
-    const result = await cli(['keys', 'create', 'someone@example.com', '--name', '   '], {
+    const result = await runCli(['keys', 'create', 'someone@example.com', '--name', '   '], {
       DATABASE_URL: 'sqlite::memory:',
     })
     assert.notEqual(result.code, 0)

@@ -40,8 +40,29 @@ async function killWorkerThreads(t: TestContext): Promise<void> {
   await session.post('NodeWorker.sendMessageToWorker', { sessionId, message: JSON.stringify(exit) })
 }
 
+/** A function that says which worker threads this process started since the call (asked through the inspector). */
+async function workerThreads(t: TestContext): Promise<() => string[]> {
+  const session = new Session()
+  session.connect()
+  t.after(() => session.disconnect())
+  const seen: string[] = []
+  session.on('NodeWorker.attachedToWorker', ({ params }) => seen.push(params.workerInfo.workerId))
+  // Those already running (another test's store) are told on enabling: they are not new.
+  await session.post('NodeWorker.enable', { waitForDebuggerOnStart: false })
+  await new Promise((resolve) => setImmediate(resolve))
+  const before = seen.length
+  return () => seen.slice(before)
+}
+
 storeContract('SQLite', async (t) => {
   const store = await SqliteStore.open(`sqlite:${join(tempDir(t), 'db.sqlite')}`)
+  t.after(() => store.close())
+  return store
+})
+
+// The CLI's store: the same contract with each write committed on this thread, no writer thread.
+storeContract('SQLite, direct writes', async (t) => {
+  const store = await SqliteStore.open(`sqlite:${join(tempDir(t), 'db.sqlite')}`, { direct: true })
   t.after(() => store.close())
   return store
 })
@@ -355,6 +376,48 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     other.exec('ROLLBACK')
     await store.createPet({ name: 'after', categoryId: 1 })
     await store.ping()
+  })
+
+  it('opens a database whose schema is current without its write lock: another process holding it does not delay the open', async (t) => {
+    const path = join(tempDir(t), 'db.sqlite')
+    await (await SqliteStore.open(`sqlite:${path}`)).close()
+    const other = new DatabaseSync(path)
+    t.after(() => other.close())
+    other.exec('BEGIN EXCLUSIVE')
+    // Before, each open took the write lock once per migration, waiting out the 5 s busy timeout.
+    const started = performance.now()
+    const store = await SqliteStore.open(`sqlite:${path}`, { direct: true })
+    t.after(() => store.close())
+    assert.ok(performance.now() - started < 2000, `the open waited ${performance.now() - started} ms`)
+    other.exec('ROLLBACK')
+    assert.ok(await store.createAccount('after@example.com'))
+  })
+
+  it('writes directly on its own thread: no writer thread, each write durable before it settles, the rules kept', async (t) => {
+    const path = join(tempDir(t), 'db.sqlite')
+    const threads = await workerThreads(t)
+    const store = await SqliteStore.open(`sqlite:${path}`, { direct: true })
+    t.after(() => store.close())
+    assert.deepEqual(threads(), [], 'a direct store started a thread')
+    const account = await store.createAccount('one@example.com')
+    assert.ok(account)
+    // The database, not this thread, keeps one account per email.
+    assert.equal(await store.createAccount('ONE@example.com'), null)
+    await store.close()
+    await assert.rejects(store.createAccount('late@example.com'), DatabaseUnavailableError)
+    const db = new DatabaseSync(path)
+    t.after(() => db.close())
+    assert.deepEqual(plain(db.prepare('SELECT email FROM accounts').all()), [{ email: 'one@example.com' }])
+  })
+
+  it('refuses direct writes once its file is deleted under it, as the writer thread does', async (t) => {
+    const path = join(tempDir(t), 'db.sqlite')
+    const store = await SqliteStore.open(`sqlite:${path}`, { direct: true })
+    t.after(() => store.close())
+    await store.createPet({ name: 'before', categoryId: 1 })
+    rmSync(path)
+    await assert.rejects(store.createPet({ name: 'lost', categoryId: 1 }), DatabaseUnavailableError)
+    await assert.rejects(store.ping(), DatabaseUnavailableError)
   })
 
   it('refuses a database whose schema is newer than the code', async (t) => {
