@@ -359,14 +359,17 @@ export class SqliteStore implements Store {
     // data_version moves with any other connection's commit (our writer's or another process's).
     // Read once per turn of the event loop: a request served in a turn arrived before it began,
     // so it sees every write acknowledged before it was sent (decision 79).
-    if (this.#feedRead) return { changes: [], cursor, reset: false }
-    this.#feedRead = true
-    setImmediate(() => {
-      this.#feedRead = false
-    })
-    const { data_version } = this.#sql.dataVersion.get() as { data_version: number }
-    if (data_version === this.#dataVersion) return { changes: [], cursor, reset: false }
-    this.#dataVersion = data_version
+    // Writing directly, this connection's own commits do not move its data_version: always look.
+    if (this.#direct === null) {
+      if (this.#feedRead) return { changes: [], cursor, reset: false }
+      this.#feedRead = true
+      setImmediate(() => {
+        this.#feedRead = false
+      })
+      const { data_version } = this.#sql.dataVersion.get() as { data_version: number }
+      if (data_version === this.#dataVersion) return { changes: [], cursor, reset: false }
+      this.#dataVersion = data_version
+    }
     const after = Number(cursor)
     const rows = this.#sql.petChangesAfter.all(after, PET_FEED_PAGE + 1) as unknown as (PetChange & { seq: number })[]
     if (rows.length === 0) return { changes: [], cursor, reset: false }

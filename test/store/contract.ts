@@ -72,6 +72,46 @@ export function storeContract(name: string, open: OpenStore): void {
       assert.equal(exact.nextAfterId, null)
     })
 
+    it('the pet change feed: every pet write after the cursor, in order; other writes add none', async (t) => {
+      const store = await open(t)
+      // SQLite looks at most once per turn of the event loop; a later read comes in a later turn.
+      // PostgreSQL may list again a change of a transaction that was running at the last read
+      // (anywhere on the server): the feed promises every change, not each once.
+      const read = async (cursor: string) => {
+        await new Promise((resolve) => setImmediate(resolve))
+        const feed = await store.petChanges(cursor)
+        assert.equal(feed.reset, false)
+        return { cursor: feed.cursor, changes: plain(feed.changes).map((c) => JSON.stringify(c)) }
+      }
+      const start = await store.petChanges(null)
+      assert.deepEqual(start.changes, [])
+      const a = await store.createPet({ name: 'a', categoryId: 1 })
+      const changed = await store.updatePet(a.id, { status: 'sold' })
+      assert.ok('updated' in changed)
+      const created = JSON.stringify({ petId: a.id, from: null, to: 'available' })
+      const sold = JSON.stringify({ petId: a.id, from: 'available', to: 'sold' })
+      const feed = await read(start.cursor)
+      assert.deepEqual(
+        feed.changes.filter((c) => c === created || c === sold),
+        [created, sold],
+      )
+      // Writes of other kinds are not pet changes.
+      const account = await store.createAccount('feed@example.com')
+      await store.createMessage(account?.id as number, 'hello')
+      await newKey(store, account?.id as number)
+      const quiet = await read(feed.cursor)
+      assert.deepEqual(
+        quiet.changes.filter((c) => !feed.changes.includes(c)),
+        [],
+      )
+      const b = await store.createPet({ name: 'b', categoryId: 1, status: 'pending' })
+      const later = await read(quiet.cursor)
+      assert.deepEqual(
+        later.changes.filter((c) => !feed.changes.includes(c)),
+        [JSON.stringify({ petId: b.id, from: null, to: 'pending' })],
+      )
+    })
+
     it('accounts: emails are unique, compared and stored lower-case', async (t) => {
       const store = await open(t)
       const alice = await store.createAccount('Alice@Example.com')
