@@ -1,20 +1,28 @@
 -- The pet change feed (decision 98): every change to a pet, written by the same transaction as the
 -- change (a trigger, so no write path can skip it). Sequence order is not commit order here, so
--- each row keeps its transaction id: an instance asks for the rows of transactions at or after the
--- oldest one still running when it last asked (pg_snapshot_xmin), which covers every commit it has
--- not seen. `old_status`/`new_status` tell the cache which filtered pages could hold the pet.
+-- each row keeps its transaction id, and a reader keeps the snapshot of its last read: the rows to
+-- read next are those of transactions that snapshot did not see. `old_status`/`new_status` tell
+-- the cache which filtered pages could hold the pet.
 CREATE TABLE pet_changes (
   seq bigserial PRIMARY KEY,
   xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
   pet_id bigint NOT NULL,
   old_status text,
   new_status text,
-  changed_at timestamptz NOT NULL DEFAULT now()
+  changed_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX pet_changes_xid ON pet_changes (xid);
 CREATE INDEX pet_changes_changed_at ON pet_changes (changed_at);
+-- The newest transaction whose rows were pruned: a reader whose last snapshot had not seen it
+-- would miss them, so it forgets everything instead.
+CREATE TABLE pet_changes_pruned (
+  one boolean PRIMARY KEY DEFAULT true CHECK (one),
+  xid xid8 NOT NULL
+);
+INSERT INTO pet_changes_pruned (xid) VALUES ('0');
 
-CREATE FUNCTION pet_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+-- The schema the migration ran in, whatever the search_path of the session that changes a pet.
+CREATE FUNCTION pet_changed() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
   IF TG_OP = 'DELETE' THEN
     INSERT INTO pet_changes (pet_id, old_status, new_status) VALUES (OLD.id, OLD.status, NULL);

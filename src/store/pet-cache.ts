@@ -4,11 +4,12 @@
  * pet write by any process, this one or another, lands in the feed in its own transaction, and the
  * cache forgets exactly the pets written and the pages that could hold them. Writes of other kinds
  * (orders that leave a pet alone, messages, keys, idempotency records) forget nothing.
- * - SQLite ('on-read'): the feed is read before each cached read; it costs a query only when a
- *   connection has committed since (data_version), so a write is seen by the next read.
+ * - SQLite ('on-read'): the feed is read before the first cached read of each turn of the event
+ *   loop (a look up an index), so a write anywhere is seen by the next request.
  * - PostgreSQL ('polled'): the feed is read every POLL_MS, and an entry is served only while the
- *   last read of it is younger than FRESH_MS; a pet write through this process waits for a read of
- *   the feed (cachedStore), so this process shows its own writes at once.
+ *   last read of it is younger than FRESH_MS.
+ * On both, a pet write through this process waits for a read of the feed (cachedStore), so this
+ * process shows its own writes at once.
  * Routes never see it work; nothing outside this file forgets.
  */
 import { BoundedMap } from '../lib/bounded-map.ts'
@@ -48,13 +49,19 @@ export interface PageRead extends Read<Pet[]> {
   readonly status: PetStatus | undefined
 }
 
-/** Whether `page` could hold the pet `change` touched: in its id range, and of its status if it has one. */
-function couldHold(page: PageRead, { petId, from, to }: PetChange): boolean {
+/** Whether the pet `change` touched could change `page`: its pets, or its link to the next page. */
+function couldChange(page: PageRead, { petId, from, to }: PetChange): boolean {
   if (petId <= page.afterId) return false
-  // A full page ends at its last pet; the last page is open to any later id (a new pet).
-  if (page.nextAfterId !== null && petId > page.nextAfterId) return false
+  // A full page ends at its last pet; the last page is open to any later id (a new pet). Past a full
+  // page, a pet that leaves what it lists may have been the last after it: then its link is wrong.
+  if (page.nextAfterId !== null && petId > page.nextAfterId) {
+    return from !== null && (page.status === undefined ? to === null : from === page.status && to !== from)
+  }
   return page.status === undefined || page.status === from || page.status === to
 }
+
+/** Changes times pages past which all pages are forgotten at once: cheaper than checking each. */
+const PAGE_CHECKS = 20_000
 
 export class PetCache {
   readonly #store: Store
@@ -67,8 +74,10 @@ export class PetCache {
    * replaced, and is then not kept.
    */
   #generation = 0
-  /** Polled feeds: when the last read of the feed that succeeded was sent (Date.now()). */
-  #syncedAt = 0
+  /** Polled feeds: when the last read of the feed that succeeded was sent (performance.now()). */
+  #syncedAt = Number.NEGATIVE_INFINITY
+  /** Feeds read on read: whether it was read in this turn of the event loop. */
+  #lookedThisTurn = false
   #syncing: Promise<void> | null = null
   #again: Promise<void> | null = null
   #timer: NodeJS.Timeout | null = null
@@ -159,7 +168,7 @@ export class PetCache {
   }
 
   async #read(): Promise<void> {
-    const sentAt = Date.now()
+    const sentAt = performance.now()
     const feed = await this.#store.petChanges(this.#cursor)
     // A gap in the polls longer than the bound: what was kept is too old to trust, whatever came.
     const stale = this.#store.petFeed === 'polled' && sentAt - this.#syncedAt > FRESH_MS
@@ -167,11 +176,21 @@ export class PetCache {
     this.#syncedAt = sentAt
   }
 
-  /** Whether cached reads may be served now (and new ones kept); reads the feed first where that is cheap. */
+  /**
+   * Whether cached reads may be served now (and new ones kept). Where the feed is read on read, it
+   * is read once per turn of the event loop: a request served in a turn arrived before it began, so
+   * it sees every write acknowledged before it was sent.
+   */
   #usable(): boolean {
-    if (this.#store.petFeed === 'polled') return Date.now() - this.#syncedAt <= FRESH_MS
+    if (this.#store.petFeed === 'polled') return performance.now() - this.#syncedAt <= FRESH_MS
     if (this.#cursor === null) return false
-    this.#apply(this.#store.petChanges(this.#cursor) as PetFeed, false)
+    if (!this.#lookedThisTurn) {
+      this.#lookedThisTurn = true
+      setImmediate(() => {
+        this.#lookedThisTurn = false
+      })
+      this.#apply(this.#store.petChanges(this.#cursor) as PetFeed, false)
+    }
     return true
   }
 
@@ -187,17 +206,18 @@ export class PetCache {
     }
     if (feed.changes.length === 0) return
     this.#generation++
-    for (const change of feed.changes) {
-      this.#pets.delete(change.petId)
-      for (const [key, page] of this.#pages) if (couldHold(page, change)) this.#pages.delete(key)
+    for (const change of feed.changes) this.#pets.delete(change.petId)
+    if (feed.changes.length * this.#pages.size > PAGE_CHECKS) this.#pages.clear()
+    for (const [key, page] of this.#pages) {
+      if (feed.changes.some((change) => couldChange(page, change))) this.#pages.delete(key)
     }
   }
 }
 
 /**
- * Store methods that change pets. Where the feed is polled, each of these waits, once its write is
- * done, for the cache to read the feed, so that this process shows the change at once; a method
- * missing here is still seen within the freshness bound, by the next poll.
+ * Store methods that change pets. Each of these waits, once its write is done, for the cache to read
+ * the feed, so that this process shows the change at once; a method missing here is still seen by
+ * the next turn's look (SQLite) or the next poll (PostgreSQL).
  */
 const PET_WRITES = new Set<string>([
   'createPet',
@@ -207,9 +227,8 @@ const PET_WRITES = new Set<string>([
   'expireOrders',
 ] satisfies (keyof Store)[])
 
-/** The store, as the app uses it: where the feed is polled, a pet write returns once the cache has forgotten what it changed. */
+/** The store, as the app uses it: a pet write returns once the cache has forgotten what it changed. */
 export function cachedStore(store: Store, cache: PetCache): Store {
-  if (store.petFeed !== 'polled') return store
   const wrapped = new Map<string, (...args: unknown[]) => unknown>()
   const wrap = (method: (...args: unknown[]) => unknown, name: string) => {
     // Called on the store itself, not the proxy: its private fields are the store's.

@@ -277,14 +277,19 @@ const SQL = {
     WHERE scope = $3 AND key = $4`,
   releaseIdempotency: "DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2 AND state = 'in_progress'",
   purgeSessions: 'DELETE FROM sessions WHERE expires_at <= $1',
-  prunePetChanges: `DELETE FROM pet_changes WHERE changed_at < now() - make_interval(mins => $1)`,
-  // The horizon: the oldest transaction still running now. Rows of transactions at or after the last
-  // horizon are every commit this reader has not seen (and a few it has: forgetting twice is harmless).
-  petFeedHorizon: 'SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon',
-  petChangesSince: `SELECT s.horizon::text AS horizon, c.pet_id AS "petId", c.old_status AS "from", c.new_status AS "to"
-    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon) s
-    LEFT JOIN LATERAL (SELECT pet_id, old_status, new_status FROM pet_changes WHERE xid >= $1::xid8
-      ORDER BY seq LIMIT $2) c ON true`,
+  // Rows pruned are recorded as the newest transaction pruned (pet_changes_pruned).
+  prunePetChanges: `WITH gone AS (DELETE FROM pet_changes WHERE changed_at < now() - make_interval(mins => $1) RETURNING xid)
+    UPDATE pet_changes_pruned SET xid = greatest(xid, (SELECT max(xid) FROM gone)) WHERE EXISTS (SELECT 1 FROM gone)`,
+  petFeedSnapshot: 'SELECT pg_current_snapshot()::text AS snapshot',
+  // The rows of transactions the last read's snapshot did not see, each once, however long another
+  // transaction stays open; and whether rows it had not seen were pruned since.
+  petChangesSince: `SELECT s.snapshot::text AS snapshot, p.xid >= pg_snapshot_xmin($1::pg_snapshot) AS pruned,
+      c.pet_id AS "petId", c.old_status AS "from", c.new_status AS "to"
+    FROM (SELECT pg_current_snapshot() AS snapshot) s
+    CROSS JOIN pet_changes_pruned p
+    LEFT JOIN LATERAL (SELECT pet_id, old_status, new_status FROM pet_changes
+      WHERE xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, $1::pg_snapshot)
+      ORDER BY xid LIMIT $2) c ON true`,
   purgeIdempotency: 'DELETE FROM idempotency_keys WHERE expires_at <= $1',
 } as const
 
@@ -400,16 +405,19 @@ export class PostgresStore implements Store {
 
   async petChanges(cursor: string | null): Promise<PetFeed> {
     if (cursor === null) {
-      const [row] = await this.#query<{ horizon: string }>('petFeedHorizon', [])
-      return { changes: [], cursor: row?.horizon as string, reset: false }
+      const [row] = await this.#query<{ snapshot: string }>('petFeedSnapshot', [])
+      return { changes: [], cursor: row?.snapshot as string, reset: false }
     }
-    const rows = await this.#query<PetChange & { horizon: string }>('petChangesSince', [cursor, PET_FEED_PAGE + 1])
-    const horizon = rows[0]?.horizon as string
+    const rows = await this.#query<PetChange & { snapshot: string; pruned: boolean }>('petChangesSince', [
+      cursor,
+      PET_FEED_PAGE + 1,
+    ])
+    const { snapshot, pruned } = rows[0] as { snapshot: string; pruned: boolean }
     const changes = rows.filter((row) => row.petId !== null)
-    if (changes.length > PET_FEED_PAGE) return { changes: [], cursor: horizon, reset: true }
+    if (pruned || changes.length > PET_FEED_PAGE) return { changes: [], cursor: snapshot, reset: true }
     return {
       changes: changes.map(({ petId, from, to }) => ({ petId: Number(petId), from, to })),
-      cursor: horizon,
+      cursor: snapshot,
       reset: false,
     }
   }

@@ -193,9 +193,6 @@ export class SqliteStore implements Store {
   #writeFailedAt: number | null = null
   /** Called when the last waiting write is settled (close() waits for it). */
   #drained: (() => void) | null = null
-  #dataVersion = -1
-  /** Whether data_version was read for the feed in this turn of the event loop. */
-  #feedRead = false
   /** Told of each writer batch (the metrics), if anyone listens. */
   #onBatch: WriterBatchListener | null = null
   /** The active trace to keep with an event (StoreOptions.traceparent); none without tracing. */
@@ -348,37 +345,17 @@ export class SqliteStore implements Store {
   readonly petFeed = 'on-read'
 
   petChanges(cursor: string | null): PetFeed {
-    if (cursor === null) {
-      this.#dataVersion = (this.#sql.dataVersion.get() as { data_version: number }).data_version
-      return {
-        changes: [],
-        cursor: String((this.#sql.lastPetChange.get() as { seq: number | null }).seq ?? 0),
-        reset: false,
-      }
-    }
-    // data_version moves with any other connection's commit (our writer's or another process's).
-    // Read once per turn of the event loop: a request served in a turn arrived before it began,
-    // so it sees every write acknowledged before it was sent (decision 79).
-    // Writing directly, this connection's own commits do not move its data_version: always look.
-    if (this.#direct === null) {
-      if (this.#feedRead) return { changes: [], cursor, reset: false }
-      this.#feedRead = true
-      setImmediate(() => {
-        this.#feedRead = false
-      })
-      const { data_version } = this.#sql.dataVersion.get() as { data_version: number }
-      if (data_version === this.#dataVersion) return { changes: [], cursor, reset: false }
-      this.#dataVersion = data_version
-    }
+    const newest = () => String((this.#sql.lastPetChange.get() as { seq: number | null }).seq ?? 0)
+    if (cursor === null) return { changes: [], cursor: newest(), reset: false }
+    // A look up the primary key from the cursor: a few µs when nothing changed.
     const after = Number(cursor)
     const rows = this.#sql.petChangesAfter.all(after, PET_FEED_PAGE + 1) as unknown as (PetChange & { seq: number })[]
     if (rows.length === 0) return { changes: [], cursor, reset: false }
-    const last = (rows.at(-1) as { seq: number }).seq
     // Commits are serial here, so seq has no gap: one means rows were pruned past this reader.
     if (rows.length > PET_FEED_PAGE || (rows[0] as { seq: number }).seq !== after + 1) {
-      const newest = (this.#sql.lastPetChange.get() as { seq: number | null }).seq ?? last
-      return { changes: [], cursor: String(newest), reset: true }
+      return { changes: [], cursor: newest(), reset: true }
     }
+    const last = (rows.at(-1) as { seq: number }).seq
     return { changes: rows.map(({ petId, from, to }) => ({ petId, from, to })), cursor: String(last), reset: false }
   }
 
@@ -816,7 +793,6 @@ function prepareReads(db: DatabaseSync) {
   const s = (sql: string): StatementSync => db.prepare(sql)
   return {
     ping: s('SELECT 1'),
-    dataVersion: s('PRAGMA data_version'),
     lastPetChange: s('SELECT max(seq) AS seq FROM pet_changes'),
     petChangesAfter: s(`SELECT seq, pet_id AS petId, old_status AS "from", new_status AS "to" FROM pet_changes
       WHERE seq > ? ORDER BY seq LIMIT ?`),

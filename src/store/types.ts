@@ -307,11 +307,11 @@ export interface Store {
   listPets(options: ListPetsOptions): Promise<PetPage>
   /**
    * The pet change feed (decision 98): the changes to pets committed after `cursor` by any process,
-   * oldest first, and the cursor to ask from next; `cursor` null asks only for that cursor.
-   * `reset`: what came after the cursor is not all there (pruned, or too much to list), so any pet
-   * read before may have changed. With `petFeed` 'on-read' (SQLite) it answers synchronously and,
-   * while no connection has committed, without a query: cheap enough before every cached read.
-   * With 'polled' (PostgreSQL) it is one indexed query, for a timer.
+   * and the cursor to ask from next; `cursor` null asks only for that cursor. Each reader keeps its
+   * own cursor. `reset`: what came after the cursor is not all there (pruned, or more than
+   * PET_FEED_PAGE), so any pet read before may have changed. With `petFeed` 'on-read' (SQLite) it
+   * answers synchronously with one look up an index, cheap enough once per turn of the event loop;
+   * with 'polled' (PostgreSQL) it is a query, for a timer.
    */
   petChanges(cursor: string | null): PetFeed | Promise<PetFeed>
   readonly petFeed: 'on-read' | 'polled'

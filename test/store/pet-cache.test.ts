@@ -3,12 +3,14 @@
  * hold them, whoever wrote them, and nothing else. Hits and misses are the cache's own counts.
  */
 import assert from 'node:assert/strict'
+import { DatabaseSync } from 'node:sqlite'
 import { describe, it, type TestContext } from 'node:test'
 import { cursorCodec } from '../../src/domain/pagination.ts'
 import type { PetStatus } from '../../src/schemas/pets.ts'
 import { openStore, type Store } from '../../src/store/index.ts'
 import { FRESH_MS } from '../../src/store/pet-cache.ts'
-import { bearer, build, DATABASE, plain, type TestApp } from '../helper.ts'
+import { sqlitePath } from '../../src/store/sqlite.ts'
+import { bearer, build, DATABASE, POSTGRES_URL, plain, postgres, type TestApp } from '../helper.ts'
 import { until } from '../wait.ts'
 
 const STATUSES: PetStatus[] = ['available', 'pending', 'sold']
@@ -136,6 +138,72 @@ describe(`Pet cache: it forgets what changed, and only that (${DATABASE})`, () =
     }
   })
 
+  it('a full page whose last matching pet beyond it leaves the filter loses its next link', async (t) => {
+    const { test, secret, other } = await withPets(t, 9) // sold: 3, 6, 9
+    const page = await get(test, secret, '/v1/pets?limit=2&status=sold')
+    assert.match(String(page.headers.link), /rel="next"/)
+    assert.ok('updated' in (await other.updatePet(9, { status: 'available' })))
+    await fed(test)
+    const now = await get(test, secret, '/v1/pets?limit=2&status=sold')
+    assert.deepEqual(
+      now.json().map((pet: { id: number }) => pet.id),
+      [3, 6],
+    )
+    assert.equal(now.headers.link, undefined, 'a link to an empty page')
+  })
+
+  it('rows pruned past a reader make it forget everything, not miss a change', async (t) => {
+    const { test, secret } = await withPets(t, 3)
+    assert.equal((await get(test, secret, '/v1/pets/1')).json().name, 'p0')
+    // Changed, and the change's row pruned before this instance read it (a reader long asleep).
+    if (DATABASE === 'postgres') {
+      await sql(test, "UPDATE pets SET name = 'renamed' WHERE id = 1")
+      await sql(test, "UPDATE pet_changes SET changed_at = now() - interval '1 day'")
+      await test.app.store.purgeExpired(new Date().toISOString())
+    } else {
+      // The sweep keeps the newest rows: as if it kept one.
+      await sql(
+        test,
+        "UPDATE pets SET name = 'renamed' WHERE id = 1; UPDATE pets SET name = 'later' WHERE id = 3;" +
+          'DELETE FROM pet_changes WHERE seq < (SELECT max(seq) FROM pet_changes)',
+      )
+    }
+    await fed(test)
+    assert.equal((await get(test, secret, '/v1/pets/1')).json().name, 'renamed')
+  })
+
+  it('a pet changed from a session of another search_path, or in psql, still reaches the feed', async (t) => {
+    if (DATABASE !== 'postgres') return t.skip('PostgreSQL only: SQLite has no schemas')
+    const { test, secret } = await withPets(t, 3)
+    assert.equal((await get(test, secret, '/v1/pets/1')).json().name, 'p0')
+    const schema = new URL(test.config.databaseUrl).searchParams.get('options')?.replace('-c search_path=', '')
+    await postgres(`UPDATE ${schema}.pets SET name = 'qualified' WHERE id = 1`, POSTGRES_URL)
+    await fed(test)
+    assert.equal((await get(test, secret, '/v1/pets/1')).json().name, 'qualified')
+  })
+
+  it('a transaction left open elsewhere on the server neither hides a change nor empties the cache', async (t) => {
+    if (DATABASE !== 'postgres') return t.skip('PostgreSQL only: SQLite commits one at a time')
+    const { test, secret, other } = await withPets(t, 3)
+    // An idle transaction holding a transaction id, in another database of the server.
+    const pg = (await import('pg')).default
+    const idle = new pg.Client({ connectionString: POSTGRES_URL.replace(/\/[^/?]*(\?|$)/, '/postgres$1') })
+    await idle.connect()
+    t.after(() => idle.end())
+    await idle.query('BEGIN')
+    await idle.query('SELECT pg_current_xact_id()')
+    assert.ok('updated' in (await other.updatePet(1, { name: 'changed' })))
+    await fed(test)
+    assert.equal((await get(test, secret, '/v1/pets/1')).json().name, 'changed')
+    await get(test, secret, '/v1/pets/2')
+    const before = stats(test)
+    for (let i = 0; i < 3; i++) await fed(test) // polls that see the same open transaction
+    await get(test, secret, '/v1/pets/1')
+    await get(test, secret, '/v1/pets/2')
+    assert.equal(stats(test).misses, before.misses, 'the same change forgotten again at every poll')
+    await idle.query('ROLLBACK')
+  })
+
   it('a write through this instance is listed by its next read, on either database', async (t) => {
     const { test, secret } = await withPets(t, 3)
     await get(test, secret, '/v1/pets?limit=20')
@@ -165,6 +233,17 @@ describe(`Pet cache: it forgets what changed, and only that (${DATABASE})`, () =
     )
   })
 })
+
+/** Runs SQL on the test's database, outside the app: as an operator's script or psql would. */
+async function sql(test: TestApp, statement: string): Promise<void> {
+  if (DATABASE === 'postgres') {
+    await postgres(statement, test.config.databaseUrl)
+    return
+  }
+  const db = new DatabaseSync(sqlitePath(test.config.databaseUrl))
+  db.exec(statement)
+  db.close()
+}
 
 /** What the database holds for a URL of the reads above. */
 async function expected(store: Store, url: string): Promise<unknown> {
