@@ -229,7 +229,8 @@ const PET_WRITES = new Set<string>([
 
 /** The store, as the app uses it: a pet write returns once the cache has forgotten what it changed. */
 export function cachedStore(store: Store, cache: PetCache): Store {
-  const wrapped = new Map<string, (...args: unknown[]) => unknown>()
+  // Per method: the store's function and its wrapper, made again if the function is replaced.
+  const wrapped = new Map<string, { original: unknown; method: (...args: unknown[]) => unknown }>()
   const wrap = (method: (...args: unknown[]) => unknown, name: string) => {
     // Called on the store itself, not the proxy: its private fields are the store's.
     if (!PET_WRITES.has(name)) return method.bind(store)
@@ -246,12 +247,12 @@ export function cachedStore(store: Store, cache: PetCache): Store {
     get(target, name) {
       const value: unknown = Reflect.get(target, name, target)
       if (typeof value !== 'function' || typeof name !== 'string') return value
-      let method = wrapped.get(name)
-      if (method === undefined) {
-        method = wrap(value as (...args: unknown[]) => unknown, name)
-        wrapped.set(name, method)
+      let entry = wrapped.get(name)
+      if (entry?.original !== value) {
+        entry = { original: value, method: wrap(value as (...args: unknown[]) => unknown, name) }
+        wrapped.set(name, entry)
       }
-      return method
+      return entry.method
     },
   })
 }
