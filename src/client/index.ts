@@ -117,95 +117,72 @@ export function unwrap<T>(result: { data?: T; error?: ErrorBody; response: Respo
  * Every animal matching `query`, page after page: each page's `Link: <…>; rel="next"` header says
  * how to ask for the next one (the API's opaque cursor), until a page has no such link.
  */
-export async function* allPets(
+export function allPets(
   client: AnimalStoreClient,
   query: Omit<ListPetsQuery, 'cursor'> = {},
 ): AsyncGenerator<Pet, void, undefined> {
-  let next: ListPetsQuery | null = query
-  while (next) {
-    const result = await client.GET('/pets', { params: { query: next } })
-    yield* unwrap(result)
-    next = nextPetsQuery(result.response.headers.get('link'))
-  }
-}
-
-/** The query of the `rel="next"` target of a Link header (RFC 8288), or null when there is none. */
-export function nextPetsQuery(link: string | null): ListPetsQuery | null {
-  const target = nextLink(link)
-  if (!target) return null
-  const params = new URL(target).searchParams
-  const query: ListPetsQuery = {}
-  const limit = params.get('limit')
-  const status = params.get('status')
-  const cursor = params.get('cursor')
-  if (limit !== null) query.limit = Number(limit)
-  if (status !== null) query.status = status as Pet['status']
-  if (cursor !== null) query.cursor = cursor
-  return query
+  return pages(query, nextPetsQuery, (next) => client.GET('/pets', { params: { query: next } }))
 }
 
 /**
  * Beta: every order of the account matching `query`, newest first, page after page (as allPets
  * does, following `Link: <…>; rel="next"`).
  */
-export async function* allOrders(
+export function allOrders(
   client: AnimalStoreClient,
   query: Omit<ListOrdersQuery, 'cursor'> = {},
 ): AsyncGenerator<Order, void, undefined> {
-  let next: ListOrdersQuery | null = query
-  while (next) {
-    const result = await client.GET('/store/orders', { params: { query: next } })
-    yield* unwrap(result)
-    next = nextOrdersQuery(result.response.headers.get('link'))
-  }
-}
-
-/** The listOrders query of the `rel="next"` target of a Link header, or null when there is none. */
-export function nextOrdersQuery(link: string | null): ListOrdersQuery | null {
-  const target = nextLink(link)
-  if (!target) return null
-  const params = new URL(target).searchParams
-  const query: ListOrdersQuery = {}
-  const limit = params.get('limit')
-  const status = params.get('status')
-  const petId = params.get('petId')
-  const cursor = params.get('cursor')
-  if (limit !== null) query.limit = Number(limit)
-  if (status !== null) query.status = status as Order['status']
-  if (petId !== null) query.petId = Number(petId)
-  if (cursor !== null) query.cursor = cursor
-  return query
+  return pages(query, nextOrdersQuery, (next) => client.GET('/store/orders', { params: { query: next } }))
 }
 
 /**
  * Every message the account sent matching `query`, newest first, page after page (as allPets
  * does, following `Link: <…>; rel="next"`), each with its delivery status.
  */
-export async function* allMessages(
+export function allMessages(
   client: AnimalStoreClient,
   query: Omit<ListMessagesQuery, 'cursor'> = {},
 ): AsyncGenerator<Message, void, undefined> {
-  let next: ListMessagesQuery | null = query
+  return pages(query, nextMessagesQuery, (next) => client.GET('/messages', { params: { query: next } }))
+}
+
+/** The items of every page, from `query` on, each next query read from the page's Link header. */
+async function* pages<Q, T>(
+  query: Q,
+  nextQuery: (link: string | null) => Q | null,
+  get: (query: Q) => Promise<{ data?: T[]; error?: ErrorBody; response: Response }>,
+): AsyncGenerator<T, void, undefined> {
+  let next: Q | null = query
   while (next) {
-    const result = await client.GET('/messages', { params: { query: next } })
+    const result = await get(next)
     yield* unwrap(result)
-    next = nextMessagesQuery(result.response.headers.get('link'))
+    next = nextQuery(result.response.headers.get('link'))
   }
 }
 
+/** The query of the `rel="next"` target of a Link header (RFC 8288), or null when there is none. */
+export const nextPetsQuery = (link: string | null): ListPetsQuery | null =>
+  nextQuery(link, { limit: Number, status: (status) => status as Pet['status'], cursor: String })
+
+/** The listOrders query of the `rel="next"` target of a Link header, or null when there is none. */
+export const nextOrdersQuery = (link: string | null): ListOrdersQuery | null =>
+  nextQuery(link, { limit: Number, status: (status) => status as Order['status'], petId: Number, cursor: String })
+
 /** The listMessages query of the `rel="next"` target of a Link header, or null when there is none. */
-export function nextMessagesQuery(link: string | null): ListMessagesQuery | null {
+export const nextMessagesQuery = (link: string | null): ListMessagesQuery | null =>
+  nextQuery(link, { limit: Number, status: (status) => status as Message['status'], cursor: String })
+
+/** The parameters of `fields` in the `rel="next"` target of a Link header, each read by its field's function. */
+function nextQuery<Q>(link: string | null, fields: { [K in keyof Q]-?: (value: string) => Q[K] }): Q | null {
   const target = nextLink(link)
   if (!target) return null
   const params = new URL(target).searchParams
-  const query: ListMessagesQuery = {}
-  const limit = params.get('limit')
-  const status = params.get('status')
-  const cursor = params.get('cursor')
-  if (limit !== null) query.limit = Number(limit)
-  if (status !== null) query.status = status as Message['status']
-  if (cursor !== null) query.cursor = cursor
-  return query
+  const query: Partial<Q> = {}
+  for (const name of Object.keys(fields) as (keyof Q & string)[]) {
+    const value = params.get(name)
+    if (value !== null) query[name] = fields[name](value)
+  }
+  return query as Q
 }
 
 /** The URL of the link with relation `next` in a Link header, or null. */
