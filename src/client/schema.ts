@@ -704,6 +704,7 @@ export interface components {
        */
       status?: 'enabled' | 'disabled'
     }
+    /** @description One event sent to one endpoint, and how its attempts went. */
     Delivery: {
       /**
        * @description Identifier of the delivery.

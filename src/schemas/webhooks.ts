@@ -1,4 +1,4 @@
-import Type from 'typebox'
+import Type, { type TSchema } from 'typebox'
 import { EVENT_TYPES } from '../domain/events.ts'
 import type { Stability } from '../plugins/stability.ts'
 import { PageLimit } from './common.ts'
@@ -17,11 +17,11 @@ const timestamp = (description: string) =>
     description: `${description} ISO 8601 UTC.`,
     examples: ['2026-11-22T12:00:00.000Z'],
   })
+/** A value of `schema`, or null. */
+const nullable = <T extends TSchema>(schema: T, description: string, example: unknown = null) =>
+  Type.Union([schema, Type.Null()], { description, examples: [example] })
 const nullableTimestamp = (description: string) =>
-  Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
-    description: `${description} ISO 8601 UTC.`,
-    examples: [null],
-  })
+  nullable(Type.String({ format: 'date-time' }), `${description} ISO 8601 UTC.`)
 
 export const EventTypeSchema = Type.Enum(EVENT_TYPES, { type: 'string', description: 'An event type.' })
 
@@ -65,10 +65,7 @@ export const WebhookEndpointSchema = Type.Object(
     }),
     description: Type.String({ description: 'A note for the account’s own use.', examples: ['Order sync'] }),
     status: WebhookStatusSchema,
-    disabledReason: Type.Union([Type.String(), Type.Null()], {
-      description: 'Why it is disabled, or null.',
-      examples: [null],
-    }),
+    disabledReason: nullable(Type.String(), 'Why it is disabled, or null.'),
     createdAt: timestamp('When the endpoint was added.'),
     secretRotatedAt: nullableTimestamp('When the signing secret was last rotated, or null.'),
   },
@@ -166,18 +163,12 @@ export const DeliverySchema = Type.Object(
     attempts: Type.Integer({ minimum: 0, description: 'Attempts made so far.', examples: [1] }),
     nextAttemptAt: nullableTimestamp('When the next attempt is due, while pending.'),
     lastAttemptAt: nullableTimestamp('When the last attempt was made, or null.'),
-    lastStatus: Type.Union([Type.Integer(), Type.Null()], {
-      description: 'The HTTP status of the last answer.',
-      examples: [200],
-    }),
-    lastError: Type.Union([Type.String(), Type.Null()], {
-      description: 'Why the last attempt failed, or null.',
-      examples: [null],
-    }),
+    lastStatus: nullable(Type.Integer(), 'The HTTP status of the last answer.', 200),
+    lastError: nullable(Type.String(), 'Why the last attempt failed, or null.'),
     deliveredAt: nullableTimestamp('When a 2xx answer arrived, or null.'),
     createdAt: timestamp('When the event was queued for this endpoint.'),
   },
-  { $id: 'Delivery' },
+  { $id: 'Delivery', description: 'One event sent to one endpoint, and how its attempts went.' },
 )
 export type Delivery = Type.Static<typeof DeliverySchema>
 
