@@ -205,50 +205,41 @@ export default fp<{ config: Config }>(
       read = { at: Date.now(), values }
       return values
     }
-    new Gauge({
-      name: 'pets',
-      help: 'Pets by status.',
-      labelNames: ['status'],
-      registers: [register],
-      async collect() {
-        this.reset()
-        const numbers = await fromDatabase()
-        if (numbers) for (const status of PET_STATUSES) this.set({ status }, numbers.pets[status])
-      },
+    /** A gauge of what the database holds, set from the numbers a scrape reads (or left empty in an outage). */
+    const databaseGauge = (
+      options: { name: string; help: string; labelNames?: string[] },
+      show: (gauge: Gauge, numbers: DatabaseNumbers) => void,
+    ) =>
+      new Gauge({
+        ...options,
+        registers: [register],
+        async collect() {
+          this.reset()
+          const numbers = await fromDatabase()
+          if (numbers) show(this, numbers)
+        },
+      })
+    databaseGauge({ name: 'pets', help: 'Pets by status.', labelNames: ['status'] }, (gauge, { pets }) => {
+      for (const status of PET_STATUSES) gauge.set({ status }, pets[status])
     })
-    new Gauge({
-      name: 'orders',
-      help: 'Orders (of every account) by status.',
-      labelNames: ['status'],
-      registers: [register],
-      async collect() {
-        this.reset()
-        const numbers = await fromDatabase()
-        if (numbers) for (const status of ORDER_STATUSES) this.set({ status }, numbers.orders[status])
+    databaseGauge(
+      { name: 'orders', help: 'Orders (of every account) by status.', labelNames: ['status'] },
+      (gauge, { orders }) => {
+        for (const status of ORDER_STATUSES) gauge.set({ status }, orders[status])
       },
-    })
-    new Gauge({
-      name: 'webhook_outbox_depth',
-      help: 'Webhook deliveries neither delivered nor given up.',
-      registers: [register],
-      async collect() {
-        this.reset()
-        const numbers = await fromDatabase()
-        if (numbers) this.set(numbers.outbox.depth)
+    )
+    databaseGauge(
+      { name: 'webhook_outbox_depth', help: 'Webhook deliveries neither delivered nor given up.' },
+      (gauge, { outbox }) => gauge.set(outbox.depth),
+    )
+    databaseGauge(
+      {
+        name: 'webhook_outbox_oldest_age_seconds',
+        help: 'Age of the oldest undelivered webhook delivery (0 when none).',
       },
-    })
-    new Gauge({
-      name: 'webhook_outbox_oldest_age_seconds',
-      help: 'Age of the oldest undelivered webhook delivery (0 when none).',
-      registers: [register],
-      async collect() {
-        this.reset()
-        const numbers = await fromDatabase()
-        if (!numbers) return
-        const { oldestAt } = numbers.outbox
-        this.set(oldestAt === null ? 0 : Math.max(0, (Date.now() - Date.parse(oldestAt)) / 1000))
-      },
-    })
+      (gauge, { outbox: { oldestAt } }) =>
+        gauge.set(oldestAt === null ? 0 : Math.max(0, (Date.now() - Date.parse(oldestAt)) / 1000)),
+    )
     const deliveries = new Counter({
       name: 'webhook_deliveries_total',
       help: 'Webhook delivery attempts by outcome: delivered, retry (to be tried again), failed (given up), lease_lost.',
