@@ -53,6 +53,7 @@ export class RequestLog extends LogController {
 }
 
 type Log = (...args: unknown[]) => void
+const LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 
 /**
  * A logger that becomes a real pino child logger the first time it is used. Its own children are
@@ -84,26 +85,17 @@ class LazyLogger {
   set level(level: LevelWithSilent) {
     this.#real.level = level
   }
-  fatal(...args: unknown[]): void {
-    ;(this.#real.fatal as Log)(...args)
-  }
-  error(...args: unknown[]): void {
-    ;(this.#real.error as Log)(...args)
-  }
-  warn(...args: unknown[]): void {
-    ;(this.#real.warn as Log)(...args)
-  }
-  info(...args: unknown[]): void {
-    ;(this.#real.info as Log)(...args)
-  }
-  debug(...args: unknown[]): void {
-    ;(this.#real.debug as Log)(...args)
-  }
-  trace(...args: unknown[]): void {
-    ;(this.#real.trace as Log)(...args)
-  }
-  silent(...args: unknown[]): void {
-    ;(this.#real.silent as Log)(...args)
+  // The seven logging methods, each passing its arguments to the real logger's own.
+  static {
+    for (const level of LEVELS) {
+      Object.defineProperty(LazyLogger.prototype, level, {
+        value: function log(this: LazyLogger, ...args: unknown[]): void {
+          ;(this.#real[level] as Log)(...args)
+        },
+        writable: true,
+        configurable: true,
+      })
+    }
   }
   child(bindings: Bindings, options?: ChildLoggerOptions): FastifyBaseLogger {
     return new LazyLogger(this, bindings, options) as unknown as FastifyBaseLogger
