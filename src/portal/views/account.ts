@@ -1,20 +1,17 @@
 import { PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH } from '../../domain/accounts.ts'
 import type { FieldError } from '../forms.ts'
 import { type Html, html } from '../html.ts'
-import { csrfInput, field, layout, type Notice, type PageContext } from './layout.ts'
-
-const errorFor = (error: FieldError | undefined, name: string) => (error?.field === name ? error.message : undefined)
+import { csrfInput, field, formErrors, layout, type Notice, type PageContext } from './layout.ts'
 
 export function signUpPage(context: PageContext, form: { email?: string; error?: FieldError } = {}): Html {
-  const { error } = form
-  const general = error && !['email', 'password', 'confirm'].includes(error.field) ? error.message : undefined
+  const { beside: errors, notice } = formErrors(form.error, ['email', 'password', 'confirm'])
   return layout(
     context,
     'Create an account',
     html`<p>An account holds your API keys. Already have one? <a href="/portal/sign-in">Sign in</a>.</p>
     <form method="post" action="/portal/sign-up" novalidate>
       ${csrfInput(context)}
-      ${field({ name: 'email', label: 'Email', type: 'email', value: form.email, autocomplete: 'email', maxlength: 254, error: errorFor(error, 'email') })}
+      ${field({ name: 'email', label: 'Email', type: 'email', value: form.email, autocomplete: 'email', maxlength: 254, error: errors.email })}
       ${field({
         name: 'password',
         label: 'Password',
@@ -22,12 +19,12 @@ export function signUpPage(context: PageContext, form: { email?: string; error?:
         autocomplete: 'new-password',
         hint: `${PASSWORD_MIN_LENGTH} to ${PASSWORD_MAX_LENGTH} characters. A few unrelated words make a strong password.`,
         maxlength: PASSWORD_MAX_LENGTH,
-        error: errorFor(error, 'password'),
+        error: errors.password,
       })}
-      ${field({ name: 'confirm', label: 'Password again', type: 'password', autocomplete: 'new-password', maxlength: PASSWORD_MAX_LENGTH, error: errorFor(error, 'confirm') })}
+      ${field({ name: 'confirm', label: 'Password again', type: 'password', autocomplete: 'new-password', maxlength: PASSWORD_MAX_LENGTH, error: errors.confirm })}
       <button type="submit">Create account</button>
     </form>`,
-    general ? { kind: 'error', text: general } : undefined,
+    notice,
   )
 }
 

@@ -3,7 +3,7 @@ import { SCOPES, type Scope } from '../../domain/scopes.ts'
 import type { ApiKey } from '../../store/types.ts'
 import { EXPIRY_CHOICES, type FieldError, scopeField } from '../forms.ts'
 import { type Html, html } from '../html.ts'
-import { csrfInput, field, layout, type Notice, type PageContext } from './layout.ts'
+import { csrfInput, field, formErrors, layout, type Notice, type PageContext, secretField } from './layout.ts'
 
 /** A timestamp as people read it, in UTC, with the exact value for machines. */
 export function time(iso: string | null, none = '—'): Html {
@@ -47,13 +47,10 @@ export function keysPage(
   keys: ApiKey[],
   form: { name?: string; expires?: string; scopes?: string[]; error?: FieldError; notice?: Notice } = {},
 ): Html {
-  const nameError = form.error?.field === 'name' ? form.error.message : undefined
-  const expiresError = form.error?.field === 'expires' ? form.error.message : undefined
-  const scopesError = form.error?.field === 'scopes' ? form.error.message : undefined
-  const general = form.error && !nameError && !expiresError && !scopesError ? form.error.message : undefined
+  const { beside: errors, notice: refused } = formErrors(form.error, ['name', 'expires', 'scopes'])
   // A new form has every box checked: a key does everything unless its owner says otherwise.
   const scopes = form.scopes ?? [...SCOPES]
-  const notice: Notice | undefined = general ? { kind: 'error', text: general } : form.notice
+  const notice = refused ?? form.notice
   const selected = form.expires ?? '90d'
   return layout(
     context,
@@ -63,18 +60,18 @@ export function keysPage(
       <p>Send a key as <code>Authorization: Bearer &lt;API_KEY&gt;</code>. Use one key per program or machine, so that you can revoke one without the others.</p>
       <form method="post" action="/portal/keys" novalidate>
         ${csrfInput(context)}
-        ${field({ name: 'name', label: 'Name', value: form.name, hint: 'What uses it, e.g. laptop or ci.', maxlength: 100, error: nameError })}
-        <div class="field${expiresError ? ' invalid' : ''}">
+        ${field({ name: 'name', label: 'Name', value: form.name, hint: 'What uses it, e.g. laptop or ci.', maxlength: 100, error: errors.name })}
+        <div class="field${errors.expires ? ' invalid' : ''}">
           <label for="expires">Expires after</label>
-          ${expiresError && html`<p class="field-error" id="expires-error">${expiresError}</p>`}
-          <select id="expires" name="expires"${expiresError ? html` aria-invalid="true" aria-describedby="expires-error"` : ''}>
+          ${errors.expires && html`<p class="field-error" id="expires-error">${errors.expires}</p>`}
+          <select id="expires" name="expires"${errors.expires ? html` aria-invalid="true" aria-describedby="expires-error"` : ''}>
             ${EXPIRY_CHOICES.map(([value, label]) => html`<option value="${value}"${value === selected ? html` selected` : ''}>${label}</option>`)}
           </select>
         </div>
-        <fieldset class="field${scopesError ? ' invalid' : ''}"${scopesError ? html` aria-describedby="scopes-error"` : ''}>
+        <fieldset class="field${errors.scopes ? ' invalid' : ''}"${errors.scopes ? html` aria-describedby="scopes-error"` : ''}>
           <legend>What it may do</legend>
           <p class="hint">Uncheck what this key must not do. Writing includes reading; with every box checked the key also gets what later versions add.</p>
-          ${scopesError && html`<p class="field-error" id="scopes-error">${scopesError}</p>`}
+          ${errors.scopes && html`<p class="field-error" id="scopes-error">${errors.scopes}</p>`}
           ${SCOPES.map(
             (scope) =>
               html`<label class="choice"><input type="checkbox" name="${scopeField(scope)}"${scopes.includes(scope) ? html` checked` : ''}> <code>${scope}</code> ${SCOPE_LABELS[scope]}</label>`,
@@ -107,12 +104,7 @@ export function newKeyPage(context: PageContext, key: ApiKey, secret: string): H
     'Your new API key',
     html`<div class="notice success" role="status">Key <strong>${key.name}</strong> created${key.expiresAt ? html`; it expires ${time(key.expiresAt)}` : ''}.</div>
     <p><strong>Copy it now: it is shown only this once.</strong> We keep only a hash of it, so it cannot be shown again; if you lose it, create another and revoke this one.</p>
-    <div class="field">
-      <label for="secret">API key</label>
-      <input id="secret" class="secret" type="text" value="${secret}" readonly spellcheck="false" autocomplete="off">
-      <button type="button" class="secondary" data-copy="secret" data-status="copy-status" hidden>Copy to clipboard</button>
-      <p id="copy-status" class="hint" role="status"></p>
-    </div>
+    ${secretField('API key', secret)}
     <p>In a terminal: <code>export API_KEY=${secret}</code></p>
     <p><a href="/portal/keys">Back to your keys</a></p>`,
   )

@@ -4,6 +4,7 @@
  * /portal/assets, and every page works without JavaScript.
  */
 import { CSRF_FIELD } from '../csrf.ts'
+import type { FieldError } from '../forms.ts'
 import { type Html, html } from '../html.ts'
 
 export interface PageContext {
@@ -81,6 +82,31 @@ export function htmlPage(title: string, head: Html, body: Html): Html {
 </body>
 </html>
 `
+}
+
+/**
+ * Where a refused form says why: beside the field when it is one of `fields`, else (a refusal of
+ * the form as a whole) in a notice atop the page.
+ */
+export function formErrors<F extends string>(
+  error: FieldError | undefined,
+  fields: readonly F[],
+): { beside: Partial<Record<F, string>>; notice?: Notice } {
+  if (!error) return { beside: {} }
+  if ((fields as readonly string[]).includes(error.field)) {
+    return { beside: { [error.field]: error.message } as Partial<Record<F, string>> }
+  }
+  return { beside: {}, notice: { kind: 'error', text: error.message } }
+}
+
+/** A secret shown this once, read-only, with a Copy button (that /portal/assets shows where scripts run). */
+export function secretField(label: string, secret: string): Html {
+  return html`<div class="field">
+      <label for="secret">${label}</label>
+      <input id="secret" class="secret" type="text" value="${secret}" readonly spellcheck="false" autocomplete="off">
+      <button type="button" class="secondary" data-copy="secret" data-status="copy-status" hidden>Copy to clipboard</button>
+      <p id="copy-status" class="hint" role="status"></p>
+    </div>`
 }
 
 /** A labelled input with its hint and, when refused, its error (announced and linked by aria-describedby). */

@@ -2,7 +2,7 @@ import { type Delivery, EVENT_TYPES, type EventType, type WebhookEndpoint } from
 import { eventField, type FieldError, WEBHOOK_DESCRIPTION_MAX_LENGTH } from '../forms.ts'
 import { type Html, html } from '../html.ts'
 import { time } from './keys.ts'
-import { csrfInput, field, layout, type Notice, type PageContext } from './layout.ts'
+import { csrfInput, field, formErrors, layout, type Notice, type PageContext, secretField } from './layout.ts'
 
 const EVENT_LABELS: Record<EventType, string> = {
   'message.created': 'a message is sent',
@@ -49,13 +49,10 @@ export function webhooksPage(
   limit: number,
   form: WebhookFormState = {},
 ): Html {
-  const urlError = form.error?.field === 'url' ? form.error.message : undefined
-  const descriptionError = form.error?.field === 'description' ? form.error.message : undefined
-  const eventsError = form.error?.field === 'events' ? form.error.message : undefined
-  const general = form.error && !urlError && !descriptionError && !eventsError ? form.error.message : undefined
+  const { beside: errors, notice: refused } = formErrors(form.error, ['url', 'description', 'events'])
   // A new form has every box checked, as a new key has every scope.
   const checked = form.events ?? [...EVENT_TYPES]
-  const notice: Notice | undefined = general ? { kind: 'error', text: general } : form.notice
+  const notice = refused ?? form.notice
   const full = endpoints.length >= limit
   return layout(
     context,
@@ -82,16 +79,16 @@ export function webhooksPage(
           ? html`<p>You have ${endpoints.length} endpoints, the most an account may have. Delete one to add another.</p>`
           : html`<form method="post" action="/portal/webhooks" novalidate>
         ${csrfInput(context)}
-        ${field({ name: 'url', label: 'URL', type: 'url', value: form.url, hint: 'Where to POST the events: an https:// address on the public internet.', error: urlError })}
-        <fieldset class="field${eventsError ? ' invalid' : ''}"${eventsError ? html` aria-describedby="events-error"` : ''}>
+        ${field({ name: 'url', label: 'URL', type: 'url', value: form.url, hint: 'Where to POST the events: an https:// address on the public internet.', error: errors.url })}
+        <fieldset class="field${errors.events ? ' invalid' : ''}"${errors.events ? html` aria-describedby="events-error"` : ''}>
           <legend>Events to send</legend>
-          ${eventsError && html`<p class="field-error" id="events-error">${eventsError}</p>`}
+          ${errors.events && html`<p class="field-error" id="events-error">${errors.events}</p>`}
           ${EVENT_TYPES.map(
             (type) =>
               html`<label class="choice"><input type="checkbox" name="${eventField(type)}"${checked.includes(type) ? html` checked` : ''}> <code>${type}</code> when ${EVENT_LABELS[type]}</label>`,
           )}
         </fieldset>
-        ${field({ name: 'description', label: 'Description (optional)', value: form.description, hint: 'A note for yourself, e.g. order sync.', maxlength: WEBHOOK_DESCRIPTION_MAX_LENGTH, required: false, error: descriptionError })}
+        ${field({ name: 'description', label: 'Description (optional)', value: form.description, hint: 'A note for yourself, e.g. order sync.', maxlength: WEBHOOK_DESCRIPTION_MAX_LENGTH, required: false, error: errors.description })}
         <button type="submit">Add endpoint</button>
       </form>`
       }
@@ -103,12 +100,7 @@ export function webhooksPage(
 /** The secret of an endpoint, shown once: when it is created and when it is rotated. */
 function secretBlock(secret: string): Html {
   return html`<p><strong>Copy it now: it is shown only this once.</strong></p>
-    <div class="field">
-      <label for="secret">Signing secret</label>
-      <input id="secret" class="secret" type="text" value="${secret}" readonly spellcheck="false" autocomplete="off">
-      <button type="button" class="secondary" data-copy="secret" data-status="copy-status" hidden>Copy to clipboard</button>
-      <p id="copy-status" class="hint" role="status"></p>
-    </div>
+    ${secretField('Signing secret', secret)}
     <p>Every request to the endpoint carries the headers <code>webhook-id</code>, <code>webhook-timestamp</code> and <code>webhook-signature</code>. Verify them with this secret before trusting the body, with any Standard Webhooks library: in Node.js, the <code>standardwebhooks</code> package, <code>new Webhook(secret).verify(body, headers)</code> on the raw body.</p>`
 }
 
