@@ -28,6 +28,9 @@ export interface Portal {
   checkCsrf(request: FastifyRequest, reply: FastifyReply): Promise<void>
 }
 
+/** The account of a request that the `signedIn` hook let through. */
+export const accountId = (request: FastifyRequest): number => (request.portalSession as Session).accountId
+
 export async function createPortal(app: FastifyInstance): Promise<Portal> {
   // Shared by every instance through the database, so a form rendered by one is accepted by another.
   const secret = await app.store.secret('portal-csrf', randomToken)

@@ -83,6 +83,16 @@ export const FIELD_MESSAGES: Record<string, string> = {
   description: `Keep the description to ${WEBHOOK_DESCRIPTION_MAX_LENGTH} characters, without control characters.`,
 }
 
+/** The options whose boxes a form checked, in the options' order. */
+export function checkedBoxes<T extends string>(
+  body: unknown,
+  options: readonly T[],
+  field: (option: T) => string,
+): T[] {
+  const fields = (body ?? {}) as Record<string, unknown>
+  return options.filter((option) => fields[field(option)] === 'on')
+}
+
 export interface FieldError {
   field: string
   message: string

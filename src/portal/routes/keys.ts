@@ -1,13 +1,11 @@
 /** The signed-in account's API keys: list, create (the secret shown once), revoke. */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { FastifyRequest } from 'fastify'
 import Type from 'typebox'
 import type { Config } from '../../config.ts'
 import { issueApiKey, parseDuration } from '../../domain/accounts.ts'
 import { SCOPES } from '../../domain/scopes.ts'
-import type { Session } from '../../store/types.ts'
-import type { Portal } from '../context.ts'
-import { CsrfOnlyForm, fieldError, KeyParams, NewKeyForm, scopeField } from '../forms.ts'
+import { accountId, type Portal } from '../context.ts'
+import { CsrfOnlyForm, checkedBoxes, fieldError, KeyParams, NewKeyForm, scopeField } from '../forms.ts'
 import { html } from '../html.ts'
 import { errorPage } from '../views/error.ts'
 import { keysPage, newKeyPage, revokePage } from '../views/keys.ts'
@@ -16,18 +14,13 @@ import type { PageContext } from '../views/layout.ts'
 const KeysQuery = Type.Object({ revoked: Type.Optional(KeyParams.properties.keyId) })
 
 /** The scopes whose boxes the form checked, in the fixed order. */
-function checked(body: unknown): string[] {
-  const fields = (body ?? {}) as Record<string, unknown>
-  return SCOPES.filter((scope) => fields[scopeField(scope)] === 'on')
-}
+const checked = (body: unknown): string[] => checkedBoxes(body, SCOPES, scopeField)
 
 const keyNotFound = (c: PageContext) =>
   errorPage(c, 'Key not found', 'You have no key with this id. It may belong to another account.')
 
 const keys: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = async (app, { portal, config }) => {
   app.addHook('preHandler', portal.signedIn)
-  // Set by the signedIn hook above, for every route of this module.
-  const accountId = (request: FastifyRequest) => (request.portalSession as Session).accountId
 
   app.get(
     '/keys',

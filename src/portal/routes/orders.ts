@@ -3,10 +3,8 @@
  * page is): newest first, a page at a time, and Cancel for a placed one.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { FastifyRequest } from 'fastify'
 import Type from 'typebox'
-import type { Session } from '../../store/types.ts'
-import type { Portal } from '../context.ts'
+import { accountId, type Portal } from '../context.ts'
 import { CsrfOnlyForm, OrderParams } from '../forms.ts'
 import { html } from '../html.ts'
 import { errorPage } from '../views/error.ts'
@@ -26,8 +24,6 @@ const orderNotFound = (c: PageContext) =>
 
 const orders: FastifyPluginAsyncTypebox<{ portal: Portal }> = async (app, { portal }) => {
   app.addHook('preHandler', portal.signedIn)
-  // Set by the signedIn hook above, for every route of this module.
-  const accountId = (request: FastifyRequest) => (request.portalSession as Session).accountId
 
   /** A page of the account's orders, each with its animal (null if it is no longer there). */
   async function page(account: number, before?: number): Promise<{ rows: OrderRow[]; next: number | null }> {

@@ -9,11 +9,19 @@ import type { FastifyRequest } from 'fastify'
 import Type from 'typebox'
 import type { Config } from '../../config.ts'
 import { EVENT_TYPES, type EventType, MAX_WEBHOOK_ENDPOINTS } from '../../schemas/webhooks.ts'
-import type { Session, StoredWebhookEndpoint } from '../../store/types.ts'
+import type { StoredWebhookEndpoint } from '../../store/types.ts'
 import { newWebhookSecret } from '../../webhooks/signing.ts'
 import { webhookUrlProblem } from '../../webhooks/url-policy.ts'
-import type { Portal } from '../context.ts'
-import { CsrfOnlyForm, DeliveryParams, eventField, fieldError, NewWebhookForm, WebhookParams } from '../forms.ts'
+import { accountId, type Portal } from '../context.ts'
+import {
+  CsrfOnlyForm,
+  checkedBoxes,
+  DeliveryParams,
+  eventField,
+  fieldError,
+  NewWebhookForm,
+  WebhookParams,
+} from '../forms.ts'
 import { html } from '../html.ts'
 import { errorPage } from '../views/error.ts'
 import type { Notice, PageContext } from '../views/layout.ts'
@@ -38,10 +46,7 @@ const EndpointQuery = Type.Object({
 const WebhooksQuery = Type.Object({ deleted: Type.Optional(WebhookParams.properties.endpointId) })
 
 /** The event types whose boxes the form checked, in the fixed order. */
-function checked(body: unknown): EventType[] {
-  const fields = (body ?? {}) as Record<string, unknown>
-  return EVENT_TYPES.filter((type) => fields[eventField(type)] === 'on')
-}
+const checked = (body: unknown): EventType[] => checkedBoxes(body, EVENT_TYPES, eventField)
 
 const endpointNotFound = (c: PageContext) =>
   errorPage(c, 'Endpoint not found', 'You have no webhook endpoint with this id. It may belong to another account.')
@@ -52,8 +57,6 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
   // Elsewhere no route at all: a 404 page, as any unknown portal page (and no link in the navigation).
   if (!app.offers({ level: 'experimental', feature: 'webhooks' })) return
   app.addHook('preHandler', portal.signedIn)
-  // Set by the signedIn hook above, for every route of this module.
-  const accountId = (request: FastifyRequest) => (request.portalSession as Session).accountId
   const policy = { allowHttp: config.webhookAllowHttp, allowPrivate: config.webhookAllowPrivate }
 
   /** The list page with the form as sent, refused for `error`. */
