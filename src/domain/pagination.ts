@@ -3,9 +3,10 @@
  * 128 bits, keyed by a secret shared through the database) means a cursor cannot be forged or
  * edited, and it binds the cursor to the filters it was issued for (`status=sold`, `petId=7`).
  */
-import { createHmac, timingSafeEqual } from 'node:crypto'
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
 import { ApiError } from '../errors.ts'
 import { BoundedMap } from '../lib/bounded-map.ts'
+import type { Store } from '../store/types.ts'
 
 const MAC_BYTES = 16
 /** Cursors kept once made: the next-page link of a popular page is the same cursor every time. */
@@ -53,4 +54,9 @@ export function cursorCodec(secret: string): CursorCodec {
       return Number(afterId)
     },
   }
+}
+
+/** The codec of one list's cursors, keyed by the secret `name` that every instance shares through the store. */
+export async function sharedCursorCodec(store: Pick<Store, 'secret'>, name: string): Promise<CursorCodec> {
+  return cursorCodec(await store.secret(name, () => randomBytes(32).toString('base64url')))
 }

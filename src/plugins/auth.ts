@@ -8,7 +8,8 @@
  * (`app.forgetApiKey`) and an expiry take effect at once. Keys found unknown are remembered as long,
  * so that a client repeating one costs no database lookup either (decision 84).
  */
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyPluginAsyncTypebox, TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import type { FastifyInstance, FastifyPluginOptions, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
 import { apiKeyDeployment, hashApiKey } from '../domain/api-keys.ts'
@@ -17,6 +18,23 @@ import { ApiError, type ErrorCode } from '../errors.ts'
 import { BoundedMap } from '../lib/bounded-map.ts'
 import { type ApiKey, DatabaseUnavailableError } from '../store/types.ts'
 import { clientNetwork, type Hit } from './rate-limit-counters.ts'
+
+/**
+ * A resource module of the API (src/routes/) as a plugin: a scope of its own, in which every route
+ * takes an API key, then counts against that key's rate limit, before anything else is judged.
+ */
+export function apiRoutes<Options extends FastifyPluginOptions>(
+  routes: FastifyPluginAsyncTypebox<Options>,
+  name: string,
+  dependencies: string[],
+) {
+  const plugin = async (app: FastifyInstance, options: Options) => {
+    app.addHook('onRequest', app.authenticate)
+    app.addHook('onRequest', app.rateLimit)
+    await routes(app.withTypeProvider<TypeBoxTypeProvider>(), options)
+  }
+  return fp(plugin, { name, dependencies: ['auth', 'rate-limit', ...dependencies], encapsulate: true })
+}
 
 export interface Caller {
   keyId: string

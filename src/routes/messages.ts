@@ -1,18 +1,17 @@
-import { randomBytes } from 'node:crypto'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import fp from 'fastify-plugin'
-import { cursorCodec } from '../domain/pagination.ts'
+import { sharedCursorCodec } from '../domain/pagination.ts'
 import { ApiError } from '../errors.ts'
 import { requestOrigin } from '../http/host.ts'
+import { apiRoutes } from '../plugins/auth.ts'
 import {
   DEFAULT_PAGE_SIZE,
-  ErrorSchema,
-  errorExample,
+  errorResponse,
   errorResponses,
-  header,
+  IDEMPOTENT_HEADERS,
   IdempotencyHeadersSchema,
   jsonResponse,
   NoQuerySchema,
+  pageHeaders,
   RATE_LIMIT_HEADERS,
 } from '../schemas/common.ts'
 import {
@@ -26,11 +25,6 @@ import {
 const tags = ['messages']
 
 const messages: FastifyPluginAsyncTypebox = async (app) => {
-  // A key of their own: a cursor of another list (pets, orders) is refused here, not read as a position.
-  const cursors = cursorCodec(await app.store.secret('messages-cursor', () => randomBytes(32).toString('base64url')))
-  app.addHook('onRequest', app.authenticate)
-  app.addHook('onRequest', app.rateLimit)
-
   app.post(
     '/messages',
     {
@@ -45,10 +39,7 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
         querystring: NoQuerySchema,
         body: NewMessageSchema,
         response: {
-          202: jsonResponse('Accepted: stored and queued.', MessageSchema, {
-            'Idempotent-Replayed': header('`true` when this is the stored response to an earlier request.'),
-            ...RATE_LIMIT_HEADERS,
-          }),
+          202: jsonResponse('Accepted: stored and queued.', MessageSchema, IDEMPOTENT_HEADERS),
           ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503),
         },
       },
@@ -62,6 +53,9 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
     },
   )
 
+  // A key of their own: a cursor of another list (pets, orders) is refused here, not read as a position.
+  const cursors = await sharedCursorCodec(app.store, 'messages-cursor')
+
   app.get(
     '/messages',
     {
@@ -73,10 +67,11 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
         tags,
         querystring: ListMessagesQuerySchema,
         response: {
-          200: jsonResponse("A page of the account's messages, newest first.", MessagesSchema, {
-            Link: header('`<…/v1/messages?…&cursor=…>; rel="next"` when more messages follow (RFC 8288).'),
-            ...RATE_LIMIT_HEADERS,
-          }),
+          200: jsonResponse(
+            "A page of the account's messages, newest first.",
+            MessagesSchema,
+            pageHeaders('/v1/messages', 'messages'),
+          ),
           ...errorResponses(400, 401, 429, 500, 503),
         },
       },
@@ -109,11 +104,10 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
         response: {
           200: jsonResponse('The message.', MessageSchema, RATE_LIMIT_HEADERS),
           ...errorResponses(400, 401, 429, 500, 503),
-          404: jsonResponse(
+          404: errorResponse(
+            'message_not_found',
             "`message_not_found`: no such message of this account's.",
-            ErrorSchema,
             RATE_LIMIT_HEADERS,
-            errorExample('message_not_found'),
           ),
         },
       },
@@ -128,8 +122,4 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
   )
 }
 
-export default fp(messages, {
-  name: 'messages',
-  dependencies: ['store', 'auth', 'rate-limit', 'idempotency'],
-  encapsulate: true,
-})
+export default apiRoutes(messages, 'messages', ['store', 'idempotency'])

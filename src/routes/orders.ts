@@ -1,19 +1,19 @@
-import { randomBytes } from 'node:crypto'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
-import fp from 'fastify-plugin'
-import { cursorCodec } from '../domain/pagination.ts'
+import { sharedCursorCodec } from '../domain/pagination.ts'
 import { ApiError } from '../errors.ts'
 import { requestOrigin } from '../http/host.ts'
+import { apiRoutes } from '../plugins/auth.ts'
 import type { Stability } from '../plugins/stability.ts'
 import {
+  createdHeaders,
   DEFAULT_PAGE_SIZE,
   errorResponses,
-  header,
   IdempotencyHeadersSchema,
   jsonResponse,
   MAX_EXACT_INTEGER,
   NoQuerySchema,
+  pageHeaders,
   RATE_LIMIT_HEADERS,
 } from '../schemas/common.ts'
 import {
@@ -32,11 +32,6 @@ const tags = ['store']
 
 const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, { orderHoldMs }) => {
   if (!app.offers(stability)) return
-  // A key of its own: a pets cursor is no orders cursor, though both are an id and a filter.
-  const cursors = cursorCodec(await app.store.secret('orders-cursor', () => randomBytes(32).toString('base64url')))
-  app.addHook('onRequest', app.authenticate)
-  app.addHook('onRequest', app.rateLimit)
-
   app.post(
     '/store/orders',
     {
@@ -50,11 +45,7 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
         querystring: NoQuerySchema,
         body: NewOrderSchema,
         response: {
-          201: jsonResponse('The order, placed; the animal is now `pending`.', OrderSchema, {
-            Location: header('The URL of the new order.'),
-            'Idempotent-Replayed': header('`true` when this is the stored response to an earlier request.'),
-            ...RATE_LIMIT_HEADERS,
-          }),
+          201: jsonResponse('The order, placed; the animal is now `pending`.', OrderSchema, createdHeaders('order')),
           ...errorResponses(400, 401, 404, 409, 413, 415, 422, 429, 500, 503),
         },
       },
@@ -76,6 +67,9 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
     },
   )
 
+  // A key of its own: a pets cursor is no orders cursor, though both are an id and a filter.
+  const cursors = await sharedCursorCodec(app.store, 'orders-cursor')
+
   app.get(
     '/store/orders',
     {
@@ -86,10 +80,11 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
         tags,
         querystring: ListOrdersQuerySchema,
         response: {
-          200: jsonResponse("A page of the account's orders, newest first.", OrdersSchema, {
-            Link: header('`<…/v1/store/orders?…&cursor=…>; rel="next"` when more orders follow (RFC 8288).'),
-            ...RATE_LIMIT_HEADERS,
-          }),
+          200: jsonResponse(
+            "A page of the account's orders, newest first.",
+            OrdersSchema,
+            pageHeaders('/v1/store/orders', 'orders'),
+          ),
           ...errorResponses(400, 401, 429, 500, 503),
         },
       },
@@ -204,8 +199,4 @@ function orderLocation(order: { id: string }, request: FastifyRequest): string {
   return `${requestOrigin(request)}/v1/store/orders/${order.id}`
 }
 
-export default fp(orders, {
-  name: 'orders',
-  dependencies: ['store', 'auth', 'rate-limit', 'idempotency', 'stability'],
-  encapsulate: true,
-})
+export default apiRoutes(orders, 'orders', ['store', 'idempotency', 'stability'])

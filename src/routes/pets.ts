@@ -1,13 +1,12 @@
-import { randomBytes } from 'node:crypto'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import fp from 'fastify-plugin'
-import { cursorCodec } from '../domain/pagination.ts'
+import { sharedCursorCodec } from '../domain/pagination.ts'
 import { ApiError } from '../errors.ts'
 import { malformedOrigin, requestOrigin } from '../http/host.ts'
+import { apiRoutes } from '../plugins/auth.ts'
 import {
-  ErrorSchema,
-  errorExample,
+  createdHeaders,
+  errorResponse,
   errorResponses,
   header,
   IdempotencyHeadersSchema,
@@ -15,6 +14,7 @@ import {
   MAX_EXACT_INTEGER,
   NoQuerySchema,
   notModifiedResponse,
+  pageHeaders,
   RATE_LIMIT_HEADERS,
   withHeaders,
 } from '../schemas/common.ts'
@@ -45,9 +45,7 @@ const ETAG_HEADER = {
 const UPDATE_ATTEMPTS = 3
 
 const pets: FastifyPluginAsyncTypebox = async (app) => {
-  const cursors = cursorCodec(await app.store.secret('cursor', () => randomBytes(32).toString('base64url')))
-  app.addHook('onRequest', app.authenticate)
-  app.addHook('onRequest', app.rateLimit)
+  const cursors = await sharedCursorCodec(app.store, 'cursor')
 
   app.get(
     '/pets',
@@ -61,10 +59,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         security,
         querystring: ListPetsQuerySchema,
         response: {
-          200: jsonResponse('A page of animals, ordered by id.', PetsSchema, {
-            Link: header('`<…/v1/pets?…&cursor=…>; rel="next"` when more animals follow (RFC 8288).'),
-            ...RATE_LIMIT_HEADERS,
-          }),
+          200: jsonResponse('A page of animals, ordered by id.', PetsSchema, pageHeaders('/v1/pets', 'animals')),
           304: notModifiedResponse(RATE_LIMIT_HEADERS),
           ...errorResponses(400, 401, 429, 500, 503),
         },
@@ -101,11 +96,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         querystring: NoQuerySchema,
         body: NewPetSchema,
         response: {
-          201: jsonResponse('The animal as stored, with its new id.', PetSchema, {
-            Location: header('The URL of the new animal.'),
-            'Idempotent-Replayed': header('`true` when this is the stored response to an earlier request.'),
-            ...RATE_LIMIT_HEADERS,
-          }),
+          201: jsonResponse('The animal as stored, with its new id.', PetSchema, createdHeaders('animal')),
           ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503),
         },
       },
@@ -141,18 +132,16 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
           // errors such as 408 and 431, sent before any route is known).
           ...withHeaders(GET_PET_ERRORS, DEPRECATION_HEADERS),
           default: GET_PET_OTHER_ERRORS,
-          404: jsonResponse(
+          404: errorResponse(
+            'pet_not_found',
             'No animal with this id.',
-            ErrorSchema,
             { ...DEPRECATION_HEADERS, ...RATE_LIMIT_HEADERS },
-            errorExample('pet_not_found', 'No pet with id 1.'),
+            'No pet with id 1.',
           ),
-          410: jsonResponse(
-            'From 5 December 2030: the operation is removed.',
-            ErrorSchema,
-            { ...DEPRECATION_HEADERS, ...RATE_LIMIT_HEADERS },
-            errorExample('operation_removed'),
-          ),
+          410: errorResponse('operation_removed', 'From 5 December 2030: the operation is removed.', {
+            ...DEPRECATION_HEADERS,
+            ...RATE_LIMIT_HEADERS,
+          }),
         },
       },
       // Removed on its Sunset date by the clock, after the key check, before anything else is judged.
@@ -196,18 +185,16 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         response: {
           200: jsonResponse('The animal as it is now.', PetSchema, { ...ETAG_HEADER, ...RATE_LIMIT_HEADERS }),
           ...errorResponses(400, 401, 404, 413, 415, 429, 500, 503),
-          409: jsonResponse(
+          409: errorResponse(
+            'pet_held',
             '`pet_held`: a placed order holds the animal, so its status stays; `pending_by_order_only`: ' +
               'only an order makes an animal pending.',
-            ErrorSchema,
             RATE_LIMIT_HEADERS,
-            errorExample('pet_held'),
           ),
-          412: jsonResponse(
+          412: errorResponse(
+            'precondition_failed',
             '`If-Match` does not name the current `ETag` (the animal changed since), or `If-None-Match` does.',
-            ErrorSchema,
             RATE_LIMIT_HEADERS,
-            errorExample('precondition_failed'),
           ),
         },
       },
@@ -265,8 +252,4 @@ function petLocation(pet: { id: number }, request: FastifyRequest): string {
   return `${requestOrigin(request)}/v1/pets/${pet.id}`
 }
 
-export default fp(pets, {
-  name: 'pets',
-  dependencies: ['store', 'auth', 'rate-limit', 'idempotency'],
-  encapsulate: true,
-})
+export default apiRoutes(pets, 'pets', ['store', 'idempotency'])

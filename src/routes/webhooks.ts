@@ -6,18 +6,18 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
-import fp from 'fastify-plugin'
 import { scopeToReceive } from '../domain/events.ts'
 import { ApiError, type ErrorCode } from '../errors.ts'
 import { requestOrigin } from '../http/host.ts'
+import { apiRoutes } from '../plugins/auth.ts'
 import { insufficientScope } from '../plugins/scopes.ts'
 import {
+  createdHeaders,
   DEFAULT_PAGE_SIZE,
-  ErrorSchema,
+  type ErrorStatus,
   emptyResponse,
-  errorExample,
+  errorResponse,
   errorResponses,
-  header,
   IdempotencyHeadersSchema,
   jsonResponse,
   NoQuerySchema,
@@ -52,11 +52,12 @@ export const PREVIOUS_SECRET_MS = 24 * 3600 * 1000
 const REDELIVERABLE = 100
 
 /** An error response documented with the body of `code`. */
-const documented = (code: ErrorCode, description: string) =>
-  jsonResponse(description, ErrorSchema, RATE_LIMIT_HEADERS, errorExample(code))
-const ENDPOINT_NOT_FOUND = {
+const documented = (code: ErrorCode, description: string) => errorResponse(code, description, RATE_LIMIT_HEADERS)
+/** The error responses of an operation on one endpoint: its 404 says that the account has no such endpoint. */
+const endpointErrors = <const S extends readonly ErrorStatus[]>(...statuses: S) => ({
+  ...errorResponses(...statuses),
   404: documented('webhook_endpoint_not_found', "`webhook_endpoint_not_found`: no such endpoint of this account's."),
-}
+})
 const INVALID = {
   400: documented(
     'invalid_webhook_url',
@@ -64,10 +65,13 @@ const INVALID = {
   ),
 }
 
+/** What every webhook operation's schema starts with: its tag, and no query (unless it names one). */
+const OPERATION = { tags, querystring: NoQuerySchema }
+/** An operation on one of the account's endpoints: the endpoint's id in the path. */
+const ON_ENDPOINT = { ...OPERATION, params: WebhookEndpointParamsSchema }
+
 const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app, { urlPolicy }) => {
   if (!app.offers(stability)) return
-  app.addHook('onRequest', app.authenticate)
-  app.addHook('onRequest', app.rateLimit)
 
   /** Refuses a subscription to events whose resources the key may not read (decision 97). */
   function checkEvents(granted: ReadonlySet<string> | null, events: EventType[] | undefined): void {
@@ -90,22 +94,21 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
     '/webhook-endpoints',
     {
       schema: {
+        ...OPERATION,
         operationId: 'createWebhookEndpoint',
         summary: 'Add a webhook endpoint',
         description:
           `Subscribes a URL to event types. The answer holds the endpoint's signing secret, shown only here ` +
           `(and on rotation). An account has at most ${MAX_WEBHOOK_ENDPOINTS} endpoints. Receiving an event also ` +
           'takes the read scope of what it carries: `messages:read` for `message.created`, `orders:read` for `order.*`.',
-        tags,
         headers: IdempotencyHeadersSchema,
-        querystring: NoQuerySchema,
         body: NewWebhookEndpointSchema,
         response: {
-          201: jsonResponse('The endpoint, with its signing secret.', CreatedWebhookEndpointSchema, {
-            Location: header('The URL of the new endpoint.'),
-            'Idempotent-Replayed': header('`true` when this is the stored response to an earlier request.'),
-            ...RATE_LIMIT_HEADERS,
-          }),
+          201: jsonResponse(
+            'The endpoint, with its signing secret.',
+            CreatedWebhookEndpointSchema,
+            createdHeaders('endpoint'),
+          ),
           ...errorResponses(401, 413, 415, 422, 429, 500, 503),
           ...INVALID,
           409: documented(
@@ -139,11 +142,10 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
     '/webhook-endpoints',
     {
       schema: {
+        ...OPERATION,
         operationId: 'listWebhookEndpoints',
         summary: "List the account's webhook endpoints",
         description: `All of them (at most ${MAX_WEBHOOK_ENDPOINTS}), newest first, without their secrets.`,
-        tags,
-        querystring: NoQuerySchema,
         response: {
           200: jsonResponse("The account's endpoints, newest first.", WebhookEndpointsSchema, RATE_LIMIT_HEADERS),
           ...errorResponses(400, 401, 429, 500, 503),
@@ -160,23 +162,19 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
     '/webhook-endpoints/:endpointId',
     {
       schema: {
+        ...ON_ENDPOINT,
         operationId: 'getWebhookEndpoint',
         summary: 'Get a webhook endpoint',
         description: "One of the account's endpoints, without its secret; another account's is 404.",
-        tags,
-        params: WebhookEndpointParamsSchema,
-        querystring: NoQuerySchema,
         response: {
           200: jsonResponse('The endpoint.', WebhookEndpointSchema, RATE_LIMIT_HEADERS),
-          ...errorResponses(400, 401, 429, 500, 503),
-          ...ENDPOINT_NOT_FOUND,
+          ...endpointErrors(400, 401, 404, 429, 500, 503),
         },
       },
       config: { scope: 'webhooks:read', stability },
     },
-    async function getWebhookEndpoint(request) {
-      const { endpointId } = request.params
-      return withoutSecret(found(await app.store.getWebhookEndpoint(request.caller.accountId, endpointId), endpointId))
+    async function getWebhookEndpoint({ caller, params: { endpointId } }) {
+      return withoutSecret(found(await app.store.getWebhookEndpoint(caller.accountId, endpointId), endpointId))
     },
   )
 
@@ -184,6 +182,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
     '/webhook-endpoints/:endpointId',
     {
       schema: {
+        ...ON_ENDPOINT,
         operationId: 'updateWebhookEndpoint',
         summary: 'Change a webhook endpoint',
         description:
@@ -191,16 +190,12 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
           'replace their values, the others stay. `{"status":"disabled"}` stops deliveries (the pending ones ' +
           'fail); `{"status":"enabled"}` resumes them, also after a `410 Gone` disabled the endpoint. Changing ' +
           '`url` or `events`, or enabling, takes the read scope of each event the endpoint then receives.',
-        tags,
         consumes: ['application/merge-patch+json', 'application/json'],
-        params: WebhookEndpointParamsSchema,
-        querystring: NoQuerySchema,
         body: WebhookEndpointPatchSchema,
         response: {
           200: jsonResponse('The endpoint as it is now.', WebhookEndpointSchema, RATE_LIMIT_HEADERS),
-          ...errorResponses(401, 413, 415, 429, 500, 503),
+          ...endpointErrors(401, 404, 413, 415, 429, 500, 503),
           ...INVALID,
-          ...ENDPOINT_NOT_FOUND,
         },
       },
       config: { scope: 'webhooks:write', stability },
@@ -230,23 +225,19 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
     '/webhook-endpoints/:endpointId',
     {
       schema: {
+        ...ON_ENDPOINT,
         operationId: 'deleteWebhookEndpoint',
         summary: 'Delete a webhook endpoint',
         description: 'Nothing more is sent to it: its pending deliveries fail. Its id is not used again.',
-        tags,
-        params: WebhookEndpointParamsSchema,
-        querystring: NoQuerySchema,
         response: {
           204: emptyResponse('Deleted. No content.', RATE_LIMIT_HEADERS),
-          ...errorResponses(400, 401, 429, 500, 503),
-          ...ENDPOINT_NOT_FOUND,
+          ...endpointErrors(400, 401, 404, 429, 500, 503),
         },
       },
       config: { scope: 'webhooks:write', stability },
     },
-    async function deleteWebhookEndpoint(request, reply) {
-      const { endpointId } = request.params
-      if (!(await app.store.deleteWebhookEndpoint(request.caller.accountId, endpointId))) {
+    async function deleteWebhookEndpoint({ caller, params: { endpointId } }, reply) {
+      if (!(await app.store.deleteWebhookEndpoint(caller.accountId, endpointId))) {
         throw endpointNotFound(endpointId)
       }
       return reply.code(204).send(null)
@@ -257,32 +248,24 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
     '/webhook-endpoints/:endpointId/rotate-secret',
     {
       schema: {
+        ...ON_ENDPOINT,
         operationId: 'rotateWebhookSecret',
         summary: "Rotate a webhook endpoint's signing secret",
         description:
           'Makes a new signing secret, shown only in this answer. For the next 24 hours each delivery is signed ' +
           'with both the new and the old secret (two `v1,…` signatures), so that a receiver may switch at its own ' +
           'pace; then with the new one alone. Rotating again ends the older secret at once.',
-        tags,
-        params: WebhookEndpointParamsSchema,
-        querystring: NoQuerySchema,
         response: {
           200: jsonResponse('The endpoint, with its new secret.', RotatedWebhookEndpointSchema, RATE_LIMIT_HEADERS),
-          ...errorResponses(400, 401, 429, 500, 503),
-          ...ENDPOINT_NOT_FOUND,
+          ...endpointErrors(400, 401, 404, 429, 500, 503),
         },
       },
       config: { scope: 'webhooks:write', stability },
     },
-    async function rotateWebhookSecret(request) {
-      const { endpointId } = request.params
+    async function rotateWebhookSecret({ caller, params: { endpointId } }) {
       const previousSecretExpiresAt = new Date(Date.now() + PREVIOUS_SECRET_MS).toISOString()
-      const rotated = await app.store.rotateWebhookSecret(
-        request.caller.accountId,
-        endpointId,
-        newWebhookSecret(),
-        previousSecretExpiresAt,
-      )
+      const secret = newWebhookSecret()
+      const rotated = await app.store.rotateWebhookSecret(caller.accountId, endpointId, secret, previousSecretExpiresAt)
       return { ...found(rotated, endpointId), previousSecretExpiresAt }
     },
   )
@@ -291,26 +274,22 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
     '/webhook-endpoints/:endpointId/deliveries',
     {
       schema: {
+        ...ON_ENDPOINT,
         operationId: 'listWebhookDeliveries',
         summary: "List a webhook endpoint's recent deliveries",
         description:
           'The most recent `limit` deliveries, newest first: one page only, with no cursor (older ones are not ' +
           'listed). Each says how its attempts went.',
-        tags,
-        params: WebhookEndpointParamsSchema,
         querystring: ListDeliveriesQuerySchema,
         response: {
           200: jsonResponse('The most recent deliveries, newest first.', DeliveriesSchema, RATE_LIMIT_HEADERS),
-          ...errorResponses(400, 401, 429, 500, 503),
-          ...ENDPOINT_NOT_FOUND,
+          ...endpointErrors(400, 401, 404, 429, 500, 503),
         },
       },
       config: { scope: 'webhooks:read', stability },
     },
-    async function listWebhookDeliveries(request) {
-      const { endpointId } = request.params
-      const { limit = DEFAULT_PAGE_SIZE } = request.query
-      return found(await app.store.listDeliveries(request.caller.accountId, endpointId, limit), endpointId)
+    async function listWebhookDeliveries({ caller, params: { endpointId }, query: { limit = DEFAULT_PAGE_SIZE } }) {
+      return found(await app.store.listDeliveries(caller.accountId, endpointId, limit), endpointId)
     },
   )
 
@@ -318,15 +297,14 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
     '/webhook-endpoints/:endpointId/deliveries/:deliveryId/redeliver',
     {
       schema: {
+        ...OPERATION,
         operationId: 'redeliverWebhook',
         summary: 'Send a delivery again',
         description:
           `Sends the event again, now, with the same \`webhook-id\` and body, and retries it as a new delivery ` +
           `would be; a delivered or failed one included. Any of the ${REDELIVERABLE} most recent deliveries ` +
           'of an enabled endpoint, and not while an attempt of it is under way (it is never sent twice at once).',
-        tags,
         params: DeliveryParamsSchema,
-        querystring: NoQuerySchema,
         response: {
           202: jsonResponse('Accepted: the delivery is pending again, due now.', DeliverySchema, RATE_LIMIT_HEADERS),
           ...errorResponses(400, 401, 429, 500, 503),
@@ -387,8 +365,4 @@ function endpointLocation(endpoint: { id: string }, request: FastifyRequest): st
   return `${requestOrigin(request)}/v1/webhook-endpoints/${endpoint.id}`
 }
 
-export default fp(webhooks, {
-  name: 'webhooks',
-  dependencies: ['store', 'auth', 'rate-limit', 'idempotency', 'stability', 'webhook-delivery'],
-  encapsulate: true,
-})
+export default apiRoutes(webhooks, 'webhooks', ['store', 'idempotency', 'stability', 'webhook-delivery'])

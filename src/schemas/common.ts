@@ -76,9 +76,9 @@ export const errorExample = (code: ErrorCode, message: string = ERRORS[code][1])
   status: ERRORS[code][0],
 })
 
-/** A documented error response, with the body of `code` as its example. */
-const errorResponse = (code: ErrorCode, description: string, headers?: Headers) =>
-  jsonResponse(description, ErrorSchema, headers, errorExample(code))
+/** A documented error response, with the body of `code` (and `message`, else its default) as its example. */
+export const errorResponse = (code: ErrorCode, description: string, headers?: Headers, message?: string) =>
+  jsonResponse(description, ErrorSchema, headers, errorExample(code, message))
 
 /** A documented response without content (a 204). */
 export function emptyResponse(description: string, headers?: Headers) {
@@ -100,6 +100,24 @@ export const RATE_LIMIT_HEADERS = {
   RateLimit: header('`"default";r=<remaining>;t=<seconds until reset>` (IETF draft).'),
   'RateLimit-Policy': header('`"default";q=<requests>;w=<window seconds>` (IETF draft).'),
 }
+
+/** On the success of a POST that takes an Idempotency-Key (src/plugins/idempotency.ts). */
+export const IDEMPOTENT_HEADERS = {
+  'Idempotent-Replayed': header('`true` when this is the stored response to an earlier request.'),
+  ...RATE_LIMIT_HEADERS,
+}
+
+/** On the 201 of a POST that takes an Idempotency-Key: where the new `what` is. */
+export const createdHeaders = (what: string) => ({
+  Location: header(`The URL of the new ${what}.`),
+  ...IDEMPOTENT_HEADERS,
+})
+
+/** On a page of a list at `path` (under /v1): the link to the next page of its `items`, if any. */
+export const pageHeaders = (path: string, items: string) => ({
+  Link: header(`\`<…${path}?…&cursor=…>; rel="next"\` when more ${items} follow (RFC 8288).`),
+  ...RATE_LIMIT_HEADERS,
+})
 
 const ERROR_RESPONSES = {
   400: errorResponse('validation_failed', 'The request is invalid (see `code` and `message`).', RATE_LIMIT_HEADERS),
@@ -146,13 +164,14 @@ const ERROR_RESPONSES = {
   ),
 }
 
+/** A status an operation may document an Error response for. */
+export type ErrorStatus = Exclude<keyof typeof ERROR_RESPONSES, 'default'>
+
 /**
  * The Error responses of an operation, by status, for its route schema (and its OpenAPI document),
  * and the `default` response that covers what any request can get.
  */
-export function errorResponses<const S extends readonly Exclude<keyof typeof ERROR_RESPONSES, 'default'>[]>(
-  ...statuses: S
-) {
+export function errorResponses<const S extends readonly ErrorStatus[]>(...statuses: S) {
   const responses = Object.fromEntries(statuses.map((status) => [status, ERROR_RESPONSES[status]]))
   return { ...responses, default: ERROR_RESPONSES.default } as {
     [K in S[number] | 'default']: (typeof ERROR_RESPONSES)[K]
