@@ -176,6 +176,14 @@ export function ensureTools(): void {
   if (!onPath('wrk')) fail('installing wrk with apt-get failed; install it by hand.')
 }
 
+/** A report's **Machine:** line: the host, and the wrk that measured on it. */
+export const machineLine = (host: Machine) =>
+  `**Machine:** ${host.cpu}, ${host.cores} cores, Node ${host.node}, ${host.os}, ${wrkVersion()}.`
+
+/** A report's **Date:** line, with the command (and the settings it changed) that made the report. */
+export const dateLine = (started: Date, command: string) =>
+  `**Date:** ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC. **Command:** \`${`${changedSettings()} ${command}`.trim()}\`.`
+
 export function wrkVersion(): string {
   // `wrk -v` prints its version line and exits 1.
   const out = spawnSync('wrk', ['-v'], { encoding: 'utf8' })

@@ -1,14 +1,6 @@
 /** docs/performance.md from one run of `npm run bench`: medians, ratios, targets, where the CPU went, the method. */
 import { startCommand } from '../scripts/start-command.ts'
-import {
-  changedSettings,
-  type Machine,
-  markdownTable,
-  median,
-  type Settings,
-  type WrkResult,
-  wrkVersion,
-} from './common.ts'
+import { dateLine, type Machine, machineLine, markdownTable, median, type Settings, type WrkResult } from './common.ts'
 import { type Usage, WORKLOADS, type Workload } from './measure.ts'
 import { BASE_SUFFIX, POOL_SIZE, type RunningTarget, TARGETS } from './targets.ts'
 
@@ -349,10 +341,10 @@ rates across machines and runs.
 
 ## Results
 
-**Machine:** ${host.cpu}, ${host.cores} cores, Node ${host.node}, ${host.os}, ${wrkVersion()}.
+${machineLine(host)}
 **Disk:** a 16 KiB write and its fsync, where the SQLite databases are, took ${fixed(disk.wallMicros)} µs (median of 200),
 ${fixed(disk.cpuMicros)} µs of them on the CPU. Each batch of POSTs waits for one, and the writer thread spends that CPU on the service's core.
-**Date:** ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC. **Command:** \`${`${changedSettings()} npm run bench`.trim()}\`.
+${dateLine(started, 'npm run bench')}
 **Commit:** ${input.head}${input.base ? `; **base** (the \`@base\` rows, \`BENCH_BASE\`): ${input.base.commit}` : ''}.
 **Load:** load average ${host.loadAverage} at the start${wait} (/proc/pressure/cpu, the bench's own
 processes included): the machine is shared, so read the spread below the table before trusting a
