@@ -46,8 +46,10 @@ export interface Probe {
 }
 
 const LUA = join(import.meta.dirname, 'lua')
-/** The NewPet the POST workloads send (bench/lua/post.lua and mix.lua carry the same text). */
+/** The NewPet the POST workloads send (bench/lua/mix.lua carries the same text). */
 const NEW_PET = '{"name":"Biscuit","categoryId":3,"status":"available"}'
+/** The NewMessage the webhooks workload sends. */
+const NEW_MESSAGE = '{"message":"Biscuit is ready for pick-up"}'
 const get = {
   path: '/v1/pets/1',
   script: join(LUA, 'get.lua'),
@@ -228,7 +230,7 @@ export const WORKLOADS: Workload[] = [
     description: 'POST /v1/pets',
     path: '/v1/pets',
     script: join(LUA, 'post.lua'),
-    scriptArgs: (key) => [key],
+    scriptArgs: (key) => [key, NEW_PET],
     target: 0.4,
     probes: [{ method: 'POST', body: NEW_PET, status: 201 }],
   },
@@ -266,9 +268,9 @@ export const WORKLOADS: Workload[] = [
     description:
       'POST /v1/messages with one endpoint subscribed to message.created at a receiver on 127.0.0.1 (in the bench process, 204 at once); deliveries a second and the outbox depth at the end',
     path: '/v1/messages',
-    script: join(LUA, 'message.lua'),
-    scriptArgs: (key) => [key],
-    probes: [{ method: 'POST', body: '{"message":"Biscuit is ready for pick-up"}', status: 202 }],
+    script: join(LUA, 'post.lua'),
+    scriptArgs: (key) => [key, NEW_MESSAGE],
+    probes: [{ method: 'POST', body: NEW_MESSAGE, status: 202 }],
     before: subscribeReceiver,
     after: deliveryRate,
   },
