@@ -23,6 +23,11 @@ import { plain, tempDir } from '../helper.ts'
 import { until } from '../wait.ts'
 import { storeContract } from './contract.ts'
 
+/** The names of the store's first pets, in id order. */
+const petNames = async (store: SqliteStore) => (await store.listPets({ limit: 10 })).pets.map((pet) => pet.name)
+/** Whether each of several writes sent together was fulfilled or rejected. */
+const outcomes = (results: PromiseSettledResult<unknown>[]) => results.map((result) => result.status)
+
 /**
  * Ends this process's worker threads from inside, as a crash would (process.exit in a worker ends
  * that thread only), through the inspector: the store keeps its writer to itself.
@@ -231,16 +236,10 @@ describe('SQLite store: durability and migrations (point 11)', () => {
       store.createPet({ name: 'bad', categoryId: -1 }),
       store.createPet({ name: 'b', categoryId: 1 }),
     ])
-    assert.deepEqual(
-      results.map((r) => r.status),
-      ['fulfilled', 'fulfilled', 'fulfilled', 'rejected', 'fulfilled'],
-    )
+    assert.deepEqual(outcomes(results), ['fulfilled', 'fulfilled', 'fulfilled', 'rejected', 'fulfilled'])
     const accounts = results.slice(1, 3).map((r) => (r as PromiseFulfilledResult<unknown>).value)
     assert.equal(accounts.filter(Boolean).length, 1)
-    assert.deepEqual(
-      (await store.listPets({ limit: 10 })).pets.map((p) => p.name),
-      ['a', 'b'],
-    )
+    assert.deepEqual(await petNames(store), ['a', 'b'])
   })
 
   it('undoes the whole of a write of several statements that fails halfway, and keeps its batch-mates', async (t) => {
@@ -261,14 +260,8 @@ describe('SQLite store: durability and migrations (point 11)', () => {
       store.createPet({ name: 'half', categoryId: 1 }, { scope: 'key_1', key: 'k1' }),
       store.createPet({ name: 'b', categoryId: 1 }),
     ])
-    assert.deepEqual(
-      results.map((r) => r.status),
-      ['fulfilled', 'rejected', 'fulfilled'],
-    )
-    assert.deepEqual(
-      (await store.listPets({ limit: 10 })).pets.map((p) => p.name),
-      ['a', 'b'],
-    )
+    assert.deepEqual(outcomes(results), ['fulfilled', 'rejected', 'fulfilled'])
+    assert.deepEqual(await petNames(store), ['a', 'b'])
   })
 
   it('refuses writes (and says not ready) once its file is deleted under it: they could not survive a restart', async (t) => {
@@ -314,8 +307,7 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     await until('a new writer thread ready', ready, { timeoutMs: 5000, everyMs: 10 })
     await store.ping()
     await store.createPet({ name: 'after', categoryId: 1 })
-    const names = (await store.listPets({ limit: 10 })).pets.map((pet) => pet.name)
-    assert.deepEqual(names, ['before', 'after'])
+    assert.deepEqual(await petNames(store), ['before', 'after'])
   })
 
   it('refuses writes once its file is replaced by another one at the same path', async (t) => {
