@@ -63,25 +63,29 @@ describe('Configuration: read and validated once (point 9)', () => {
     assert.equal(loadConfig({}).trustProxy, false)
   })
 
+  /** What the environment `env` makes of the webhook settings: private URLs, http, the timeout, the schedule. */
+  const webhookSettings = (env: Record<string, string>) => {
+    const config = loadConfig(env)
+    return [config.webhookAllowPrivate, config.webhookAllowHttp, config.webhookTimeoutMs, config.webhookRetryScheduleMs]
+  }
+
   it('webhooks: private and http endpoints off, 15 s per attempt, the Standard Webhooks schedule', () => {
-    const config = loadConfig({})
-    assert.deepEqual(
-      [config.webhookAllowPrivate, config.webhookAllowHttp, config.webhookTimeoutMs, config.webhookRetryScheduleMs],
-      [false, false, 15_000, [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]],
-    )
+    assert.deepEqual(webhookSettings({}), [
+      false,
+      false,
+      15_000,
+      [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000],
+    ])
   })
 
   it('reads the webhook variables: booleans as true or false, the schedule in (decimal) seconds', () => {
-    const config = loadConfig({
+    const env = {
       WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
       WEBHOOK_ALLOW_HTTP: 'true',
       WEBHOOK_TIMEOUT_SECONDS: '2',
       WEBHOOK_RETRY_SCHEDULE: '0.2, 0.5,0,86400',
-    })
-    assert.deepEqual(
-      [config.webhookAllowPrivate, config.webhookAllowHttp, config.webhookTimeoutMs, config.webhookRetryScheduleMs],
-      [true, true, 2000, [200, 500, 0, 86_400_000]],
-    )
+    }
+    assert.deepEqual(webhookSettings(env), [true, true, 2000, [200, 500, 0, 86_400_000]])
     assert.equal(loadConfig({ WEBHOOK_ALLOW_PRIVATE_URLS: 'false' }).webhookAllowPrivate, false)
     assert.deepEqual(loadConfig({ WEBHOOK_RETRY_SCHEDULE: '30' }).webhookRetryScheduleMs, [30_000])
     assert.equal(
