@@ -1,6 +1,7 @@
 /** The webhook part of the storage contract (run inside storeContract, on every backend). */
 import assert from 'node:assert/strict'
 import { it } from 'node:test'
+import type { EventType } from '../../src/schemas/webhooks.ts'
 import type { Store } from '../../src/store/types.ts'
 import { plain } from '../helper.ts'
 import type { OpenStore } from './contract.ts'
@@ -14,6 +15,10 @@ async function createEndpoint(store: Store, ...args: Parameters<Store['createWeb
   assert.ok(created)
   return created
 }
+
+/** An endpoint of `accountId` at `url` for `events`, without a description, signed with SECRET. */
+const subscribe = (store: Store, accountId: number, url: string, events: EventType[]) =>
+  createEndpoint(store, { accountId, url, events, description: '', secret: SECRET })
 
 async function account(store: Store, email: string): Promise<number> {
   const created = await store.createAccount(email)
@@ -63,13 +68,7 @@ export function webhooksContract(open: OpenStore): void {
     assert.equal(first.status, 'enabled')
     assert.equal(first.secret, SECRET)
     assert.equal(first.secretRotatedAt, null)
-    const second = await createEndpoint(store, {
-      accountId: alice,
-      url: 'https://b.example/hook',
-      events: ['order.expired'],
-      description: '',
-      secret: SECRET,
-    })
+    const second = await subscribe(store, alice, 'https://b.example/hook', ['order.expired'])
     assert.ok(second)
     assert.deepEqual(
       (await store.listWebhookEndpoints(alice)).map((e) => e.id),
@@ -141,28 +140,10 @@ export function webhooksContract(open: OpenStore): void {
     assert.equal((await store.getMessage(bob, lonely.id))?.status, 'failed')
     assert.equal(await store.failUnsubscribedMessages(), 0)
 
-    const a = await createEndpoint(store, {
-      accountId: alice,
-      url: 'https://a.example/hook',
-      events: ['message.created'],
-      description: '',
-      secret: SECRET,
-    })
-    const b = await createEndpoint(store, {
-      accountId: alice,
-      url: 'https://b.example/hook',
-      events: ['message.created', 'order.placed'],
-      description: '',
-      secret: SECRET,
-    })
+    const a = await subscribe(store, alice, 'https://a.example/hook', ['message.created'])
+    const b = await subscribe(store, alice, 'https://b.example/hook', ['message.created', 'order.placed'])
     // Subscribed to something else: gets nothing.
-    await createEndpoint(store, {
-      accountId: alice,
-      url: 'https://c.example/hook',
-      events: ['order.placed'],
-      description: '',
-      secret: SECRET,
-    })
+    await subscribe(store, alice, 'https://c.example/hook', ['order.placed'])
     const message = await store.createMessage(alice, 'hello')
     assert.equal(await store.failUnsubscribedMessages(), 0)
     assert.equal(await store.deliveriesDue(), true)
@@ -191,13 +172,7 @@ export function webhooksContract(open: OpenStore): void {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')
     for (const url of ['https://a.example/hook', 'https://b.example/hook']) {
-      await createEndpoint(store, {
-        accountId: alice,
-        url,
-        events: ['message.created'],
-        description: '',
-        secret: SECRET,
-      })
+      await subscribe(store, alice, url, ['message.created'])
     }
     const message = await store.createMessage(alice, 'hello')
     const [one, two] = await store.claimDeliveries(10, LEASE_MS)
@@ -269,13 +244,7 @@ export function webhooksContract(open: OpenStore): void {
   it('webhooks: every attempt failing fails the message; 410 disables the endpoint and fails what it had', async (t) => {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')
-    const endpoint = await createEndpoint(store, {
-      accountId: alice,
-      url: 'https://a.example/hook',
-      events: ['message.created'],
-      description: '',
-      secret: SECRET,
-    })
+    const endpoint = await subscribe(store, alice, 'https://a.example/hook', ['message.created'])
     const first = await store.createMessage(alice, 'one')
     const second = await store.createMessage(alice, 'two')
     const [claimed] = await store.claimDeliveries(1, LEASE_MS)
@@ -305,13 +274,7 @@ export function webhooksContract(open: OpenStore): void {
   it('webhooks: a lease that ran out is taken over; concurrent claims never share a delivery', async (t) => {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')
-    await createEndpoint(store, {
-      accountId: alice,
-      url: 'https://a.example/hook',
-      events: ['message.created'],
-      description: '',
-      secret: SECRET,
-    })
+    await subscribe(store, alice, 'https://a.example/hook', ['message.created'])
     for (let i = 0; i < 20; i++) await store.createMessage(alice, `m${i}`)
     const batches = await Promise.all(Array.from({ length: 4 }, () => store.claimDeliveries(8, LEASE_MS)))
     const ids = batches.flat().map((c) => c.id)
@@ -336,13 +299,12 @@ export function webhooksContract(open: OpenStore): void {
   it('webhooks: order transitions are events of the order’s account', async (t) => {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')
-    await createEndpoint(store, {
-      accountId: alice,
-      url: 'https://a.example/hook',
-      events: ['order.placed', 'order.completed', 'order.canceled', 'order.expired'],
-      description: '',
-      secret: SECRET,
-    })
+    await subscribe(store, alice, 'https://a.example/hook', [
+      'order.placed',
+      'order.completed',
+      'order.canceled',
+      'order.expired',
+    ])
     const pet = await store.createPet({ name: 'rex', categoryId: 1 })
     const other = await store.createPet({ name: 'fido', categoryId: 1 })
     const holdMs = 60_000
