@@ -7,10 +7,10 @@
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { DATABASE, testDatabaseUrl } from './helper.ts'
+import { DATABASE } from './helper.ts'
 import { type ServerProcess, startServer } from './processes.ts'
 import { until } from './wait.ts'
-import { drained, leased, messageLoad, nothingLost, subscribed, WEBHOOK_ENV } from './webhooks/nothing-lost.ts'
+import { drained, leased, messageLoad, nothingLost, subscribedRun } from './webhooks/nothing-lost.ts'
 
 const KILLS = 3
 const CLIENTS = 6
@@ -19,9 +19,7 @@ describe(`Crash safety of webhooks: SIGKILL while delivering, ${KILLS} times (${
   it('every committed event reaches the receiver at least once; acknowledged messages end delivered', {
     timeout: 120_000,
   }, async (t) => {
-    const env = { ...WEBHOOK_ENV, DATABASE_URL: await testDatabaseUrl(t) }
-    const subscription = await subscribed(t, env.DATABASE_URL, 'crash-hooks@example.com')
-    const { hook } = subscription
+    const { env, subscription, hook } = await subscribedRun(t, 'crash-hooks@example.com')
     let server: ServerProcess = await startServer(t, env)
     /** Resolves once the server killed last is serving again; a failed request waits for it. */
     let restarted = Promise.resolve()

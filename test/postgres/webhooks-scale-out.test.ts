@@ -6,11 +6,10 @@
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { testDatabaseUrl } from '../helper.ts'
 import { type ServerProcess, startServer } from '../processes.ts'
 import { sqlRows } from '../sql.ts'
 import { until } from '../wait.ts'
-import { drained, leased, messageLoad, nothingLost, subscribed, WEBHOOK_ENV } from '../webhooks/nothing-lost.ts'
+import { drained, leased, messageLoad, nothingLost, subscribedRun } from '../webhooks/nothing-lost.ts'
 
 const INSTANCES = 3
 const CLIENTS = 6
@@ -19,9 +18,7 @@ describe(`Webhooks scale-out: one of ${INSTANCES} instances killed while deliver
   it('the others take over its leases: every committed event reaches the receiver at least once', {
     timeout: 120_000,
   }, async (t) => {
-    const env = { ...WEBHOOK_ENV, DATABASE_URL: await testDatabaseUrl(t) }
-    const subscription = await subscribed(t, env.DATABASE_URL, 'scale-hooks@example.com')
-    const { hook } = subscription
+    const { env, subscription, hook } = await subscribedRun(t, 'scale-hooks@example.com')
     const servers: ServerProcess[] = []
     for (let i = 0; i < INSTANCES; i++) servers.push(await startServer(t, env))
     const [victim] = servers as [ServerProcess]

@@ -9,6 +9,7 @@ import type { TestContext } from 'node:test'
 import { setTimeout as pause } from 'node:timers/promises'
 import { openStore } from '../../src/store/index.ts'
 import { newWebhookSecret } from '../../src/webhooks/signing.ts'
+import { testDatabaseUrl } from '../helper.ts'
 import { cliKey, type ServerProcess } from '../processes.ts'
 import { sqlRows } from '../sql.ts'
 import { until } from '../wait.ts'
@@ -60,6 +61,13 @@ export async function subscribed(t: TestContext, databaseUrl: string, email: str
     await store.close()
   }
   return { key, secret, hook }
+}
+
+/** A server environment on this run's database, and an account of `email` subscribed to a receiver. */
+export async function subscribedRun(t: TestContext, email: string) {
+  const env = { ...WEBHOOK_ENV, DATABASE_URL: await testDatabaseUrl(t) }
+  const subscription = await subscribed(t, env.DATABASE_URL, email)
+  return { env, subscription, hook: subscription.hook }
 }
 
 /**
