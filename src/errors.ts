@@ -3,6 +3,7 @@
  * The OpenAPI `Error.code` enum is generated from this list, and the error table of docs/api.md
  * follows it (test/errors.test.ts keeps the two in step). Clients branch on `code`, never on `message`.
  */
+// biome-ignore format: one error a line, as the table in docs/api.md reads.
 export const ERRORS = {
   bad_request: [400, 'The request is malformed.'],
   invalid_json: [400, 'The request body is not valid JSON.'],
@@ -32,20 +33,14 @@ export const ERRORS = {
   webhook_endpoint_limit: [409, 'The account has the most webhook endpoints it may have (16): delete one first.'],
   webhook_endpoint_disabled: [409, 'The webhook endpoint is disabled: enable it before redelivering.'],
   delivery_in_progress: [409, 'The delivery is being attempted right now: send it again once that attempt has ended.'],
-  precondition_failed: [
-    412,
-    'The If-Match or If-None-Match condition does not hold: compare with the current ETag (answers without one match only "*").',
-  ],
+  precondition_failed: [412, 'The If-Match or If-None-Match condition does not hold: compare with the current ETag (answers without one match only "*").'],
   payload_too_large: [413, 'The request body is too large.'],
   unsupported_media_type: [415, 'Send the body as application/json (a PATCH also takes application/merge-patch+json).'],
   expectation_failed: [417, 'Only "Expect: 100-continue" is supported.'],
   idempotency_key_reused: [422, 'This Idempotency-Key was already used for a different request.'],
   rate_limited: [429, 'Too many requests; retry after the time in Retry-After.'],
   headers_too_large: [431, 'The request headers are too large.'],
-  internal_error: [
-    500,
-    'Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.',
-  ],
+  internal_error: [500, 'Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.'],
   not_implemented: [501, 'This method or Transfer-Encoding is not supported.'],
   service_unavailable: [503, 'The service is temporarily unavailable; retry after the time in Retry-After.'],
   http_version_not_supported: [505, 'Only HTTP/1.1 and HTTP/1.0 are supported.'],

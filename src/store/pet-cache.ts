@@ -111,37 +111,39 @@ export class PetCache {
    * promise costs a cached read a tenth of its time), else once the store has answered.
    */
   pet<R>(id: number, use: (read: PetRead) => R): R | Promise<R> {
-    const usable = this.#usable()
-    const hit = usable ? this.#pets.get(id) : undefined
-    if (hit) {
-      this.#hits++
-      return use(hit)
-    }
-    this.#misses++
-    const generation = this.#generation
-    return this.#store.getVersionedPet(id).then((found) => {
-      const read: PetRead = { value: found?.pet ?? null, petVersion: found?.version ?? null }
+    return this.#through(this.#pets, id, use, async () => {
+      const found = await this.#store.getVersionedPet(id)
       // Misses are not kept: a pet created anywhere is found at once.
-      if (found && usable && generation === this.#generation) this.#pets.set(id, read)
-      return use(read)
+      return { read: { value: found?.pet ?? null, petVersion: found?.version ?? null }, keep: found !== null }
     })
   }
 
   /** Calls `use` with one page of pets, as `pet` does. */
   page<R>(options: ListPetsOptions, use: (read: PageRead) => R): R | Promise<R> {
     const { limit, status, afterId = 0 } = options
-    const key = `${limit} ${status} ${afterId}`
+    return this.#through(this.#pages, `${limit} ${status} ${afterId}`, use, async () => {
+      const { pets, nextAfterId } = await this.#store.listPets(options)
+      return { read: { value: pets, nextAfterId, afterId, status }, keep: true }
+    })
+  }
+
+  /** A hit from `entries`, or `load`'s read, kept unless a change came while it was read. */
+  #through<K, V, R>(
+    entries: BoundedMap<K, V>,
+    key: K,
+    use: (read: V) => R,
+    load: () => Promise<{ read: V; keep: boolean }>,
+  ): R | Promise<R> {
     const usable = this.#usable()
-    const hit = usable ? this.#pages.get(key) : undefined
+    const hit = usable ? entries.get(key) : undefined
     if (hit) {
       this.#hits++
       return use(hit)
     }
     this.#misses++
     const generation = this.#generation
-    return this.#store.listPets(options).then(({ pets, nextAfterId }) => {
-      const read: PageRead = { value: pets, nextAfterId, afterId, status }
-      if (usable && generation === this.#generation) this.#pages.set(key, read)
+    return load().then(({ read, keep }) => {
+      if (keep && usable && generation === this.#generation) entries.set(key, read)
       return use(read)
     })
   }

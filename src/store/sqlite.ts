@@ -31,43 +31,9 @@ import {
   type WriterData,
   writeSettings,
 } from './sqlite-writer.ts'
-import {
-  type Account,
-  type ApiKey,
-  type ClaimedDelivery,
-  DatabaseNotSetUpError,
-  DatabaseUnavailableError,
-  type DeliveryOutcome,
-  type IdempotencyClaim,
-  type IdempotencyRef,
-  type IdempotencyState,
-  type ListMessagesOptions,
-  type ListOrdersOptions,
-  type ListPetsOptions,
-  type MessagePage,
-  type NewApiKey,
-  type NewSession,
-  type NewWebhookEndpoint,
-  type OrderPage,
-  type OutboxStats,
-  PET_FEED_PAGE,
-  type PetChange,
-  type PetChanges,
-  type PetFeed,
-  type PetPage,
-  type PlaceOrder,
-  type PlaceOrderResult,
-  type Redelivery,
-  type Session,
-  type Store,
-  type StoredWebhookEndpoint,
-  type StoreStats,
-  type TransitionResult,
-  type UpdatePetResult,
-  type VersionedPet,
-  type WebhookEndpointChanges,
-  type WriterBatchListener,
-} from './types.ts'
+// The contract's types, as T.Name: the store's signatures are the contract's.
+import type * as T from './types.ts'
+import { DatabaseNotSetUpError, DatabaseUnavailableError, PET_FEED_PAGE } from './types.ts'
 import { DELIVERY_COLUMNS, ENDPOINT_COLUMNS, type EndpointRow, endpointFromRow } from './webhook-rows.ts'
 
 /**
@@ -162,7 +128,7 @@ export { sqlitePath }
 
 type Op = keyof WriteOps
 
-export class SqliteStore implements Store {
+export class SqliteStore implements T.Store {
   #db: DatabaseSync
   #path: string
   /** The files this connection opened (see sqlite-file.ts). */
@@ -194,7 +160,7 @@ export class SqliteStore implements Store {
   /** Called when the last waiting write is settled (close() waits for it). */
   #drained: (() => void) | null = null
   /** Told of each writer batch (the metrics), if anyone listens. */
-  #onBatch: WriterBatchListener | null = null
+  #onBatch: T.WriterBatchListener | null = null
   /** The active trace to keep with an event (StoreOptions.traceparent); none without tracing. */
   #traceparent: () => string | null = () => null
 
@@ -265,11 +231,11 @@ export class SqliteStore implements Store {
     await read(() => this.#sql.ping.get())
   }
 
-  stats(): StoreStats {
+  stats(): T.StoreStats {
     return {}
   }
 
-  onWriterBatch(listener: WriterBatchListener): void {
+  onWriterBatch(listener: T.WriterBatchListener): void {
     this.#onBatch = listener
   }
 
@@ -296,7 +262,7 @@ export class SqliteStore implements Store {
 
   // ─── PETS ──────────────────────────────────────────────────────────────────────────────────
 
-  createPet({ name, categoryId, status = DEFAULT_PET_STATUS }: NewPet, idempotency?: IdempotencyRef): Promise<Pet> {
+  createPet({ name, categoryId, status = DEFAULT_PET_STATUS }: NewPet, idempotency?: T.IdempotencyRef): Promise<Pet> {
     // The writer answers with the id alone (a smaller message back): the rest is what was given.
     return this.#write('createPet', name, categoryId, status, idempotency ?? null).then((id) => ({
       id,
@@ -310,7 +276,7 @@ export class SqliteStore implements Store {
     return read(() => (this.#sql.getPet.get(id) as Pet | undefined) ?? null)
   }
 
-  listPets({ limit, status, afterId = 0 }: ListPetsOptions): Promise<PetPage> {
+  listPets({ limit, status, afterId = 0 }: T.ListPetsOptions): Promise<T.PetPage> {
     return read(() => {
       // One row more than asked says whether another page exists.
       const rows = (status === undefined
@@ -322,14 +288,14 @@ export class SqliteStore implements Store {
     })
   }
 
-  async getVersionedPet(id: number): Promise<VersionedPet | null> {
+  async getVersionedPet(id: number): Promise<T.VersionedPet | null> {
     const row = await read(() => this.#sql.getVersionedPet.get(id) as (Pet & { version: number }) | undefined)
     if (!row) return null
     const { version, ...pet } = row
     return { pet, version }
   }
 
-  updatePet(id: number, changes: PetChanges, ifVersion?: number): Promise<UpdatePetResult> {
+  updatePet(id: number, changes: T.PetChanges, ifVersion?: number): Promise<T.UpdatePetResult> {
     return this.#write('updatePet', id, changes, ifVersion ?? null)
   }
 
@@ -344,12 +310,12 @@ export class SqliteStore implements Store {
 
   readonly petFeed = 'on-read'
 
-  petChanges(cursor: string | null): PetFeed {
+  petChanges(cursor: string | null): T.PetFeed {
     const newest = () => String((this.#sql.lastPetChange.get() as { seq: number | null }).seq ?? 0)
     if (cursor === null) return { changes: [], cursor: newest(), reset: false }
     // A look up the primary key from the cursor: a few µs when nothing changed.
     const after = Number(cursor)
-    const rows = this.#sql.petChangesAfter.all(after, PET_FEED_PAGE + 1) as unknown as (PetChange & { seq: number })[]
+    const rows = this.#sql.petChangesAfter.all(after, PET_FEED_PAGE + 1) as unknown as (T.PetChange & { seq: number })[]
     if (rows.length === 0) return { changes: [], cursor, reset: false }
     // Commits are serial here, so seq has no gap: one means rows were pruned past this reader.
     if (rows.length > PET_FEED_PAGE || (rows[0] as { seq: number }).seq !== after + 1) {
@@ -361,7 +327,7 @@ export class SqliteStore implements Store {
 
   // ─── ORDERS ────────────────────────────────────────────────────────────────────────────────
 
-  placeOrder(order: PlaceOrder, idempotency?: IdempotencyRef): Promise<PlaceOrderResult> {
+  placeOrder(order: T.PlaceOrder, idempotency?: T.IdempotencyRef): Promise<T.PlaceOrderResult> {
     return this.#write(
       'placeOrder',
       order.accountId,
@@ -376,25 +342,15 @@ export class SqliteStore implements Store {
     return read(() => (this.#sql.getOrder.get(id, accountId) as Order | undefined) ?? null)
   }
 
-  listOrders({ accountId, limit, status, petId, before }: ListOrdersOptions): Promise<OrderPage> {
+  listOrders({ accountId, limit, status, petId, before }: T.ListOrdersOptions): Promise<T.OrderPage> {
+    const after = [status ?? null, status ?? null, petId ?? null, petId ?? null]
     return read(() => {
-      // One row more than asked says whether another page exists.
-      const rows = this.#sql.listOrders.all(
-        accountId,
-        before ?? Number.MAX_SAFE_INTEGER,
-        status ?? null,
-        status ?? null,
-        petId ?? null,
-        petId ?? null,
-        limit + 1,
-      ) as unknown as (Order & { seq: number })[]
-      const more = rows.length > limit
-      if (more) rows.pop()
-      return { orders: rows.map(({ seq, ...order }) => order), next: more ? (rows.at(-1)?.seq ?? null) : null }
+      const { items, next } = newestFirst<Order>(this.#sql.listOrders, limit, accountId, before, ...after)
+      return { orders: items, next }
     })
   }
 
-  transitionOrder(accountId: number, id: string, to: 'completed' | 'canceled'): Promise<TransitionResult> {
+  transitionOrder(accountId: number, id: string, to: 'completed' | 'canceled'): Promise<T.TransitionResult> {
     return this.#write('transitionOrder', accountId, id, to, this.#traceparent())
   }
 
@@ -413,18 +369,18 @@ export class SqliteStore implements Store {
 
   // ─── ACCOUNTS ──────────────────────────────────────────────────────────────────────────────
 
-  createAccount(email: string, passwordHash?: string): Promise<Account | null> {
+  createAccount(email: string, passwordHash?: string): Promise<T.Account | null> {
     return this.#write('createAccount', email.toLowerCase(), passwordHash ?? null)
   }
 
-  findAccountByEmail(email: string): Promise<Account | null> {
-    return read(() => (this.#sql.getAccountByEmail.get(email.toLowerCase()) as Account | undefined) ?? null)
+  findAccountByEmail(email: string): Promise<T.Account | null> {
+    return read(() => (this.#sql.getAccountByEmail.get(email.toLowerCase()) as T.Account | undefined) ?? null)
   }
 
-  findAccountLogin(email: string): Promise<{ account: Account; passwordHash: string | null } | null> {
+  findAccountLogin(email: string): Promise<{ account: T.Account; passwordHash: string | null } | null> {
     return read(() => {
       const row = this.#sql.getAccountLogin.get(email.toLowerCase()) as
-        | (Account & { passwordHash: string | null })
+        | (T.Account & { passwordHash: string | null })
         | undefined
       if (!row) return null
       const { passwordHash, ...account } = row
@@ -438,12 +394,12 @@ export class SqliteStore implements Store {
 
   // ─── SESSIONS ──────────────────────────────────────────────────────────────────────────────
 
-  createSession(session: NewSession): Promise<boolean> {
+  createSession(session: T.NewSession): Promise<boolean> {
     return this.#write('createSession', session.hash, session.accountId, session.expiresAt, session.passwordHash)
   }
 
-  findSession(hash: string): Promise<Session | null> {
-    return read(() => (this.#sql.getSession.get(hash, new Date().toISOString()) as Session | undefined) ?? null)
+  findSession(hash: string): Promise<T.Session | null> {
+    return read(() => (this.#sql.getSession.get(hash, new Date().toISOString()) as T.Session | undefined) ?? null)
   }
 
   deleteSession(hash: string): Promise<void> {
@@ -452,19 +408,19 @@ export class SqliteStore implements Store {
 
   // ─── API KEYS ──────────────────────────────────────────────────────────────────────────────
 
-  createApiKey(key: NewApiKey): Promise<ApiKey> {
+  createApiKey(key: T.NewApiKey): Promise<T.ApiKey> {
     return this.#write('createApiKey', key.accountId, key.name, key.prefix, key.hash, key.expiresAt, key.scopes ?? null)
   }
 
-  listApiKeys(accountId: number): Promise<ApiKey[]> {
-    return read(() => this.#sql.listKeys.all(accountId) as unknown as ApiKey[])
+  listApiKeys(accountId: number): Promise<T.ApiKey[]> {
+    return read(() => this.#sql.listKeys.all(accountId) as unknown as T.ApiKey[])
   }
 
-  findApiKeyByHash(hash: string): Promise<ApiKey | null> {
-    return read(() => (this.#sql.getKeyByHash.get(hash) as ApiKey | undefined) ?? null)
+  findApiKeyByHash(hash: string): Promise<T.ApiKey | null> {
+    return read(() => (this.#sql.getKeyByHash.get(hash) as T.ApiKey | undefined) ?? null)
   }
 
-  revokeApiKey(id: string, accountId?: number): Promise<ApiKey | null> {
+  revokeApiKey(id: string, accountId?: number): Promise<T.ApiKey | null> {
     return this.#write('revokeApiKey', id, accountId ?? null)
   }
 
@@ -474,7 +430,7 @@ export class SqliteStore implements Store {
 
   // ─── MESSAGES ──────────────────────────────────────────────────────────────────────────────
 
-  createMessage(accountId: number, text: string, idempotency?: IdempotencyRef): Promise<Message> {
+  createMessage(accountId: number, text: string, idempotency?: T.IdempotencyRef): Promise<Message> {
     return this.#write('createMessage', accountId, text, idempotency ?? null, this.#traceparent())
   }
 
@@ -482,37 +438,29 @@ export class SqliteStore implements Store {
     return read(() => (this.#sql.getMessage.get(id, accountId) as Message | undefined) ?? null)
   }
 
-  listMessages({ accountId, limit, status, before }: ListMessagesOptions): Promise<MessagePage> {
+  listMessages({ accountId, limit, status, before }: T.ListMessagesOptions): Promise<T.MessagePage> {
     return read(() => {
-      // One row more than asked says whether another page exists.
-      const rows = this.#sql.listMessages.all(
-        accountId,
-        before ?? Number.MAX_SAFE_INTEGER,
-        status ?? null,
-        status ?? null,
-        limit + 1,
-      ) as unknown as (Message & { seq: number })[]
-      const more = rows.length > limit
-      if (more) rows.pop()
-      return { messages: rows.map(({ seq, ...message }) => message), next: more ? (rows.at(-1)?.seq ?? null) : null }
+      const filters = [status ?? null, status ?? null]
+      const { items, next } = newestFirst<Message>(this.#sql.listMessages, limit, accountId, before, ...filters)
+      return { messages: items, next }
     })
   }
 
   // ─── WEBHOOKS ──────────────────────────────────────────────────────────────────────────────
 
   createWebhookEndpoint(
-    endpoint: NewWebhookEndpoint,
-    idempotency?: IdempotencyRef,
-  ): Promise<StoredWebhookEndpoint | null> {
+    endpoint: T.NewWebhookEndpoint,
+    idempotency?: T.IdempotencyRef,
+  ): Promise<T.StoredWebhookEndpoint | null> {
     const { accountId, url, events, description, secret, max = null } = endpoint
     return this.#write('createWebhookEndpoint', accountId, url, events, description, secret, max, idempotency ?? null)
   }
 
-  listWebhookEndpoints(accountId: number): Promise<StoredWebhookEndpoint[]> {
+  listWebhookEndpoints(accountId: number): Promise<T.StoredWebhookEndpoint[]> {
     return read(() => (this.#sql.listEndpoints.all(accountId) as unknown as EndpointRow[]).map(endpointFromRow))
   }
 
-  getWebhookEndpoint(accountId: number, id: string): Promise<StoredWebhookEndpoint | null> {
+  getWebhookEndpoint(accountId: number, id: string): Promise<T.StoredWebhookEndpoint | null> {
     return read(() => {
       const row = this.#sql.getEndpoint.get(id, accountId) as EndpointRow | undefined
       return row ? endpointFromRow(row) : null
@@ -522,8 +470,8 @@ export class SqliteStore implements Store {
   updateWebhookEndpoint(
     accountId: number,
     id: string,
-    changes: WebhookEndpointChanges,
-  ): Promise<StoredWebhookEndpoint | null> {
+    changes: T.WebhookEndpointChanges,
+  ): Promise<T.StoredWebhookEndpoint | null> {
     return this.#write('updateWebhookEndpoint', accountId, id, changes)
   }
 
@@ -536,7 +484,7 @@ export class SqliteStore implements Store {
     id: string,
     secret: string,
     previousUntil: string,
-  ): Promise<StoredWebhookEndpoint | null> {
+  ): Promise<T.StoredWebhookEndpoint | null> {
     return this.#write('rotateWebhookSecret', accountId, id, secret, previousUntil)
   }
 
@@ -548,15 +496,15 @@ export class SqliteStore implements Store {
     })
   }
 
-  redeliver(accountId: number, deliveryId: string): Promise<Redelivery | null> {
-    return this.#write('redeliver', accountId, deliveryId) as Promise<Redelivery | null>
+  redeliver(accountId: number, deliveryId: string): Promise<T.Redelivery | null> {
+    return this.#write('redeliver', accountId, deliveryId) as Promise<T.Redelivery | null>
   }
 
-  claimDeliveries(limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {
+  claimDeliveries(limit: number, leaseMs: number): Promise<T.ClaimedDelivery[]> {
     return this.#write('claimDeliveries', limit, leaseMs)
   }
 
-  recordDelivery(outcome: DeliveryOutcome): Promise<boolean> {
+  recordDelivery(outcome: T.DeliveryOutcome): Promise<boolean> {
     return this.#write('recordDelivery', outcome)
   }
 
@@ -570,8 +518,8 @@ export class SqliteStore implements Store {
     return this.#write('failUnsubscribedMessages')
   }
 
-  outboxStats(): Promise<OutboxStats> {
-    return read(() => this.#sql.outboxStats.get() as unknown as OutboxStats)
+  outboxStats(): Promise<T.OutboxStats> {
+    return read(() => this.#sql.outboxStats.get() as unknown as T.OutboxStats)
   }
 
   // ─── SETTINGS ──────────────────────────────────────────────────────────────────────────────
@@ -583,11 +531,11 @@ export class SqliteStore implements Store {
 
   // ─── IDEMPOTENCY ───────────────────────────────────────────────────────────────────────────
 
-  claimIdempotencyKey(claim: IdempotencyClaim): Promise<IdempotencyState> {
+  claimIdempotencyKey(claim: T.IdempotencyClaim): Promise<T.IdempotencyState> {
     return this.#write('claimIdempotencyKey', claim)
   }
 
-  releaseIdempotencyKey(ref: IdempotencyRef): Promise<void> {
+  releaseIdempotencyKey(ref: T.IdempotencyRef): Promise<void> {
     return this.#write('releaseIdempotencyKey', ref.scope, ref.key)
   }
 
@@ -787,6 +735,31 @@ interface Sent {
   writes: Waiting[]
   answered: number
   next: Sent | null
+}
+
+/**
+ * A page read newest first by `statement` (parameters: the account, the `seq` to start before, the
+ * filters, then a limit): one row more than `limit` says whether another page follows. The rows
+ * without their `seq`, and the `seq` the next page starts before.
+ */
+function newestFirst<Item>(
+  statement: StatementSync,
+  limit: number,
+  accountId: number,
+  before: number | undefined,
+  ...filters: (string | number | null)[]
+): { items: Item[]; next: number | null } {
+  const rows = statement.all(
+    accountId,
+    before ?? Number.MAX_SAFE_INTEGER,
+    ...filters,
+    limit + 1,
+  ) as unknown as (Item & {
+    seq: number
+  })[]
+  const more = rows.length > limit
+  if (more) rows.pop()
+  return { items: rows.map(({ seq, ...item }) => item as Item), next: more ? (rows.at(-1)?.seq ?? null) : null }
 }
 
 function prepareReads(db: DatabaseSync) {

@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { hashApiKey } from '../../src/domain/api-keys.ts'
+import { SCOPES } from '../../src/domain/scopes.ts'
 import { bearer, errorBody, suiteApp } from '../helper.ts'
 import { csrfOf, heading, signedInBrowser } from './browser.ts'
 
@@ -23,16 +24,7 @@ describe('Portal: create a key', () => {
   it('makes a key limited to the scopes left checked; none checked is refused; every box is every scope', async () => {
     const { app, browser, accountId } = await signedIn()
     const form = await browser.get('/portal/keys')
-    for (const scope of [
-      'pets:read',
-      'pets:write',
-      'orders:read',
-      'orders:write',
-      'messages:read',
-      'messages:write',
-      'webhooks:read',
-      'webhooks:write',
-    ]) {
+    for (const scope of SCOPES) {
       assert.match(form.body, new RegExp(`name="scope-${scope.replace(':', '-')}" checked`), scope)
     }
     const secret = await browser.createKey('reader', 'never', ['pets:read'])
