@@ -44,8 +44,11 @@ const QUICK = [
 /** Percentages measured on both halves (see docs/testing.md), rounded down, less a point or two. */
 const COVERAGE_FLOOR = { lines: 96, branches: 91, functions: 92 }
 const coverage = only.length === 0 && !quick && process.env.TEST_COVERAGE !== '0'
-/** Files each half runs at once: most tests wait on sockets, timers and child processes, not the CPU. */
-const CONCURRENCY = Number(process.env.TEST_CONCURRENCY) || 3
+/**
+ * Files each half runs at once, the two halves side by side: four on two cores, since most tests
+ * wait on sockets, timers and child processes; more starved the process tests' servers.
+ */
+const CONCURRENCY = Number(process.env.TEST_CONCURRENCY) || 2
 
 const OTHER_STORE: Record<Database, string[]> = {
   sqlite: ['src/store/postgres.ts'],
@@ -115,7 +118,9 @@ function run(database: Database, live: boolean): Promise<{ ok: boolean; print: (
   else mkdirSync('coverage', { recursive: true })
   const child = spawn(
     process.execPath,
-    ['--test', `--test-concurrency=${CONCURRENCY}`, ...coverageArgs(database), ...list],
+    // --test-force-exit: a file whose tests are done ends, even if something it started still holds
+    // the event loop (a failed test's server): a hang would stall the whole run.
+    ['--test', '--test-force-exit', `--test-concurrency=${CONCURRENCY}`, ...coverageArgs(database), ...list],
     { env, stdio: live ? 'inherit' : ['ignore', 'pipe', 'pipe'] },
   )
   if (!live) {

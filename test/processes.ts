@@ -301,7 +301,9 @@ export async function startServer(
         // A fixed port may be held by another test's server (this one then fails to bind): it must be ours.
         return response?.ok && listens(child.pid as number, port)
       },
-      { timeoutMs: 15_000 },
+      // Generous: on a busy CI machine a start (a cluster's, one after a SIGKILL) can be slow, and
+      // how fast a server starts is not what these tests are about.
+      { timeoutMs: 45_000 },
     ).catch((error) => {
       throw new Error(`server did not start: ${error.message}\n${output.both}`)
     })

@@ -55,7 +55,9 @@ export const validatorCompiler: FastifySchemaCompiler<Schema> = ({ schema, httpP
 }
 
 function integerTextError(text: string, int64: boolean): string | undefined {
-  if (!DECIMAL.test(text)) return 'must be a decimal integer, without leading zeros'
+  if (!DECIMAL.test(text)) {
+    return /^-?0[0-9]+$/.test(text) ? 'must be written without leading zeros' : 'must be a decimal integer'
+  }
   // Up to 18 digits always fit in an int64: only longer texts need the exact check.
   if (int64 && text.length > 18) {
     const value = BigInt(text)
