@@ -44,11 +44,21 @@ export async function testDatabaseUrl(t: Cleanup): Promise<string> {
   if (DATABASE === 'sqlite') return `sqlite:${join(tempDir(t), 'test.db')}`
   const schema = `test_${randomUUID().replaceAll('-', '')}`
   await postgres(`CREATE SCHEMA ${schema}`)
-  t.after(() => postgres(`DROP SCHEMA IF EXISTS ${schema} CASCADE`))
+  schemas.push(schema)
   const url = new URL(POSTGRES_URL)
   url.searchParams.set('options', `-c search_path=${schema}`)
   return url.toString()
 }
+
+/**
+ * The schemas this file's tests made, dropped once the file is done. Not in each test's own after
+ * hooks: those run in the order they were added, so the drop would come before the test's apps and
+ * servers had stopped, and deadlock with their writes.
+ */
+const schemas: string[] = []
+after(async () => {
+  for (const schema of schemas.splice(0)) await postgres(`DROP SCHEMA IF EXISTS ${schema} CASCADE`)
+})
 
 /** Runs one statement on the test PostgreSQL server, outside any app. */
 export async function postgres(sql: string, url = POSTGRES_URL): Promise<unknown[]> {
