@@ -8,8 +8,9 @@
  *   loop (a look up an index), so a write anywhere is seen by the next request.
  * - PostgreSQL ('polled'): the feed is read every POLL_MS, and an entry is served only while the
  *   last read of it is younger than FRESH_MS.
- * On both, a pet write through this process waits for a read of the feed (cachedStore), so this
- * process shows its own writes at once.
+ * On both, a pet write through this process forgets what it changed before it answers (cachedStore:
+ * SQLite reads its feed, PostgreSQL takes the change from the write's result), so this process shows
+ * its own writes at once.
  * Routes never see it work; nothing outside this file forgets.
  */
 import { BoundedMap } from '../lib/bounded-map.ts'
@@ -171,7 +172,7 @@ export class PetCache {
 
   /** Forgets what this process's own write changed, as its result tells (cachedStore). */
   forget(changes: PetChange[]): void {
-    this.#apply({ changes, cursor: this.#cursor ?? '', reset: false }, false)
+    this.#forget(changes)
   }
 
   async #read(): Promise<void> {
@@ -201,6 +202,7 @@ export class PetCache {
     return true
   }
 
+  /** Moves the cursor on, and forgets what the feed names (everything, on a reset): nothing the first time. */
   #apply(feed: PetFeed, forgetAll: boolean): void {
     const first = this.#cursor === null
     this.#cursor = feed.cursor
@@ -209,14 +211,16 @@ export class PetCache {
       this.#generation++
       this.#pets.clear()
       this.#pages.clear()
-      return
-    }
-    if (feed.changes.length === 0) return
+    } else this.#forget(feed.changes)
+  }
+
+  #forget(changes: PetChange[]): void {
+    if (changes.length === 0) return
     this.#generation++
-    for (const change of feed.changes) this.#pets.delete(change.petId)
-    if (feed.changes.length * this.#pages.size > PAGE_CHECKS) this.#pages.clear()
+    for (const change of changes) this.#pets.delete(change.petId)
+    if (changes.length * this.#pages.size > PAGE_CHECKS) this.#pages.clear()
     for (const [key, page] of this.#pages) {
-      if (feed.changes.some((change) => couldChange(page, change))) this.#pages.delete(key)
+      if (changes.some((change) => couldChange(page, change))) this.#pages.delete(key)
     }
   }
 }
