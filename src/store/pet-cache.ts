@@ -170,6 +170,13 @@ export class PetCache {
     return this.#again
   }
 
+  /** Forgets every pet and page: a write of this process failed, and may have changed anything. */
+  forgetAll(): void {
+    this.#generation++
+    this.#pets.clear()
+    this.#pages.clear()
+  }
+
   /** Forgets what this process's own write changed, as its result tells (cachedStore). */
   forget(changes: PetChange[]): void {
     this.#forget(changes)
@@ -207,11 +214,8 @@ export class PetCache {
     const first = this.#cursor === null
     this.#cursor = feed.cursor
     if (first) return
-    if (feed.reset || forgetAll) {
-      this.#generation++
-      this.#pets.clear()
-      this.#pages.clear()
-    } else this.#forget(feed.changes)
+    if (feed.reset || forgetAll) this.forgetAll()
+    else this.#forget(feed.changes)
   }
 
   #forget(changes: PetChange[]): void {
@@ -263,8 +267,9 @@ export function cachedStore(store: Store, cache: PetCache): Store {
       try {
         result = await Reflect.apply(method, store, args)
       } catch (error) {
-        // A failed write may have committed before its answer was lost: read the feed all the same.
-        await cache.sync().catch(() => {})
+        // A failed write may have committed before its answer was lost: forget everything, with no
+        // query, since the database may be what failed (a feed read would wait its timeout again).
+        cache.forgetAll()
         throw error
       }
       if (store.petFeed === 'polled') cache.forget(told(args, result as never))
