@@ -1,10 +1,10 @@
 /**
  * `npm test`: the whole suite, on SQLite and on PostgreSQL, the two halves side by side.
  * `npm run test:quick`: the edit loop's tier: unit, route and store-contract tests, SQLite only.
- * `npm test -- test/x.test.ts …`: just those files, on both databases.
+ * `npm test -- test/x.test.ts …`: just those files, on both databases; `npm test -- --list`: which files each half runs.
  *
- * A file that never reaches the test database (it imports neither test/helper.ts nor
- * test/processes.ts, directly or through another test module) runs once, in the SQLite half.
+ * A file that never reaches the test database (it uses none of test/helper.ts's database-bound
+ * exports, directly or through another test module) runs once, in the SQLite half.
  *
  * The PostgreSQL half uses TEST_POSTGRES_URL (default postgres://postgres@127.0.0.1:5432/test),
  * each test in a schema of its own; a missing database on a server that answers is created. When
@@ -19,7 +19,7 @@
  * whole. Each half also writes an lcov report to coverage/<database>.lcov.info.
  */
 import { spawn } from 'node:child_process'
-import { createWriteStream, globSync, mkdirSync, readFileSync } from 'node:fs'
+import { createWriteStream, existsSync, globSync, mkdirSync, readFileSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
 
 type Database = 'sqlite' | 'postgres'
@@ -29,7 +29,8 @@ const explicit = process.env.TEST_POSTGRES_URL
 const postgresUrl = explicit || DEFAULT_POSTGRES_URL
 const args = process.argv.slice(2)
 const quick = args.includes('--quick')
-const only = args.filter((arg) => arg !== '--quick') // `npm test -- test/routes/pets.test.ts` runs just those
+const listOnly = args.includes('--list') // print each half's files and stop
+const only = args.filter((arg) => arg !== '--quick' && arg !== '--list') // `npm test -- test/routes/pets.test.ts` runs just those
 
 /** The edit loop's tier: what runs in-process against the app and the store, no server processes. */
 const QUICK = [
@@ -62,16 +63,54 @@ const ONLY_FOR: Record<Database, string[]> = {
 let all = (only.length > 0 ? only : globSync('test/**/*.test.ts')).map((file) => relative('.', file)).sort()
 if (quick) all = all.filter((file) => QUICK.some((prefix) => file.startsWith(prefix)))
 
-/** Whether `file` reaches the test database: it imports test/helper.ts or test/processes.ts, at any depth. */
+/**
+ * What test/helper.ts exports that depends on TEST_DATABASE. A file that imports none of them
+ * (tempDir, bearer, … are the same on either database), and does not read TEST_DATABASE itself,
+ * tests the same thing in both halves: test/processes.ts starts servers on the SQLite file a test
+ * names, and a file like test/server.test.ts or test/readme.test.ts names only those.
+ */
+const DATABASE_BOUND = new Set(['DATABASE', 'POSTGRES_URL', 'testDatabaseUrl', 'postgres', 'build', 'suiteApp'])
+
+/**
+ * A test file that builds apps on the test database but tests what the database cannot change (the
+ * wire before any route, the portal's pages in a browser, the typed client) says so in a line
+ * `// One database: <why>`, and runs in the SQLite half only.
+ */
+const ONE_DATABASE = /^\/\/ One database: \S/m
+
+/** Whether `file` reaches the test database: it uses a DATABASE_BOUND name of test/helper.ts, at any depth. */
 function usesDatabase(file: string, seen = new Set<string>()): boolean {
-  if (seen.has(file)) return false
+  if (seen.has(file) || !existsSync(file)) return false // (a specifier in a string: not a module of ours)
   seen.add(file)
   const source = readFileSync(file, 'utf8')
-  for (const [, specifier] of source.matchAll(/(?:from|import\()\s*'(\.{1,2}\/[^']+\.ts)'/g)) {
+  if (seen.size === 1 && ONE_DATABASE.test(source)) return false
+  if (source.includes('TEST_DATABASE')) return true
+  for (const [, names, specifier] of source.matchAll(
+    /import\s*(?:type\s*)?(\{[^}]*\}|\*[^'"]*)?\s*(?:from\s*)?'(\.{1,2}\/[^']+\.ts)'/g,
+  )) {
     const target = relative('.', resolve(dirname(file), specifier as string))
     if (!target.startsWith('test/')) continue
-    if (target === join('test', 'helper.ts') || target === join('test', 'processes.ts')) return true
-    if (usesDatabase(target, seen)) return true
+    if (target === join('test', 'helper.ts')) {
+      const imported = (names ?? '*').replace(/[{}]/g, '').split(',')
+      if (
+        imported.some(
+          (name) =>
+            name.trim() === '*' ||
+            name.trim().startsWith('*') ||
+            DATABASE_BOUND.has(
+              name
+                .replace(/^\s*type\s+/, '')
+                .split(/\s+as\s+/)[0]
+                ?.trim() ?? '',
+            ),
+        )
+      )
+        return true
+    } else if (usesDatabase(target, seen)) return true
+  }
+  for (const [, specifier] of source.matchAll(/import\(\s*'(\.{1,2}\/[^']+\.ts)'/g)) {
+    const target = relative('.', resolve(dirname(file), specifier as string))
+    if (target.startsWith('test/') && usesDatabase(target, seen)) return true
   }
   return false
 }
@@ -99,6 +138,9 @@ function coverageArgs(database: Database): string[] {
     '--test-reporter-destination=stdout',
     '--test-reporter=lcov',
     `--test-reporter-destination=coverage/${database}.lcov.info`,
+    ...(process.env.TEST_TIMES
+      ? ['--test-reporter=/tmp/t/file-times.mjs', `--test-reporter-destination=/tmp/t/${database}.times`]
+      : []),
   ]
 }
 
@@ -170,6 +212,11 @@ async function postgresReady(): Promise<string | null> {
       return `the database "${name}" does not exist and could not be created (${createError}); create it with: createdb ${name}`
     }
   }
+}
+
+if (listOnly) {
+  for (const database of ['sqlite', 'postgres'] as const) console.log(`${database}: ${files(database).join(' ')}`)
+  process.exit(0)
 }
 
 const problem = quick ? 'not in the quick tier' : await postgresReady()

@@ -24,6 +24,8 @@ import { cliKey, ROOT, runNode, startServer } from './processes.ts'
 import { assertShows, codeBlocks, docSection } from './readme.ts'
 import { until } from './wait.ts'
 
+// One database: the client speaks HTTP; the operations it calls are tested on each in test/routes/.
+
 const CLIENT_PAGE = 'docs/client.md'
 
 /** A section of docs/client.md (client-quickstart, client-orders): its code and promised output. */

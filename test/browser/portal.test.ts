@@ -14,6 +14,8 @@ import { testDatabaseUrl } from '../helper.ts'
 import { startServer } from '../processes.ts'
 import { launch, skipUnlessChromium, VIEWPORTS, type ViewportName } from './chromium.ts'
 
+// One database: the pages and their scripts are the same on both; test/portal/ runs their routes on each.
+
 const EMAIL = 'browser@example.com'
 const PASSWORD = 'correct horse battery staple'
 

@@ -4,6 +4,8 @@ import { describe, it } from 'node:test'
 import { bearer, build, errorBody, rawExchange, serverConnections, suiteApp, type TestApp } from '../helper.ts'
 import { until } from '../wait.ts'
 
+// One database: the wire's guards answer before any route reaches the store.
+
 /** The port the app of `test` listens on, at 127.0.0.1; it starts listening at the first call. */
 async function portOf(test: TestApp): Promise<number> {
   if (!test.app.server.listening) await test.app.listen({ port: 0, host: '127.0.0.1' })

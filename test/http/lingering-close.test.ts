@@ -11,6 +11,8 @@ import { describe, it, type TestContext } from 'node:test'
 import { bearer, build, DATABASE, testDatabaseUrl } from '../helper.ts'
 import { cliKey, spawnNode, startServer } from '../processes.ts'
 
+// One database: the wire's guards answer before any route reaches the store.
+
 const MiB = 1024 * 1024
 
 /** A process that keeps one core busy until killed; resolves once it spins. */

@@ -3,6 +3,8 @@ import { connect } from 'node:net'
 import { describe, it } from 'node:test'
 import { bearer, build, errorBody, rawExchange, suiteApp, type TestApp } from '../helper.ts'
 
+// One database: the wire's guards answer before any route reaches the store.
+
 /** Posts raw bytes to an operation with a valid key. */
 async function post(test: TestApp, secret: string, url: string, payload: string | Buffer, headers = {}) {
   return test.app.inject({

@@ -5,6 +5,8 @@ import { Ajv2020 } from 'ajv/dist/2020.js'
 import { ERROR_CODES, ERRORS, type ErrorCode } from '../../src/errors.ts'
 import { suiteApp } from '../helper.ts'
 
+// One database: the document is built from the schemas, whatever the store.
+
 /**
  * The document an app of `env` serves, for the tests of a suite (call it in a describe() body): it is
  * the same for each of them, so it is fetched once. Each call parses it anew: a test may change its copy.
