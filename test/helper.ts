@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { after, type TestContext } from 'node:test'
+import { after } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify, { type FastifyInstance, type LightMyRequestResponse } from 'fastify'
 import fp from 'fastify-plugin'
@@ -16,7 +16,7 @@ import pg from 'pg'
 import animalStore, { serverOptions } from '../src/app.ts'
 import { type Config, loadConfig } from '../src/config.ts'
 import { generateApiKey } from '../src/domain/api-keys.ts'
-import { readByServer } from './processes.ts'
+import { type Cleanup, readByServer, suiteCleanup } from './processes.ts'
 import { until } from './wait.ts'
 
 export interface TestApp {
@@ -71,8 +71,7 @@ export async function postgres(sql: string, url = POSTGRES_URL): Promise<unknown
   }
 }
 
-/** What to undo when a test (a TestContext) or a suite (see suiteApp) ends. */
-export type Cleanup = Pick<TestContext, 'after'>
+export type { Cleanup }
 
 export function tempDir(t: Cleanup): string {
   const dir = mkdtempSync(join(tmpdir(), 'animal-store-test-'))
@@ -135,13 +134,10 @@ export async function build(
  * (and its database removed) after the suite's last test.
  */
 export function suiteApp(env: Record<string, string> = {}, options: BuildOptions = {}): () => Promise<TestApp> {
-  const undo: (() => unknown)[] = []
+  const cleanup = suiteCleanup()
   let app: Promise<TestApp> | undefined
-  after(async () => {
-    for (const step of undo.reverse()) await step()
-  })
   return () => {
-    app ??= build({ after: (step: () => unknown) => void undo.push(step) } as Cleanup, env, options)
+    app ??= build(cleanup, env, options)
     return app
   }
 }

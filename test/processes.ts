@@ -18,7 +18,7 @@ import {
 import { createServer, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import type { TestContext } from 'node:test'
+import { after, type TestContext } from 'node:test'
 import { ROOT, startCommand } from '../scripts/start-command.ts'
 import { EnvSchema } from '../src/config.ts'
 import { until } from './wait.ts'
@@ -192,15 +192,35 @@ export function cli(args: string[], env: Record<string, string>, input?: string 
   return runNode(['bin/animal-store.ts', ...args], env, undefined, input)
 }
 
-/** Creates an account (if needed) and a key with the CLI; returns the key. */
+/**
+ * Creates an account (if needed) and a key with the CLI, run in this process (test/cli-run.ts: the
+ * same main, without starting Node twice); returns the key.
+ */
 export async function cliKey(env: Record<string, string>, email = 'user@example.com'): Promise<string> {
-  await cli(['accounts', 'create', email], env)
-  const created = await cli(['keys', 'create', email], env)
+  const { runCli } = await import('./cli-run.ts')
+  await runCli(['accounts', 'create', email], env)
+  const created = await runCli(['keys', 'create', email], env)
   if (created.code !== 0) throw new Error(created.stderr)
   return created.stdout.trimEnd().split('\n').at(-1) as string
 }
 
 export type LogLine = Record<string, unknown>
+
+/** What to undo when a test (a TestContext) or a suite (see suiteCleanup) ends. */
+export type Cleanup = Pick<TestContext, 'after'>
+
+/**
+ * A Cleanup for what a suite shares (call it in a describe() body, start in a before() hook): its
+ * steps run, last first, after the suite's last test. A server start costs a second of CPU: tests
+ * that only read their own requests' log lines share one.
+ */
+export function suiteCleanup(): Cleanup {
+  const steps: (() => unknown)[] = []
+  after(async () => {
+    for (const step of steps.reverse()) await step()
+  })
+  return { after: (step: () => unknown) => void steps.push(step) } as Cleanup
+}
 
 export interface ServerProcess {
   url: string
@@ -231,7 +251,7 @@ export interface StartOptions {
  * the kernel gave it from /proc, and waits until it is ready. Without /proc it gets a free port.
  */
 export async function startServer(
-  t: TestContext,
+  t: Cleanup,
   env: Record<string, string>,
   { ready = '/healthz' }: StartOptions = {},
 ): Promise<ServerProcess> {

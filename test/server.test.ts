@@ -9,10 +9,11 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import net from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { describe, it, type TestContext } from 'node:test'
+import { before, describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { startCommand } from '../scripts/start-command.ts'
 import {
+  type Cleanup,
   childEnv,
   cliKey,
   type Exit,
@@ -24,6 +25,7 @@ import {
   runServer,
   type ServerProcess,
   startServer,
+  suiteCleanup,
 } from './processes.ts'
 import { until } from './wait.ts'
 
@@ -33,7 +35,7 @@ const SHOWN = 12
 const KEEP_ALIVE_MS = 5000
 
 /** A fresh SQLite file for one test, removed afterwards. */
-function newDatabase(t: TestContext): string {
+function newDatabase(t: Cleanup): string {
   const dir = mkdtempSync(join(tmpdir(), 'animal-store-server-'))
   t.after(() => rmSync(dir, { recursive: true, force: true }))
   return `sqlite:${join(dir, 'db.sqlite')}`
@@ -50,14 +52,14 @@ async function opsKey(databaseUrl: string): Promise<string> {
  * Starts `src/server.ts` at LOG_LEVEL=info and waits for its "Server listening" log line rather
  * than probing it, so that the logs hold only the test's own requests.
  */
-async function startLogging(t: TestContext, env: Record<string, string>): Promise<ServerProcess> {
+async function startLogging(t: Cleanup, env: Record<string, string>): Promise<ServerProcess> {
   const server = await startServer(t, { LOG_LEVEL: 'info', ...env }, { ready: false })
   await server.waitForLog((line) => String(line.msg).startsWith('Server listening'), 20_000)
   return server
 }
 
 /** A server on a fresh database, and a key for it made through the CLI. */
-async function serverWithKey(t: TestContext) {
+async function serverWithKey(t: Cleanup) {
   const databaseUrl = newDatabase(t)
   const secret = await opsKey(databaseUrl)
   const server = await startLogging(t, { DATABASE_URL: databaseUrl })
@@ -242,15 +244,22 @@ async function sigtermWhileBodyArrives(t: TestContext, pet: { name: string; cate
 }
 
 describe('server: request ids and JSON logs', () => {
-  it('says what it serves once it listens: the deployment, the database, and the portal, reference and document', async (t) => {
-    const databaseUrl = newDatabase(t)
-    const server = await startLogging(t, { DATABASE_URL: databaseUrl, DEPLOYMENT: 'production' })
+  // One server for the tests that read only their own requests' lines (found by request id).
+  const suite = suiteCleanup()
+  const databaseUrl = newDatabase(suite)
+  let server: ServerProcess
+  before(async () => {
+    server = await startLogging(suite, { DATABASE_URL: databaseUrl, DEPLOYMENT: 'production' })
+  })
+
+  it('says what it serves once it listens: the deployment, the database, and the portal, reference and document', async () => {
     const serving = await server.waitForLog((l) => l.msg === 'serving')
     assert.deepEqual([serving.deployment, serving.database], ['production', databaseUrl])
     assert.deepEqual(
       [serving.portal, serving.reference, serving.openapi],
       [`${server.url}/portal`, `${server.url}/docs`, `${server.url}/v1/openapi.json`],
     )
+    assert.equal(serving.metrics, undefined)
     // Each address opens what it names (the portal leads a signed-out visitor to sign in).
     const portal = await fetch(String(serving.portal), { redirect: 'manual' })
     assert.equal(portal.headers.get('location'), '/portal/sign-in')
@@ -259,22 +268,15 @@ describe('server: request ids and JSON logs', () => {
     assert.equal(document.openapi, '3.1.0')
   })
 
-  it('names addresses a browser can open when it listens on every interface (HOST=0.0.0.0)', async (t) => {
-    const server = await startLogging(t, { DATABASE_URL: newDatabase(t), HOST: '0.0.0.0' })
-    const serving = await server.waitForLog((l) => l.msg === 'serving')
-    assert.equal(serving.portal, `http://localhost:${server.port}/portal`)
-    assert.equal(serving.metrics, undefined)
-  })
-
-  it('names the metrics address too when METRICS_PORT is set, and it answers', async (t) => {
-    const server = await startLogging(t, { DATABASE_URL: newDatabase(t), METRICS_PORT: '0' })
-    const serving = await server.waitForLog((l) => l.msg === 'serving')
+  it('names addresses a browser can open when it listens on every interface (HOST=0.0.0.0), and the metrics address when METRICS_PORT is set', async (t) => {
+    const other = await startLogging(t, { DATABASE_URL: newDatabase(t), HOST: '0.0.0.0', METRICS_PORT: '0' })
+    const serving = await other.waitForLog((l) => l.msg === 'serving')
+    assert.equal(serving.portal, `http://localhost:${other.port}/portal`)
     assert.match(String(serving.metrics), /^http:\/\/127\.0\.0\.1:\d+\/metrics$/)
     assert.match(await (await fetch(String(serving.metrics))).text(), /http_requests_total/)
   })
 
-  it('logs JSON lines, one per request with a requestId, and returns that id in X-Request-Id', async (t) => {
-    const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
+  it('logs JSON lines, one per request with a requestId, and returns that id in X-Request-Id', async () => {
     const response = await fetch(`${server.url}/healthz`)
     assert.equal(response.status, 200)
     const id = response.headers.get('x-request-id')
@@ -292,8 +294,30 @@ describe('server: request ids and JSON logs', () => {
     assert.equal(server.stderr(), '')
   })
 
-  it('writes the log lines still buffered when it stops: the last request and "shutting down"', async (t) => {
-    const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
+  it('echoes a client-supplied X-Request-Id (abc-123) and logs under it', async () => {
+    const response = await fetch(`${server.url}/healthz`, { headers: { 'x-request-id': 'abc-123' } })
+    assert.equal(response.headers.get('x-request-id'), 'abc-123')
+    await server.waitForLog((l) => l.requestId === 'abc-123')
+  })
+
+  it('replaces an unusable client X-Request-Id (too long or odd characters) with its own', async () => {
+    for (const given of ['x'.repeat(200), 'abc 123', 'a"b', '<script>']) {
+      const response = await fetch(`${server.url}/healthz`, { headers: { 'x-request-id': given } })
+      const id = response.headers.get('x-request-id')
+      assert.ok(id && id !== given, `kept ${JSON.stringify(given)}`)
+      await server.waitForLog((l) => l.requestId === id)
+    }
+  })
+
+  it('returns X-Request-Id on errors too (401 without a key)', async () => {
+    const response = await fetch(`${server.url}/v1/pets`, { headers: { 'x-request-id': 'err-1' } })
+    assert.equal(response.status, 401)
+    assert.equal(response.headers.get('x-request-id'), 'err-1')
+    await server.waitForLog((l) => l.requestId === 'err-1' && l.status === 401)
+  })
+
+  // Last: it stops the suite's server.
+  it('writes the log lines still buffered when it stops: the last request and "shutting down"', async () => {
     const id = (await fetch(`${server.url}/healthz`)).headers.get('x-request-id')
     // Stopped at once, well within the 1 s flush interval: only the flush at exit writes these.
     assert.equal(await server.stop('SIGTERM'), 0)
@@ -304,38 +328,31 @@ describe('server: request ids and JSON logs', () => {
       'no "shutting down" line',
     )
   })
-
-  it('echoes a client-supplied X-Request-Id (abc-123) and logs under it', async (t) => {
-    const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
-    const response = await fetch(`${server.url}/healthz`, { headers: { 'x-request-id': 'abc-123' } })
-    assert.equal(response.headers.get('x-request-id'), 'abc-123')
-    await server.waitForLog((l) => l.requestId === 'abc-123')
-  })
-
-  it('replaces an unusable client X-Request-Id (too long or odd characters) with its own', async (t) => {
-    const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
-    for (const given of ['x'.repeat(200), 'abc 123', 'a"b', '<script>']) {
-      const response = await fetch(`${server.url}/healthz`, { headers: { 'x-request-id': given } })
-      const id = response.headers.get('x-request-id')
-      assert.ok(id && id !== given, `kept ${JSON.stringify(given)}`)
-      await server.waitForLog((l) => l.requestId === id)
-    }
-  })
-
-  it('returns X-Request-Id on errors too (401 without a key)', async (t) => {
-    const server = await startLogging(t, { DATABASE_URL: newDatabase(t) })
-    const response = await fetch(`${server.url}/v1/pets`, { headers: { 'x-request-id': 'err-1' } })
-    assert.equal(response.status, 401)
-    assert.equal(response.headers.get('x-request-id'), 'err-1')
-    await server.waitForLog((l) => l.requestId === 'err-1' && l.status === 401)
-  })
 })
 
 describe('server: logs never hold API keys', () => {
-  it('never logs the Authorization header value or the key, even when the key is sent in the query', async (t) => {
-    const { secret, server } = await serverWithKey(t)
+  const suite = suiteCleanup()
+  let secret: string
+  let server: ServerProcess
+  before(async () => {
+    ;({ secret, server } = await serverWithKey(suite))
+  })
+
+  /** Sends each request and waits for its log line. */
+  async function send(requests: [string, RequestInit][]) {
+    const statuses: number[] = []
+    for (const [path, init] of requests) {
+      const response = await fetch(`${server.url}${path}`, init)
+      await response.arrayBuffer()
+      statuses.push(response.status)
+      await server.waitForLog((l) => l.requestId === response.headers.get('x-request-id') && 'status' in l)
+    }
+    return statuses
+  }
+
+  it('never logs the Authorization header value or the key, even when the key is sent in the query', async () => {
     const auth = { authorization: `Bearer ${secret}` }
-    const requests: [string, RequestInit][] = [
+    await send([
       ['/v1/pets', { headers: auth }],
       [
         '/v1/pets',
@@ -352,30 +369,17 @@ describe('server: logs never hold API keys', () => {
       ['/v1/pets', { headers: { authorization: secret } }],
       ['/v1/pets', { headers: { authorization: `Bearer ${secret}x` } }],
       ['/v1/pets', { headers: { authorization: `Bearer ${secret.replace('as_test_', 'as_live_')}` } }],
-    ]
-    for (const [path, init] of requests) {
-      const response = await fetch(`${server.url}${path}`, init)
-      await response.arrayBuffer()
-      await server.waitForLog((l) => l.requestId === response.headers.get('x-request-id') && 'status' in l)
-    }
-    server.child.kill('SIGTERM')
-    const { stdout, stderr } = await server.exited
+    ])
     // Positive control: the query-string requests were logged, with their URL.
     assert.ok(
       server.logs().some((l) => String((l.req as { url?: string } | undefined)?.url).startsWith('/v1/pets?key=')),
       'the requests with ?key= were not logged',
     )
-    for (const output of [stdout, stderr]) {
-      assert.ok(!output.includes(secret), 'a log line holds the key')
-      assert.ok(!output.includes(secret.slice(SHOWN)), 'a log line holds the secret part of the key')
-      assert.ok(!/bearer\s+as_/i.test(output), 'a log line holds an Authorization header value')
-    }
   })
 
-  it('never logs the key when it is sent in the path or as a JSON field name by mistake', async (t) => {
-    const { secret, server } = await serverWithKey(t)
+  it('never logs the key when it is sent in the path or as a JSON field name by mistake', async () => {
     const auth = { authorization: `Bearer ${secret}` }
-    const requests: [string, RequestInit][] = [
+    const statuses = await send([
       [`/v1/${secret}`, { headers: auth }], // 404: no such route
       [`/${secret}/v1/pets`, {}], // 404
       [`/v1/pets/${secret}`, { headers: auth }], // 400: petId is not an integer
@@ -392,17 +396,20 @@ describe('server: logs never hold API keys', () => {
         '/v1/pets',
         { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: `{"name":${secret}}` },
       ], // 400: bad JSON
-    ]
-    for (const [path, init] of requests) {
-      const response = await fetch(`${server.url}${path}`, init)
-      await response.arrayBuffer()
-      assert.ok(response.status >= 400 && response.status < 500, `${path}: ${response.status}`)
-      await server.waitForLog((l) => l.requestId === response.headers.get('x-request-id') && 'status' in l)
-    }
+    ])
+    assert.deepEqual(statuses, [404, 404, 400, 400, 400, 400])
+  })
+
+  // Last: every line the tests above caused, and those written at exit, are in the output.
+  it('after those requests, no line of the output holds the key, its secret part or a bearer value', async () => {
     server.child.kill('SIGTERM')
     const { stdout, stderr } = await server.exited
-    const leaks = `${stdout}\n${stderr}`.split('\n').filter((line) => line.includes(secret.slice(SHOWN)))
-    assert.deepEqual(leaks, [], 'log lines hold the secret part of the key')
+    for (const output of [stdout, stderr]) {
+      assert.ok(!output.includes(secret), 'a log line holds the key')
+      const leaks = output.split('\n').filter((line) => line.includes(secret.slice(SHOWN)))
+      assert.deepEqual(leaks, [], 'log lines hold the secret part of the key')
+      assert.ok(!/bearer\s+as_/i.test(output), 'a log line holds an Authorization header value')
+    }
   })
 })
 
