@@ -488,6 +488,11 @@ BENCH_WORKLOADS=list20,get,post,mix,mix-orders BENCH_DOC= npm run bench\`, and \
 Where the time goes: \`BENCH_PROFILE=<folder>\` runs the last round's servers with \`--cpu-prof\` and
 leaves one \`.cpuprofile\` per thread there (the service's main thread and its SQLite writer), to
 open in Chrome DevTools or speedscope; e.g. \`BENCH_PROFILE=/tmp/prof BENCH_TARGETS=sqlite,ceiling
-BENCH_WORKLOADS=list20 BENCH_ROUNDS=1 BENCH_SECONDS=15 BENCH_DOC= npm run bench\`.
+BENCH_WORKLOADS=list20 BENCH_ROUNDS=1 BENCH_SECONDS=15 BENCH_DOC= npm run bench\`. The report then
+ends with each service's CPU budget by stage (bench/stages.ts): every sample of its main thread
+while it served requests, charged to the innermost stage on its stack (wire guards, auth, rate
+limit, scopes, preconditions, cache, store, handler, serialization, log, Fastify, and node:http
+with the socket, which is what the ceiling spends), in µs per request. One workload per run gives
+that workload's budget.
 `
 }

@@ -6,7 +6,17 @@
  * whose server, start script, CLI and store (its migrations) all come from that checkout; the report
  * adds each workload's X/X@base rate ratio. Target `peer` (bench/peer.ts) is plain Fastify + SQLite.
  */
-import { closeSync, existsSync, fsyncSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs'
+import {
+  closeSync,
+  existsSync,
+  fsyncSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs'
 import { join, resolve } from 'node:path'
 import { ROOT, startCommand } from '../scripts/start-command.ts'
 import type { Fixture } from './ceiling.ts'
@@ -28,6 +38,7 @@ import {
 import { type Measurement, report } from './document.ts'
 import { measure, memoryMb, WORKLOADS, type Workload } from './measure.ts'
 import { adminQuery, skipPostgres } from './postgres.ts'
+import { stageTable, stageTimes } from './stages.ts'
 import {
   addBaseTargets,
   BASE_SUFFIX,
@@ -261,13 +272,39 @@ await main('bench', async () => {
     base,
   })
   process.stdout.write(`\n${summary}\n`)
+  const budget = settings.profileDir ? stageBudget(settings.profileDir, running, measurements, settings.rounds) : ''
+  if (budget) process.stdout.write(`\n${budget}\n`)
   if (settings.doc) {
     const path = resolve(ROOT, settings.doc)
     // The growth section belongs to `npm run bench:growth`: keep it as it is.
     const growth =
       section(readText(path), 'growth') ??
       '## Growth\n\nNot measured yet: run `npm run bench:growth` (bench/growth.ts).'
-    writeFileSync(path, withSection(markdown, 'growth', growth))
+    writeFileSync(path, withSection(budget ? `${markdown}\n${budget}\n` : markdown, 'growth', growth))
     log(`bench: wrote ${settings.doc}`)
   }
 })
+
+/**
+ * The CPU budget by stage of each profiled service (BENCH_PROFILE): its main thread's profile of
+ * the last round, over the requests it served then (bench/stages.ts).
+ */
+function stageBudget(dir: string, running: Map<string, RunningTarget>, measurements: Measurement[], round: number) {
+  const sections: string[] = []
+  for (const [name, live] of running) {
+    if (!TARGETS[name] || TARGETS[name].kind === 'ceiling') continue
+    // CPU.<date>.<time>.<pid>.<thread>.<n>.cpuprofile; thread 0 is the main thread.
+    const files = readdirSync(dir).filter((file) => live.pids.some((pid) => file.includes(`.${pid}.0.`)))
+    if (files.length === 0) continue
+    const times = new Map<string, number>()
+    for (const file of files)
+      for (const [stage, ms] of stageTimes(JSON.parse(readFileSync(join(dir, file), 'utf8'))))
+        times.set(stage, (times.get(stage) ?? 0) + ms)
+    const served = measurements.filter((m) => m.target === name && m.round === round)
+    const requests = served.reduce((sum, m) => sum + m.result.requests, 0)
+    sections.push(
+      `**${TARGETS[name].label}** (${served.map((m) => m.workload).join(', ')}; ${requests} requests):\n\n${stageTable(times, requests)}`,
+    )
+  }
+  return sections.length ? `### CPU budget by stage (BENCH_PROFILE)\n\n${sections.join('\n\n')}` : ''
+}
