@@ -37,11 +37,56 @@ async function horizontalOverflow(page: Page): Promise<number> {
   return page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')
 }
 
-/** A page passes when axe finds nothing and it does not scroll sideways. */
+/**
+ * What the width hides, one line each: a table that scrolls sideways in its box, a link, button or
+ * field of the page's content not wholly on the screen, an id or other code in a table or a list of
+ * details broken over lines (a URL may wrap), and a cell whose caption on a phone (data-label) is
+ * not its column's header.
+ */
+async function layoutProblems(page: Page): Promise<string[]> {
+  return page.evaluate(`(() => {
+    const problems = []
+    const width = document.documentElement.clientWidth
+    const text = (element) => element.textContent.trim().replace(/\\s+/g, ' ')
+    for (const wrap of document.querySelectorAll('.table-wrap'))
+      if (wrap.scrollWidth > wrap.clientWidth)
+        problems.push('scrolls sideways in its box: ' + wrap.getAttribute('aria-label'))
+    for (const control of document.querySelectorAll('main a, main button, main input, main select')) {
+      const box = control.getBoundingClientRect()
+      if (box.width === 0 && box.height === 0) continue
+      if (box.left < 0 || box.right > width)
+        problems.push('off-screen (' + Math.round(box.left) + ' to ' + Math.round(box.right) + ' px): ' + (text(control) || control.name))
+    }
+    for (const code of document.querySelectorAll('td code, th code, dd code:not(.url)'))
+      if (code.getClientRects().length > 1) problems.push('broken over lines: ' + text(code))
+    for (const table of document.querySelectorAll('table')) {
+      const headers = [...table.querySelectorAll('thead th')].map(text)
+      for (const row of table.querySelectorAll('tbody tr'))
+        [...row.children].forEach((cell, i) => {
+          if (cell.dataset.label !== undefined && cell.dataset.label !== headers[i])
+            problems.push('captioned ' + cell.dataset.label + ' under ' + headers[i])
+        })
+    }
+    return problems
+  })()`)
+}
+
+/** The table cells as Chromium gives them to screen readers (its accessibility tree): role and name. */
+async function accessibleCells(browser: Awaited<ReturnType<typeof launch>>): Promise<string[]> {
+  const cdp = await browser.context.newCDPSession(browser.page)
+  const { nodes } = await cdp.send('Accessibility.getFullAXTree')
+  await cdp.detach()
+  return nodes
+    .filter((node) => !node.ignored && ['columnheader', 'rowheader', 'cell'].includes(node.role?.value as string))
+    .map((node) => `${node.role?.value}: ${node.name?.value}`)
+}
+
+/** A page passes when axe finds nothing, it does not scroll sideways, and its width hides nothing. */
 async function checkPage(browser: Awaited<ReturnType<typeof launch>>, name: string) {
   await browser.screenshot(name)
   assert.deepEqual(await accessibilityViolations(browser.page), [], `${name}: accessibility`)
   assert.equal(await horizontalOverflow(browser.page), 0, `${name}: scrolls sideways`)
+  assert.deepEqual(await layoutProblems(browser.page), [], `${name}: layout`)
 }
 
 const viewports = Object.keys(VIEWPORTS) as ViewportName[]
@@ -97,6 +142,15 @@ describe('Browser: the portal walkthrough of docs/accounts.md', () => {
       assert.ok(!listed.includes(secret), 'the secret is shown again')
       assert.ok(listed.includes(`${secret.slice(0, 12)}…`))
       await checkPage(browser, '05-keys')
+      // A table still to screen readers on a phone, its cells without their captions (read as headers).
+      const cells = await accessibleCells(browser)
+      for (const cell of [
+        'columnheader: Prefix',
+        'rowheader: a-rather-long-key-name-for-the-laptop',
+        `cell: ${secret.slice(0, 12)}…`,
+        'cell: Revoke a-rather-long-key-name-for-the-laptop',
+      ])
+        assert.ok(cells.includes(cell), `${cell} in ${cells.join(', ')}`)
 
       // 6. The typed client, with that key, against the same server.
       const client = createAnimalStoreClient({ baseUrl: `${server.url}/v1`, apiKey: secret })

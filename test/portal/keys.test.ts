@@ -41,8 +41,8 @@ describe('Portal: create a key', () => {
     await browser.createKey('full')
     assert.equal((await app.store.listApiKeys(accountId))[0]?.scopes, null)
     const list = await browser.get('/portal/keys')
-    assert.match(list.body, /<td><code>pets:read<\/code><\/td>/)
-    assert.match(list.body, /<td>All<\/td>/)
+    assert.match(list.body, /<td data-label="Scopes"><code>pets:read<\/code><\/td>/)
+    assert.match(list.body, /<td data-label="Scopes">All<\/td>/)
     const none = await browser.submit('/portal/keys', '/portal/keys', { name: 'nothing', expires: 'never' })
     assert.equal(none.statusCode, 400)
     assert.match(none.body, /Choose at least one thing the key may do\./)
@@ -85,7 +85,7 @@ describe('Portal: create a key', () => {
     assert.match(row, new RegExp(`<time datetime="${key.createdAt}">`))
     assert.match(row, /<time datetime="2030-01-02T03:04:00.000Z">2030-01-02 03:04 UTC<\/time>/)
     assert.match(row, new RegExp(`<time datetime="${key.expiresAt}">`))
-    assert.match(row, /<td>Active<\/td>/)
+    assert.match(row, /<td data-label="State">Active<\/td>/)
   })
 
   const refused: [string, Record<string, string>, RegExp][] = [
@@ -160,7 +160,7 @@ describe('Portal: revoke a key', () => {
       list.body,
       new RegExp(`Key <strong>laptop</strong> \\(<code>${secret.slice(0, 12)}…</code>\\) is revoked`),
     )
-    assert.match(list.body, /<td>Revoked <time/)
+    assert.match(list.body, /<td data-label="State">Revoked <time/)
     assert.ok(!list.body.includes(`href="/portal/keys/${key.id}/revoke"`), 'a revoked key still offers Revoke')
   })
 
@@ -204,6 +204,6 @@ describe('Portal: messages', () => {
     const first = page.body.indexOf('first hello')
     assert.ok(escaped > 0 && first > escaped, 'newest first')
     // With no webhook endpoint subscribed, each is queued, then failed at the delivery loop's next pass.
-    assert.match(page.body, /<td>(queued|failed)<\/td>/)
+    assert.match(page.body, /<td data-label="Status">(queued|failed)<\/td>/)
   })
 })

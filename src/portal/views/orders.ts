@@ -26,12 +26,12 @@ function orderRow(context: PageContext, { order, pet }: OrderRow): Html {
   const placed = order.status === 'placed'
   return html`<tr>
     <th scope="row"><code>${order.id}</code></th>
-    <td>${petLabel(order.petId, pet)}</td>
-    <td>${STATUS_LABELS[order.status]}</td>
-    <td>${time(order.createdAt)}</td>
-    <td>${placed ? time(order.expiresAt) : '—'}</td>
-    <td>${time(order.updatedAt)}</td>
-    <td>${
+    <td data-label="Animal">${petLabel(order.petId, pet)}</td>
+    <td data-label="Status">${STATUS_LABELS[order.status]}</td>
+    <td data-label="Placed">${time(order.createdAt)}</td>
+    <td data-label="Hold ends">${placed ? time(order.expiresAt) : '—'}</td>
+    <td data-label="Last change">${time(order.updatedAt)}</td>
+    <td class="row-actions">${
       placed
         ? html`<form method="post" action="/portal/orders/${order.id}/cancel">
         ${csrfInput(context)}

@@ -29,9 +29,9 @@ function status(endpoint: WebhookEndpoint): Html {
 function endpointRow(endpoint: WebhookEndpoint): Html {
   return html`<tr>
     <th scope="row"><a href="/portal/webhooks/${endpoint.id}" class="url">${endpoint.url}</a>${endpoint.description ? html`<br><span class="hint">${endpoint.description}</span>` : ''}</th>
-    <td>${events(endpoint.events)}</td>
-    <td>${status(endpoint)}</td>
-    <td>${time(endpoint.createdAt)}</td>
+    <td data-label="Events">${events(endpoint.events)}</td>
+    <td data-label="Status">${status(endpoint)}</td>
+    <td data-label="Created">${time(endpoint.createdAt)}</td>
   </tr>`
 }
 
@@ -147,13 +147,13 @@ function deliveryRow(context: PageContext, endpoint: WebhookEndpoint, delivery: 
         : '—'
   return html`<tr>
     <th scope="row"><code>${delivery.eventType}</code><br><code class="hint">${delivery.eventId}</code></th>
-    <td>${DELIVERY_LABELS[delivery.status]}</td>
-    <td>${delivery.attempts}</td>
-    <td>${lastAnswer(delivery)}</td>
-    <td>${time(delivery.createdAt)}</td>
-    <td>${time(delivery.lastAttemptAt, 'Never')}</td>
-    <td>${next}</td>
-    <td><form method="post" action="/portal/webhooks/${endpoint.id}/deliveries/${delivery.id}/redeliver">
+    <td data-label="Status">${DELIVERY_LABELS[delivery.status]}</td>
+    <td data-label="Attempts">${delivery.attempts}</td>
+    <td data-label="Last answer">${lastAnswer(delivery)}</td>
+    <td data-label="Queued">${time(delivery.createdAt)}</td>
+    <td data-label="Last attempt">${time(delivery.lastAttemptAt, 'Never')}</td>
+    <td data-label="Next or delivered">${next}</td>
+    <td class="row-actions"><form method="post" action="/portal/webhooks/${endpoint.id}/deliveries/${delivery.id}/redeliver">
         ${csrfInput(context)}
         <button type="submit" class="secondary">Send again<span class="visually-hidden"> ${delivery.eventType} ${delivery.eventId}</span></button>
       </form></td>
