@@ -191,10 +191,28 @@ describe('Browser: the portal walkthrough of docs/accounts.md', () => {
       assert.match(orderRows[0] ?? '', new RegExp(`${sold.id}\\s*Tom \\(#${tom.id}\\)\\s*Completed`))
       assert.match(orderRows[1] ?? '', new RegExp(`${held.id}\\s*Rex \\(#${rex.id}\\)\\s*Placed`))
       await checkPage(browser, '06c-orders')
-      await page.getByRole('button', { name: 'Cancel the order for Rex' }).click()
+      // Asked first, as Revoke is: Keep the order changes nothing.
+      await page.getByRole('link', { name: 'Cancel the order for Rex' }).click()
+      await page.getByRole('heading', { name: 'Cancel an order' }).waitFor()
+      await checkPage(browser, '06d-cancel-order')
+      await page.getByRole('link', { name: 'Keep the order' }).click()
+      await page.getByRole('heading', { name: 'Orders' }).waitFor()
+      assert.equal(
+        unwrap(await client.GET('/store/orders/{orderId}', { params: { path: { orderId: held.id } } })).status,
+        'placed',
+      )
+      await page.getByRole('link', { name: 'Cancel the order for Rex' }).click()
+      await page.getByRole('button', { name: 'Cancel order' }).click()
       await page.getByText('is canceled: it no longer holds the animal.').waitFor()
-      assert.equal(await page.getByRole('button', { name: /^Cancel/ }).count(), 0)
-      await checkPage(browser, '06d-order-canceled')
+      assert.equal(await page.getByRole('link', { name: /^Cancel/ }).count(), 0)
+      await checkPage(browser, '06e-order-canceled')
+      // A reload cancels nothing more: an order placed again for Rex stays placed.
+      const again = unwrap(await client.POST('/store/orders', { body: { petId: rex.id } }))
+      await page.reload()
+      await page.getByText('is canceled: it no longer holds the animal.').waitFor()
+      const kept = unwrap(await client.GET('/store/orders/{orderId}', { params: { path: { orderId: again.id } } }))
+      assert.equal(kept.status, 'placed')
+      unwrap(await client.POST('/store/orders/{orderId}/cancel', { params: { path: { orderId: again.id } } }))
       const canceled = unwrap(await client.GET('/store/orders/{orderId}', { params: { path: { orderId: held.id } } }))
       assert.equal(canceled.status, 'canceled')
       assert.deepEqual(unwrap(await client.GET('/store/inventory')), { available: 1, pending: 0, sold: 1 })
