@@ -2,7 +2,9 @@
  * The client developer's path in a real browser (headless Chromium) against a real server process,
  * following the portal walkthrough of docs/accounts.md: sign up, create a key and see it once, use it with the
  * typed client, see the message and the orders in the portal (and cancel one), revoke the key and
- * see the API refuse it, then read and try the API reference. Screenshots of every page go to test-output/browser/<database>/.
+ * see the API refuse it, then read and try the API reference. Every page is checked at a desktop's
+ * width and a phone's: axe, nothing off-screen, and a reload after a form repeats nothing.
+ * Screenshots of every page go to test-output/browser/<database>/.
  */
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
@@ -135,8 +137,20 @@ describe('Browser: the portal walkthrough of docs/accounts.md', () => {
       assert.equal(await page.evaluate('navigator.clipboard.readText()'), secret)
       await checkPage(browser, '04-new-key')
 
-      // 5. Back on the list: the key is there by prefix, never in full.
-      await page.getByRole('link', { name: 'Back to your keys' }).click()
+      // 4b. A reload makes no second key, and no longer shows this one: the list says why.
+      await page.reload()
+      await page.getByRole('heading', { name: 'API keys' }).waitFor()
+      assert.match((await page.locator('main').textContent()) ?? '', /A new key is shown only once/)
+      assert.ok(!(await page.content()).includes(secret), 'the secret is shown again')
+      assert.equal(await page.locator('tbody tr').count(), 1)
+      await checkPage(browser, '04b-new-key-reloaded')
+      await page.goBack()
+      await page.getByRole('heading', { name: 'API keys' }).waitFor()
+      assert.ok(!(await page.content()).includes(secret), 'Back shows the secret again')
+      assert.equal(await page.locator('tbody tr').count(), 1)
+
+      // 5. The list: the key is there by prefix, never in full.
+      await page.getByRole('link', { name: 'API keys' }).click()
       await page.getByRole('heading', { name: 'API keys' }).waitFor()
       const listed = await page.content()
       assert.ok(!listed.includes(secret), 'the secret is shown again')
@@ -226,6 +240,8 @@ describe('Browser: the portal walkthrough of docs/accounts.md', () => {
       await page.getByText('is revoked: requests with it are refused.').waitFor()
       assert.match((await page.locator('tbody').textContent()) ?? '', /Revoked/)
       await checkPage(browser, '08-revoked')
+      await page.reload()
+      await page.getByText('is revoked: requests with it are refused.').waitFor()
 
       // 9. The API refuses the key at once.
       const refused = await client.GET('/pets')
@@ -303,6 +319,15 @@ describe('Browser: the webhooks pages (experimental)', () => {
       const server = await startServer(t, { DATABASE_URL: await testDatabaseUrl(t), EXPERIMENTAL_FEATURES: 'webhooks' })
       const browser = await launch(t, { viewport })
       const { page } = browser
+      /** A read of the webhooks API with the key made below. */
+      // biome-ignore lint/suspicious/noExplicitAny: a JSON body, read field by field
+      const api = async (path: string): Promise<any> => {
+        const response = await fetch(`${server.url}${path}`, {
+          headers: { authorization: `Bearer ${key}`, 'animal-store-beta': 'webhooks' },
+        })
+        assert.equal(response.status, 200, path)
+        return response.json()
+      }
       await page.goto(`${server.url}/portal/sign-up`)
       await page.getByLabel('Email').fill(`webhooks-${viewport}@example.com`)
       await page.getByLabel('Password', { exact: true }).fill(PASSWORD)
@@ -324,6 +349,18 @@ describe('Browser: the webhooks pages (experimental)', () => {
       const secret = await page.getByLabel('Signing secret').inputValue()
       assert.match(secret, /^whsec_/)
       await checkPage(browser, '31-new-webhook')
+      // A reload adds no second endpoint, and no longer shows the secret: the endpoint's page says why.
+      await page.reload()
+      await page.getByRole('heading', { name: 'Webhook endpoint' }).waitFor()
+      await page.getByText('A signing secret is shown only once').waitFor()
+      assert.ok(!(await page.content()).includes(secret), 'the secret is shown again')
+      await checkPage(browser, '31b-new-webhook-reloaded')
+      const endpoints = await api('/v1/webhook-endpoints')
+      assert.equal(endpoints.length, 1)
+      const endpointId = endpoints[0].id as string
+      await page.goBack()
+      await page.getByRole('heading', { name: 'Webhooks' }).waitFor()
+      assert.equal((await api('/v1/webhook-endpoints')).length, 1)
 
       const sent = await fetch(`${server.url}/v1/messages`, {
         method: 'POST',
@@ -331,7 +368,7 @@ describe('Browser: the webhooks pages (experimental)', () => {
         body: JSON.stringify({ message: 'Hello, webhooks' }),
       })
       assert.equal(sent.status, 202)
-      await page.getByRole('link', { name: 'Back to your endpoints' }).click()
+      await page.getByRole('link', { name: 'Webhooks', exact: true }).click()
       await page.getByRole('heading', { name: 'Webhooks' }).waitFor()
       assert.ok(!(await page.content()).includes(secret), 'the secret is shown again')
       await checkPage(browser, '32-webhooks')
@@ -339,6 +376,29 @@ describe('Browser: the webhooks pages (experimental)', () => {
       await page.getByRole('heading', { name: 'Webhook endpoint' }).waitFor()
       assert.match((await page.locator('tbody').textContent()) ?? '', /message\.created/)
       await checkPage(browser, '33-webhook')
+
+      // Rotate: the new secret shown once; a reload rotates nothing more.
+      await page.getByRole('button', { name: 'Rotate secret' }).click()
+      await page.getByRole('heading', { name: 'Your new signing secret' }).waitFor()
+      const rotated = await page.getByLabel('Signing secret').inputValue()
+      assert.match(rotated, /^whsec_/)
+      assert.notEqual(rotated, secret)
+      await checkPage(browser, '34-rotated-secret')
+      const { secretRotatedAt } = await api(`/v1/webhook-endpoints/${endpointId}`)
+      assert.ok(secretRotatedAt)
+      await page.reload()
+      await page.getByText('A signing secret is shown only once').waitFor()
+      assert.ok(!(await page.content()).includes(rotated), 'the secret is shown again')
+      assert.equal((await api(`/v1/webhook-endpoints/${endpointId}`)).secretRotatedAt, secretRotatedAt)
+
+      // Delete, once confirmed.
+      await page.getByRole('link', { name: 'Delete this endpoint' }).click()
+      await page.getByRole('heading', { name: 'Delete an endpoint' }).waitFor()
+      await checkPage(browser, '35-delete-webhook')
+      await page.getByRole('button', { name: 'Delete endpoint' }).click()
+      await page.getByText('is deleted: nothing more is sent to it.').waitFor()
+      await checkPage(browser, '36-webhook-deleted')
+      assert.deepEqual(await api('/v1/webhook-endpoints'), [])
     })
 })
 

@@ -7,7 +7,7 @@ import { describe, it } from 'node:test'
 import { hashApiKey } from '../../src/domain/api-keys.ts'
 import { SCOPES } from '../../src/domain/scopes.ts'
 import { bearer, errorBody, suiteApp } from '../helper.ts'
-import { csrfOf, heading, signedInBrowser } from './browser.ts'
+import { csrfOf, FormBrowser, heading, newAddress, signedInBrowser } from './browser.ts'
 
 const DAY_MS = 86_400_000
 
@@ -133,6 +133,81 @@ describe('Portal: create a key', () => {
     const list = await browser.get('/portal/keys')
     assert.ok(!list.body.includes('<img src=x'), 'markup in a name reached the page')
     assert.match(list.body, /&lt;img src=x onerror=alert\(1\)&gt;/)
+  })
+})
+
+describe('Portal: a new key, shown once after a redirect', () => {
+  it('answers the form with 303 (the key in an encrypted cookie, never the URL); a reload makes no second key and shows it no more', async () => {
+    const { app, browser, accountId } = await signedIn()
+    const posted = await browser.submit('/portal/keys', '/portal/keys', {
+      name: 'laptop',
+      expires: 'never',
+      ...Object.fromEntries(SCOPES.map((scope) => [`scope-${scope.replace(':', '-')}`, 'on'])),
+    })
+    assert.equal(posted.statusCode, 303)
+    assert.equal(posted.headers.location, '/portal/keys/new')
+    const flash = posted.cookies.find((c) => c.name === 'as_flash')
+    assert.ok(flash)
+    assert.deepEqual(
+      { httpOnly: flash.httpOnly, sameSite: flash.sameSite, path: flash.path, maxAge: flash.maxAge },
+      { httpOnly: true, sameSite: 'Lax', path: '/portal', maxAge: 300 },
+    )
+
+    const shown = await browser.get('/portal/keys/new')
+    assert.equal(shown.statusCode, 200)
+    assert.equal(heading(shown.body), 'Your new API key')
+    const secret = /id="secret"[^>]*value="(as_test_[0-9A-Za-z]+)"/.exec(shown.body)?.[1]
+    assert.ok(secret)
+    assert.ok(
+      !flash.value.includes(secret) && !flash.value.includes(secret.slice(8)),
+      'the cookie holds the key in clear',
+    )
+    // Shown: the cookie is cleared with the page.
+    assert.equal(shown.cookies.find((c) => c.name === 'as_flash')?.value, '')
+    assert.equal(browser.cookies.has('as_flash'), false)
+
+    const reloaded = await browser.get('/portal/keys/new')
+    assert.equal(reloaded.statusCode, 303)
+    assert.equal(reloaded.headers.location, '/portal/keys?notice=secret-shown')
+    const list = await browser.follow(reloaded)
+    assert.ok(!list.body.includes(secret), 'the key is shown again')
+    assert.match(list.body, /A new key is shown only once, so it is not shown again\./)
+    assert.equal((await app.store.listApiKeys(accountId)).length, 1)
+  })
+
+  it('opens only in the session it was made in: another session of the same account, given the cookie, sees no key', async () => {
+    const { app, browser, email } = await signedIn()
+    const posted = await browser.submit('/portal/keys', '/portal/keys', {
+      name: 'laptop',
+      expires: 'never',
+      'scope-pets-read': 'on',
+    })
+    const flash = posted.cookies.find((c) => c.name === 'as_flash')?.value as string
+    const other = new FormBrowser(app, {}, { remoteAddress: newAddress() })
+    assert.equal((await other.signIn(email)).statusCode, 303)
+    other.cookies.set('as_flash', flash)
+    const stolen = await other.get('/portal/keys/new')
+    assert.equal(stolen.statusCode, 303)
+    assert.equal(stolen.headers.location, '/portal/keys?notice=secret-shown')
+    // A cookie tampered with is no flash either, and no error.
+    browser.cookies.set('as_flash', `${flash.slice(0, -2)}AA`)
+    assert.equal((await browser.get('/portal/keys/new')).statusCode, 303)
+    browser.cookies.set('as_flash', 'not base64url at all!')
+    assert.equal((await browser.get('/portal/keys/new')).statusCode, 303)
+  })
+
+  it('signing out clears a key not yet shown', async () => {
+    const { browser } = await signedIn()
+    const posted = await browser.submit('/portal/keys', '/portal/keys', {
+      name: 'laptop',
+      expires: 'never',
+      'scope-pets-read': 'on',
+    })
+    assert.equal(posted.statusCode, 303)
+    assert.ok(browser.cookies.has('as_flash'))
+    const page = await browser.get('/portal/messages')
+    await browser.post('/portal/sign-out', { _csrf: csrfOf(page.body, '/portal/sign-out') })
+    assert.equal(browser.cookies.has('as_flash'), false)
   })
 })
 
