@@ -162,6 +162,27 @@ describe('Portal: webhook endpoints', () => {
     assert.equal((await app.store.listWebhookEndpoints(accountId)).length, 1)
   })
 
+  it('the hint under URL says what this server accepts (WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_URLS)', async (t) => {
+    const hint = async (env: Record<string, string>) => {
+      const { browser } = await signedIn(ownApp(t, { ...FEATURE, ...env }))
+      const page = await browser.get('/portal/webhooks')
+      return /<p class="hint" id="url-hint">([^<]*)<\/p>/.exec(page.body)?.[1]
+    }
+    assert.equal(await hint({}), 'Where to POST the events: an https:// address on the public internet.')
+    assert.equal(
+      await hint({ WEBHOOK_ALLOW_HTTP: 'true' }),
+      'Where to POST the events: an https:// or http:// address on the public internet.',
+    )
+    assert.equal(
+      await hint({ WEBHOOK_ALLOW_PRIVATE_URLS: 'true' }),
+      'Where to POST the events: an https:// address on the public internet, a private network or this machine, such as https://127.0.0.1:3000/webhooks.',
+    )
+    assert.equal(
+      await hint({ WEBHOOK_ALLOW_HTTP: 'true', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' }),
+      'Where to POST the events: an https:// or http:// address on the public internet, a private network or this machine, such as http://127.0.0.1:3000/webhooks.',
+    )
+  })
+
   it('refuses a URL against the policy with its reason, keeping what was typed; and no event, or a bad description', async () => {
     const { app, browser, accountId } = await signedIn(shared())
     const cases: [string, RegExp][] = [

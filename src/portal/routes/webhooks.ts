@@ -70,7 +70,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
     form: WebhookFormState,
   ) {
     const list = await app.store.listWebhookEndpoints(accountId(request))
-    return portal.send(request, reply, code, (c) => webhooksPage(c, list, MAX_WEBHOOK_ENDPOINTS, form))
+    return portal.send(request, reply, code, (c) => webhooksPage(c, list, MAX_WEBHOOK_ENDPOINTS, policy, form))
   }
 
   /** The endpoint's page, with its recent deliveries. */
@@ -98,7 +98,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
             text: html`Endpoint <code>${deleted}</code> is deleted: nothing more is sent to it.`,
           }
         : undefined
-      return portal.send(request, reply, 200, (c) => webhooksPage(c, list, MAX_WEBHOOK_ENDPOINTS, { notice }))
+      return portal.send(request, reply, 200, (c) => webhooksPage(c, list, MAX_WEBHOOK_ENDPOINTS, policy, { notice }))
     },
   )
 
