@@ -5,6 +5,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { Session } from '../store/types.ts'
 import { csrfToken, validCsrf } from './csrf.ts'
+import { createFlashes, type Flashes } from './flash.ts'
 import type { Html } from './html.ts'
 import { CSRF_COOKIE, cookieOptions, findSession, randomToken, SESSION_COOKIE } from './session.ts'
 import { errorPage } from './views/error.ts'
@@ -26,6 +27,8 @@ export interface Portal {
   signedIn(request: FastifyRequest, reply: FastifyReply): Promise<void>
   /** preValidation of every form: without this browser's CSRF token, 403 and nothing happens. */
   checkCsrf(request: FastifyRequest, reply: FastifyReply): Promise<void>
+  /** The secrets shown once, on their way from a POST to the page it redirects to. */
+  flash: Flashes
 }
 
 /** The account of a request that the `signedIn` hook let through. */
@@ -34,6 +37,7 @@ export const accountId = (request: FastifyRequest): number => (request.portalSes
 export async function createPortal(app: FastifyInstance): Promise<Portal> {
   // Shared by every instance through the database, so a form rendered by one is accepted by another.
   const secret = await app.store.secret('portal-csrf', randomToken)
+  const flash = createFlashes(await app.store.secret('portal-flash', randomToken))
   app.decorateRequest('portalSession', null)
   const webhooks = app.offers({ level: 'experimental', feature: 'webhooks' })
 
@@ -48,6 +52,7 @@ export async function createPortal(app: FastifyInstance): Promise<Portal> {
   }
 
   const portal: Portal = {
+    flash,
     send(request, reply, status, view) {
       const page = view(context(request, reply))
       return reply.code(status).type('text/html; charset=utf-8').send(page.text)

@@ -9,6 +9,8 @@ import type { Session } from '../store/types.ts'
 
 export const SESSION_COOKIE = 'as_session'
 export const CSRF_COOKIE = 'as_csrf'
+/** A secret on its way to the page that shows it once (flash.ts). */
+export const FLASH_COOKIE = 'as_flash'
 /** Absolute lifetime of a session: a working day. There is no sliding renewal. */
 export const SESSION_LIFETIME_MS = 8 * 3600 * 1000
 /** Cookies go to the portal only: the API and the reference never see them. */
@@ -74,4 +76,6 @@ export async function endSession(app: FastifyInstance, request: FastifyRequest, 
   const token = request.cookies[SESSION_COOKIE]
   if (token) await app.store.deleteSession(tokenHash(token))
   reply.clearCookie(SESSION_COOKIE, cookieOptions(request))
+  // Bound to the session, it could no longer be read: not left behind.
+  if (request.cookies[FLASH_COOKIE]) reply.clearCookie(FLASH_COOKIE, cookieOptions(request))
 }

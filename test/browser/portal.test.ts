@@ -2,7 +2,9 @@
  * The client developer's path in a real browser (headless Chromium) against a real server process,
  * following the portal walkthrough of docs/accounts.md: sign up, create a key and see it once, use it with the
  * typed client, see the message and the orders in the portal (and cancel one), revoke the key and
- * see the API refuse it, then read and try the API reference. Screenshots of every page go to test-output/browser/<database>/.
+ * see the API refuse it, then read and try the API reference. Every page is checked at a desktop's
+ * width and a phone's: axe, nothing off-screen, and a reload after a form repeats nothing.
+ * Screenshots of every page go to test-output/browser/<database>/.
  */
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
@@ -39,11 +41,56 @@ async function horizontalOverflow(page: Page): Promise<number> {
   return page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')
 }
 
-/** A page passes when axe finds nothing and it does not scroll sideways. */
+/**
+ * What the width hides, one line each: a table that scrolls sideways in its box, a link, button or
+ * field of the page's content not wholly on the screen, an id or other code in a table or a list of
+ * details broken over lines (a URL may wrap), and a cell whose caption on a phone (data-label) is
+ * not its column's header.
+ */
+async function layoutProblems(page: Page): Promise<string[]> {
+  return page.evaluate(`(() => {
+    const problems = []
+    const width = document.documentElement.clientWidth
+    const text = (element) => element.textContent.trim().replace(/\\s+/g, ' ')
+    for (const wrap of document.querySelectorAll('.table-wrap'))
+      if (wrap.scrollWidth > wrap.clientWidth)
+        problems.push('scrolls sideways in its box: ' + wrap.getAttribute('aria-label'))
+    for (const control of document.querySelectorAll('main a, main button, main input, main select')) {
+      const box = control.getBoundingClientRect()
+      if (box.width === 0 && box.height === 0) continue
+      if (box.left < 0 || box.right > width)
+        problems.push('off-screen (' + Math.round(box.left) + ' to ' + Math.round(box.right) + ' px): ' + (text(control) || control.name))
+    }
+    for (const code of document.querySelectorAll('td code, th code, dd code:not(.url)'))
+      if (code.getClientRects().length > 1) problems.push('broken over lines: ' + text(code))
+    for (const table of document.querySelectorAll('table')) {
+      const headers = [...table.querySelectorAll('thead th')].map(text)
+      for (const row of table.querySelectorAll('tbody tr'))
+        [...row.children].forEach((cell, i) => {
+          if (cell.dataset.label !== undefined && cell.dataset.label !== headers[i])
+            problems.push('captioned ' + cell.dataset.label + ' under ' + headers[i])
+        })
+    }
+    return problems
+  })()`)
+}
+
+/** The table cells as Chromium gives them to screen readers (its accessibility tree): role and name. */
+async function accessibleCells(browser: Awaited<ReturnType<typeof launch>>): Promise<string[]> {
+  const cdp = await browser.context.newCDPSession(browser.page)
+  const { nodes } = await cdp.send('Accessibility.getFullAXTree')
+  await cdp.detach()
+  return nodes
+    .filter((node) => !node.ignored && ['columnheader', 'rowheader', 'cell'].includes(node.role?.value as string))
+    .map((node) => `${node.role?.value}: ${node.name?.value}`)
+}
+
+/** A page passes when axe finds nothing, it does not scroll sideways, and its width hides nothing. */
 async function checkPage(browser: Awaited<ReturnType<typeof launch>>, name: string) {
   await browser.screenshot(name)
   assert.deepEqual(await accessibilityViolations(browser.page), [], `${name}: accessibility`)
   assert.equal(await horizontalOverflow(browser.page), 0, `${name}: scrolls sideways`)
+  assert.deepEqual(await layoutProblems(browser.page), [], `${name}: layout`)
 }
 
 const viewports = Object.keys(VIEWPORTS) as ViewportName[]
@@ -92,13 +139,34 @@ describe('Browser: the portal walkthrough of docs/accounts.md', () => {
       assert.equal(await page.evaluate('navigator.clipboard.readText()'), secret)
       await checkPage(browser, '04-new-key')
 
-      // 5. Back on the list: the key is there by prefix, never in full.
-      await page.getByRole('link', { name: 'Back to your keys' }).click()
+      // 4b. A reload makes no second key, and no longer shows this one: the list says why.
+      await page.reload()
+      await page.getByRole('heading', { name: 'API keys' }).waitFor()
+      assert.match((await page.locator('main').textContent()) ?? '', /A new key is shown only once/)
+      assert.ok(!(await page.content()).includes(secret), 'the secret is shown again')
+      assert.equal(await page.locator('tbody tr').count(), 1)
+      await checkPage(browser, '04b-new-key-reloaded')
+      await page.goBack()
+      await page.getByRole('heading', { name: 'API keys' }).waitFor()
+      assert.ok(!(await page.content()).includes(secret), 'Back shows the secret again')
+      assert.equal(await page.locator('tbody tr').count(), 1)
+
+      // 5. The list: the key is there by prefix, never in full.
+      await page.getByRole('link', { name: 'API keys' }).click()
       await page.getByRole('heading', { name: 'API keys' }).waitFor()
       const listed = await page.content()
       assert.ok(!listed.includes(secret), 'the secret is shown again')
       assert.ok(listed.includes(`${secret.slice(0, 12)}…`))
       await checkPage(browser, '05-keys')
+      // A table still to screen readers on a phone, its cells without their captions (read as headers).
+      const cells = await accessibleCells(browser)
+      for (const cell of [
+        'columnheader: Prefix',
+        'rowheader: a-rather-long-key-name-for-the-laptop',
+        `cell: ${secret.slice(0, 12)}…`,
+        'cell: Revoke a-rather-long-key-name-for-the-laptop',
+      ])
+        assert.ok(cells.includes(cell), `${cell} in ${cells.join(', ')}`)
 
       // 6. The typed client, with that key, against the same server.
       const client = createAnimalStoreClient({ baseUrl: `${server.url}/v1`, apiKey: secret })
@@ -139,10 +207,28 @@ describe('Browser: the portal walkthrough of docs/accounts.md', () => {
       assert.match(orderRows[0] ?? '', new RegExp(`${sold.id}\\s*Tom \\(#${tom.id}\\)\\s*Completed`))
       assert.match(orderRows[1] ?? '', new RegExp(`${held.id}\\s*Rex \\(#${rex.id}\\)\\s*Placed`))
       await checkPage(browser, '06c-orders')
-      await page.getByRole('button', { name: 'Cancel the order for Rex' }).click()
+      // Asked first, as Revoke is: Keep the order changes nothing.
+      await page.getByRole('link', { name: 'Cancel the order for Rex' }).click()
+      await page.getByRole('heading', { name: 'Cancel an order' }).waitFor()
+      await checkPage(browser, '06d-cancel-order')
+      await page.getByRole('link', { name: 'Keep the order' }).click()
+      await page.getByRole('heading', { name: 'Orders' }).waitFor()
+      assert.equal(
+        unwrap(await client.GET('/store/orders/{orderId}', { params: { path: { orderId: held.id } } })).status,
+        'placed',
+      )
+      await page.getByRole('link', { name: 'Cancel the order for Rex' }).click()
+      await page.getByRole('button', { name: 'Cancel order' }).click()
       await page.getByText('is canceled: it no longer holds the animal.').waitFor()
-      assert.equal(await page.getByRole('button', { name: /^Cancel/ }).count(), 0)
-      await checkPage(browser, '06d-order-canceled')
+      assert.equal(await page.getByRole('link', { name: /^Cancel/ }).count(), 0)
+      await checkPage(browser, '06e-order-canceled')
+      // A reload cancels nothing more: an order placed again for Rex stays placed.
+      const again = unwrap(await client.POST('/store/orders', { body: { petId: rex.id } }))
+      await page.reload()
+      await page.getByText('is canceled: it no longer holds the animal.').waitFor()
+      const kept = unwrap(await client.GET('/store/orders/{orderId}', { params: { path: { orderId: again.id } } }))
+      assert.equal(kept.status, 'placed')
+      unwrap(await client.POST('/store/orders/{orderId}/cancel', { params: { path: { orderId: again.id } } }))
       const canceled = unwrap(await client.GET('/store/orders/{orderId}', { params: { path: { orderId: held.id } } }))
       assert.equal(canceled.status, 'canceled')
       assert.deepEqual(unwrap(await client.GET('/store/inventory')), { available: 1, pending: 0, sold: 1 })
@@ -156,6 +242,8 @@ describe('Browser: the portal walkthrough of docs/accounts.md', () => {
       await page.getByText('is revoked: requests with it are refused.').waitFor()
       assert.match((await page.locator('tbody').textContent()) ?? '', /Revoked/)
       await checkPage(browser, '08-revoked')
+      await page.reload()
+      await page.getByText('is revoked: requests with it are refused.').waitFor()
 
       // 9. The API refuses the key at once.
       const refused = await client.GET('/pets')
@@ -233,6 +321,15 @@ describe('Browser: the webhooks pages (experimental)', () => {
       const server = await startServer(t, { DATABASE_URL: await testDatabaseUrl(t), EXPERIMENTAL_FEATURES: 'webhooks' })
       const browser = await launch(t, { viewport })
       const { page } = browser
+      /** A read of the webhooks API with the key made below. */
+      // biome-ignore lint/suspicious/noExplicitAny: a JSON body, read field by field
+      const api = async (path: string): Promise<any> => {
+        const response = await fetch(`${server.url}${path}`, {
+          headers: { authorization: `Bearer ${key}`, 'animal-store-beta': 'webhooks' },
+        })
+        assert.equal(response.status, 200, path)
+        return response.json()
+      }
       await page.goto(`${server.url}/portal/sign-up`)
       await page.getByLabel('Email').fill(`webhooks-${viewport}@example.com`)
       await page.getByLabel('Password', { exact: true }).fill(PASSWORD)
@@ -254,6 +351,18 @@ describe('Browser: the webhooks pages (experimental)', () => {
       const secret = await page.getByLabel('Signing secret').inputValue()
       assert.match(secret, /^whsec_/)
       await checkPage(browser, '31-new-webhook')
+      // A reload adds no second endpoint, and no longer shows the secret: the endpoint's page says why.
+      await page.reload()
+      await page.getByRole('heading', { name: 'Webhook endpoint' }).waitFor()
+      await page.getByText('A signing secret is shown only once').waitFor()
+      assert.ok(!(await page.content()).includes(secret), 'the secret is shown again')
+      await checkPage(browser, '31b-new-webhook-reloaded')
+      const endpoints = await api('/v1/webhook-endpoints')
+      assert.equal(endpoints.length, 1)
+      const endpointId = endpoints[0].id as string
+      await page.goBack()
+      await page.getByRole('heading', { name: 'Webhooks' }).waitFor()
+      assert.equal((await api('/v1/webhook-endpoints')).length, 1)
 
       const sent = await fetch(`${server.url}/v1/messages`, {
         method: 'POST',
@@ -261,7 +370,7 @@ describe('Browser: the webhooks pages (experimental)', () => {
         body: JSON.stringify({ message: 'Hello, webhooks' }),
       })
       assert.equal(sent.status, 202)
-      await page.getByRole('link', { name: 'Back to your endpoints' }).click()
+      await page.getByRole('link', { name: 'Webhooks', exact: true }).click()
       await page.getByRole('heading', { name: 'Webhooks' }).waitFor()
       assert.ok(!(await page.content()).includes(secret), 'the secret is shown again')
       await checkPage(browser, '32-webhooks')
@@ -269,6 +378,29 @@ describe('Browser: the webhooks pages (experimental)', () => {
       await page.getByRole('heading', { name: 'Webhook endpoint' }).waitFor()
       assert.match((await page.locator('tbody').textContent()) ?? '', /message\.created/)
       await checkPage(browser, '33-webhook')
+
+      // Rotate: the new secret shown once; a reload rotates nothing more.
+      await page.getByRole('button', { name: 'Rotate secret' }).click()
+      await page.getByRole('heading', { name: 'Your new signing secret' }).waitFor()
+      const rotated = await page.getByLabel('Signing secret').inputValue()
+      assert.match(rotated, /^whsec_/)
+      assert.notEqual(rotated, secret)
+      await checkPage(browser, '34-rotated-secret')
+      const { secretRotatedAt } = await api(`/v1/webhook-endpoints/${endpointId}`)
+      assert.ok(secretRotatedAt)
+      await page.reload()
+      await page.getByText('A signing secret is shown only once').waitFor()
+      assert.ok(!(await page.content()).includes(rotated), 'the secret is shown again')
+      assert.equal((await api(`/v1/webhook-endpoints/${endpointId}`)).secretRotatedAt, secretRotatedAt)
+
+      // Delete, once confirmed.
+      await page.getByRole('link', { name: 'Delete this endpoint' }).click()
+      await page.getByRole('heading', { name: 'Delete an endpoint' }).waitFor()
+      await checkPage(browser, '35-delete-webhook')
+      await page.getByRole('button', { name: 'Delete endpoint' }).click()
+      await page.getByText('is deleted: nothing more is sent to it.').waitFor()
+      await checkPage(browser, '36-webhook-deleted')
+      assert.deepEqual(await api('/v1/webhook-endpoints'), [])
     })
 })
 

@@ -75,6 +75,12 @@ export class FormBrowser {
     )
   }
 
+  /** The page a 303 sends the browser to, opened as a browser does; any other answer as it is. */
+  async follow(response: LightMyRequestResponse): Promise<LightMyRequestResponse> {
+    if (response.statusCode !== 303) return response
+    return this.get(response.headers.location as string)
+  }
+
   /** Opens `page`, fills in its form (the one posting to `action`) with `fields` and the page's CSRF token. */
   async submit(page: string, action: string, fields: Record<string, string>) {
     const opened = await this.get(page)
@@ -92,12 +98,18 @@ export class FormBrowser {
     return this.submit('/portal/sign-in', '/portal/sign-in', { email, password })
   }
 
-  /** Creates a key on the keys page; returns its secret (shown once) and id. */
-  /** As a browser submits the form: with the scope boxes it left checked (all, as the form comes). */
+  /**
+   * Creates a key on the keys page, as a browser submits the form: with the scope boxes it left
+   * checked (all, as the form comes). Follows the redirect to the page that shows the key once;
+   * returns the key.
+   */
   async createKey(name = 'laptop', expires = 'never', scopes: readonly string[] = SCOPES) {
     const boxes = Object.fromEntries(scopes.map((scope) => [scopeField(scope), 'on']))
-    const response = await this.submit('/portal/keys', '/portal/keys', { name, expires, ...boxes })
-    assert.equal(response.statusCode, 201, `key not created: ${response.body}`)
+    const posted = await this.submit('/portal/keys', '/portal/keys', { name, expires, ...boxes })
+    assert.equal(posted.statusCode, 303, `key not created: ${posted.body}`)
+    assert.equal(posted.headers.location, '/portal/keys/new')
+    const response = await this.follow(posted)
+    assert.equal(response.statusCode, 200)
     const secret = /id="secret"[^>]*value="(as_test_[0-9A-Za-z]+)"/.exec(response.body)?.[1]
     assert.ok(secret, 'the new key page shows no key')
     return secret

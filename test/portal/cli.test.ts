@@ -35,7 +35,7 @@ describe('CLI and portal, one set of accounts and keys', () => {
     const keyId = row.split(/\s+/)[0] as string
     await run('keys', 'revoke', keyId)
     const page = await browser.get('/portal/keys')
-    assert.match(page.body, /<td>Revoked <time/)
+    assert.match(page.body, /<td data-label="State">Revoked <time/)
     const refused = await app.inject({ url: '/v1/pets', headers: bearer(secret) })
     assert.equal(errorBody(refused).code, 'revoked_api_key')
   })

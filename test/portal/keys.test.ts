@@ -7,7 +7,7 @@ import { describe, it } from 'node:test'
 import { hashApiKey } from '../../src/domain/api-keys.ts'
 import { SCOPES } from '../../src/domain/scopes.ts'
 import { bearer, errorBody, suiteApp } from '../helper.ts'
-import { csrfOf, heading, signedInBrowser } from './browser.ts'
+import { csrfOf, FormBrowser, heading, newAddress, signedInBrowser } from './browser.ts'
 
 const DAY_MS = 86_400_000
 
@@ -41,8 +41,8 @@ describe('Portal: create a key', () => {
     await browser.createKey('full')
     assert.equal((await app.store.listApiKeys(accountId))[0]?.scopes, null)
     const list = await browser.get('/portal/keys')
-    assert.match(list.body, /<td><code>pets:read<\/code><\/td>/)
-    assert.match(list.body, /<td>All<\/td>/)
+    assert.match(list.body, /<td data-label="Scopes"><code>pets:read<\/code><\/td>/)
+    assert.match(list.body, /<td data-label="Scopes">All<\/td>/)
     const none = await browser.submit('/portal/keys', '/portal/keys', { name: 'nothing', expires: 'never' })
     assert.equal(none.statusCode, 400)
     assert.match(none.body, /Choose at least one thing the key may do\./)
@@ -85,7 +85,7 @@ describe('Portal: create a key', () => {
     assert.match(row, new RegExp(`<time datetime="${key.createdAt}">`))
     assert.match(row, /<time datetime="2030-01-02T03:04:00.000Z">2030-01-02 03:04 UTC<\/time>/)
     assert.match(row, new RegExp(`<time datetime="${key.expiresAt}">`))
-    assert.match(row, /<td>Active<\/td>/)
+    assert.match(row, /<td data-label="State">Active<\/td>/)
   })
 
   const refused: [string, Record<string, string>, RegExp][] = [
@@ -136,6 +136,81 @@ describe('Portal: create a key', () => {
   })
 })
 
+describe('Portal: a new key, shown once after a redirect', () => {
+  it('answers the form with 303 (the key in an encrypted cookie, never the URL); a reload makes no second key and shows it no more', async () => {
+    const { app, browser, accountId } = await signedIn()
+    const posted = await browser.submit('/portal/keys', '/portal/keys', {
+      name: 'laptop',
+      expires: 'never',
+      ...Object.fromEntries(SCOPES.map((scope) => [`scope-${scope.replace(':', '-')}`, 'on'])),
+    })
+    assert.equal(posted.statusCode, 303)
+    assert.equal(posted.headers.location, '/portal/keys/new')
+    const flash = posted.cookies.find((c) => c.name === 'as_flash')
+    assert.ok(flash)
+    assert.deepEqual(
+      { httpOnly: flash.httpOnly, sameSite: flash.sameSite, path: flash.path, maxAge: flash.maxAge },
+      { httpOnly: true, sameSite: 'Lax', path: '/portal', maxAge: 300 },
+    )
+
+    const shown = await browser.get('/portal/keys/new')
+    assert.equal(shown.statusCode, 200)
+    assert.equal(heading(shown.body), 'Your new API key')
+    const secret = /id="secret"[^>]*value="(as_test_[0-9A-Za-z]+)"/.exec(shown.body)?.[1]
+    assert.ok(secret)
+    assert.ok(
+      !flash.value.includes(secret) && !flash.value.includes(secret.slice(8)),
+      'the cookie holds the key in clear',
+    )
+    // Shown: the cookie is cleared with the page.
+    assert.equal(shown.cookies.find((c) => c.name === 'as_flash')?.value, '')
+    assert.equal(browser.cookies.has('as_flash'), false)
+
+    const reloaded = await browser.get('/portal/keys/new')
+    assert.equal(reloaded.statusCode, 303)
+    assert.equal(reloaded.headers.location, '/portal/keys?notice=secret-shown')
+    const list = await browser.follow(reloaded)
+    assert.ok(!list.body.includes(secret), 'the key is shown again')
+    assert.match(list.body, /A new key is shown only once, so it is not shown again\./)
+    assert.equal((await app.store.listApiKeys(accountId)).length, 1)
+  })
+
+  it('opens only in the session it was made in: another session of the same account, given the cookie, sees no key', async () => {
+    const { app, browser, email } = await signedIn()
+    const posted = await browser.submit('/portal/keys', '/portal/keys', {
+      name: 'laptop',
+      expires: 'never',
+      'scope-pets-read': 'on',
+    })
+    const flash = posted.cookies.find((c) => c.name === 'as_flash')?.value as string
+    const other = new FormBrowser(app, {}, { remoteAddress: newAddress() })
+    assert.equal((await other.signIn(email)).statusCode, 303)
+    other.cookies.set('as_flash', flash)
+    const stolen = await other.get('/portal/keys/new')
+    assert.equal(stolen.statusCode, 303)
+    assert.equal(stolen.headers.location, '/portal/keys?notice=secret-shown')
+    // A cookie tampered with is no flash either, and no error.
+    browser.cookies.set('as_flash', `${flash.slice(0, -2)}AA`)
+    assert.equal((await browser.get('/portal/keys/new')).statusCode, 303)
+    browser.cookies.set('as_flash', 'not base64url at all!')
+    assert.equal((await browser.get('/portal/keys/new')).statusCode, 303)
+  })
+
+  it('signing out clears a key not yet shown', async () => {
+    const { browser } = await signedIn()
+    const posted = await browser.submit('/portal/keys', '/portal/keys', {
+      name: 'laptop',
+      expires: 'never',
+      'scope-pets-read': 'on',
+    })
+    assert.equal(posted.statusCode, 303)
+    assert.ok(browser.cookies.has('as_flash'))
+    const page = await browser.get('/portal/messages')
+    await browser.post('/portal/sign-out', { _csrf: csrfOf(page.body, '/portal/sign-out') })
+    assert.equal(browser.cookies.has('as_flash'), false)
+  })
+})
+
 describe('Portal: revoke a key', () => {
   it('asks first, then revokes: the API refuses the key at once (401 revoked_api_key) and the list says Revoked', async () => {
     const { app, browser, accountId } = await signedIn()
@@ -160,7 +235,7 @@ describe('Portal: revoke a key', () => {
       list.body,
       new RegExp(`Key <strong>laptop</strong> \\(<code>${secret.slice(0, 12)}…</code>\\) is revoked`),
     )
-    assert.match(list.body, /<td>Revoked <time/)
+    assert.match(list.body, /<td data-label="State">Revoked <time/)
     assert.ok(!list.body.includes(`href="/portal/keys/${key.id}/revoke"`), 'a revoked key still offers Revoke')
   })
 
@@ -204,6 +279,6 @@ describe('Portal: messages', () => {
     const first = page.body.indexOf('first hello')
     assert.ok(escaped > 0 && first > escaped, 'newest first')
     // With no webhook endpoint subscribed, each is queued, then failed at the delivery loop's next pass.
-    assert.match(page.body, /<td>(queued|failed)<\/td>/)
+    assert.match(page.body, /<td data-label="Status">(queued|failed)<\/td>/)
   })
 })

@@ -1,7 +1,8 @@
 /**
  * Portal orders: the signed-in account's orders, newest first, a page at a time, escaped and never
- * another account's; Cancel on a placed order frees its animal at once (the API sees it), only
- * with the page's CSRF token, only for the owner, and says so when the order has moved on.
+ * another account's; Cancel on a placed order asks first, then frees its animal at once (the API
+ * sees it), only with the page's CSRF token, only for the owner, and says so when the order has
+ * moved on.
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
@@ -82,10 +83,15 @@ describe('Portal: orders', () => {
     const held = orders.find((o) => o.id === second) as Record<string, string>
     assert.match(page.body, new RegExp(`<time datetime="${held.expiresAt}">`))
     assert.equal(oldest?.[4], '—', 'a completed order has no hold')
-    // Cancel is offered for the placed order alone, as a form with the page's CSRF token.
-    assert.ok(csrfOf(page.body, `/portal/orders/${second}/cancel`))
+    // Cancel is offered for the placed order alone, as a link to the page that asks first.
+    assert.match(
+      page.body,
+      new RegExp(
+        `<a href="/portal/orders/${second}/cancel">Cancel<span class="visually-hidden"> the order for Tom</span></a>`,
+      ),
+    )
     assert.ok(!page.body.includes(`/portal/orders/${first}/cancel`))
-    assert.match(page.body, /Cancel<span class="visually-hidden"> the order for Tom<\/span>/)
+    assert.ok(!page.body.includes('method="post" action="/portal/orders/'), 'the list cancels without asking')
   })
 
   it('escapes animal names: markup in a name is shown as text', async () => {
@@ -124,14 +130,49 @@ describe('Portal: orders', () => {
 })
 
 describe('Portal: cancel an order', () => {
+  it('asks first, as Revoke does: a page naming the order, with Cancel order and a way back; nothing changes yet', async () => {
+    const { browser, api: mine } = await signedIn()
+    const rex = await mine.pet('Rex')
+    const order = await mine.order(rex)
+    const action = `/portal/orders/${order}/cancel`
+    const confirm = await browser.get(action)
+    assert.equal(confirm.statusCode, 200)
+    assert.equal(heading(confirm.body), 'Cancel an order')
+    assert.match(
+      confirm.body,
+      new RegExp(`Cancel your order for <strong>Rex</strong> \\(#${rex}\\) \\(<code>${order}</code>`),
+    )
+    assert.match(confirm.body, /<button type="submit" class="danger">Cancel order<\/button>/)
+    assert.match(confirm.body, /<a href="\/portal\/orders">Keep the order<\/a>/)
+    assert.ok(csrfOf(confirm.body, action))
+    assert.equal((await mine.call('GET', `/v1/store/orders/${order}`)).body.status, 'placed')
+    assert.equal(await mine.petStatus(rex), 'pending')
+  })
+
+  it("the page that asks: an order no longer placed leads back to the list; another account's is 404", async () => {
+    const { app, api: mine, browser } = await signedIn()
+    const done = await mine.order(await mine.pet('Rex'))
+    assert.equal((await mine.call('POST', `/v1/store/orders/${done}/complete`)).status, 200)
+    const moved = await browser.get(`/portal/orders/${done}/cancel`)
+    assert.equal(moved.statusCode, 303)
+    assert.equal(moved.headers.location, '/portal/orders')
+    const placed = await mine.order(await mine.pet('Tom'))
+    const { browser: stranger } = await signedInBrowser(app)
+    const theirs = await stranger.get(`/portal/orders/${placed}/cancel`)
+    assert.equal(theirs.statusCode, 404)
+    assert.equal(heading(theirs.body), 'Order not found')
+    assert.ok(!theirs.body.includes('Tom'))
+    assert.equal((await browser.get('/portal/orders/not-an-order/cancel')).statusCode, 400)
+  })
+
   it('cancels a placed order: 303 to the list with a notice, and the API sees the animal available at once', async () => {
     const { browser, api: mine } = await signedIn()
     const rex = await mine.pet('Rex')
     const order = await mine.order(rex)
     // Read once through the API, so that this instance's pet cache holds it as pending.
     assert.equal(await mine.petStatus(rex), 'pending')
-    const page = await browser.get('/portal/orders')
     const action = `/portal/orders/${order}/cancel`
+    const page = await browser.get(action)
     const response = await browser.post(action, { _csrf: csrfOf(page.body, action) })
     assert.equal(response.statusCode, 303)
     assert.equal(response.headers.location, `/portal/orders?canceled=${order}`)
@@ -153,8 +194,8 @@ describe('Portal: cancel an order', () => {
     const { browser, api: mine } = await signedIn()
     const rex = await mine.pet('Rex')
     const order = await mine.order(rex)
-    const page = await browser.get('/portal/orders')
     const action = `/portal/orders/${order}/cancel`
+    const page = await browser.get(action)
     const _csrf = csrfOf(page.body, action)
     assert.equal((await browser.post(action, { _csrf })).statusCode, 303)
     const again = await mine.order(rex)
@@ -169,9 +210,9 @@ describe('Portal: cancel an order', () => {
     const { browser, api: mine } = await signedIn()
     const rex = await mine.pet('Rex')
     const order = await mine.order(rex)
-    const page = await browser.get('/portal/orders')
-    assert.equal((await mine.call('POST', `/v1/store/orders/${order}/complete`)).status, 200)
     const action = `/portal/orders/${order}/cancel`
+    const page = await browser.get(action)
+    assert.equal((await mine.call('POST', `/v1/store/orders/${order}/complete`)).status, 200)
     const response = await browser.post(action, { _csrf: csrfOf(page.body, action) })
     assert.equal(response.statusCode, 409)
     assert.equal(heading(response.body), 'Orders')

@@ -66,10 +66,13 @@ function add(browser: FormBrowser, url: string, options: { events?: string[]; de
   })
 }
 
-/** Adds an endpoint; returns its id and the secret the page showed. */
+/** Adds an endpoint, following the redirect to the page that shows its secret once; returns its id and that secret. */
 async function added(browser: FormBrowser, url = URL_1, options: { events?: string[]; description?: string } = {}) {
-  const response = await add(browser, url, options)
-  assert.equal(response.statusCode, 201, response.body)
+  const posted = await add(browser, url, options)
+  assert.equal(posted.statusCode, 303, posted.body)
+  assert.match(posted.headers.location as string, /^\/portal\/webhooks\/we_[0-9A-Za-z]+\/secret$/)
+  const response = await browser.follow(posted)
+  assert.equal(response.statusCode, 200)
   const secret = /id="secret"[^>]*value="(whsec_[A-Za-z0-9+/=]+)"/.exec(response.body)?.[1]
   const id = /href="\/portal\/webhooks\/(we_[0-9A-Za-z]+)"/.exec(response.body)?.[1]
   assert.ok(secret && id, 'the new endpoint page shows no secret or no link')
@@ -129,6 +132,7 @@ describe('Portal: webhook endpoints', () => {
     })
     assert.match(page, /standardwebhooks/)
     assert.match(page, /shown only this once/)
+    assert.equal(heading(page), 'Your new webhook endpoint')
     const [stored] = await app.store.listWebhookEndpoints(accountId)
     assert.equal(stored?.id, id)
     assert.equal(stored?.secret, secret)
@@ -144,6 +148,39 @@ describe('Portal: webhook endpoints', () => {
     assert.equal(detail.statusCode, 200)
     assert.ok(!detail.body.includes(secret), "the endpoint's page shows the secret")
     assert.match(detail.body, /No deliveries yet/)
+  })
+
+  it('a reload of the new endpoint page adds no second endpoint and shows the secret no more', async () => {
+    const { app, browser, accountId } = await signedIn(shared())
+    const { id, secret } = await added(browser)
+    const reloaded = await browser.get(`/portal/webhooks/${id}/secret`)
+    assert.equal(reloaded.statusCode, 303)
+    assert.equal(reloaded.headers.location, `/portal/webhooks/${id}?notice=secret-shown`)
+    const detail = await browser.follow(reloaded)
+    assert.ok(!detail.body.includes(secret), 'the secret is shown again')
+    assert.match(detail.body, /A signing secret is shown only once, so it is not shown again\./)
+    assert.equal((await app.store.listWebhookEndpoints(accountId)).length, 1)
+  })
+
+  it('the hint under URL says what this server accepts (WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_URLS)', async (t) => {
+    const hint = async (env: Record<string, string>) => {
+      const { browser } = await signedIn(ownApp(t, { ...FEATURE, ...env }))
+      const page = await browser.get('/portal/webhooks')
+      return /<p class="hint" id="url-hint">([^<]*)<\/p>/.exec(page.body)?.[1]
+    }
+    assert.equal(await hint({}), 'Where to POST the events: an https:// address on the public internet.')
+    assert.equal(
+      await hint({ WEBHOOK_ALLOW_HTTP: 'true' }),
+      'Where to POST the events: an https:// or http:// address on the public internet.',
+    )
+    assert.equal(
+      await hint({ WEBHOOK_ALLOW_PRIVATE_URLS: 'true' }),
+      'Where to POST the events: an https:// address on the public internet, a private network or this machine, such as https://127.0.0.1:3000/webhooks.',
+    )
+    assert.equal(
+      await hint({ WEBHOOK_ALLOW_HTTP: 'true', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' }),
+      'Where to POST the events: an https:// or http:// address on the public internet, a private network or this machine, such as http://127.0.0.1:3000/webhooks.',
+    )
   })
 
   it('refuses a URL against the policy with its reason, keeping what was typed; and no event, or a bad description', async () => {
@@ -272,8 +309,12 @@ describe('Portal: manage an endpoint', () => {
     const { id, secret: old } = await added(browser)
     const page = `/portal/webhooks/${id}`
     const before = Date.now()
-    const response = await press(browser, `${page}/rotate`, page)
+    const posted = await press(browser, `${page}/rotate`, page)
+    assert.equal(posted.statusCode, 303)
+    assert.equal(posted.headers.location, `${page}/secret`)
+    const response = await browser.follow(posted)
     assert.equal(response.statusCode, 200)
+    assert.equal(heading(response.body), 'Your new signing secret')
     const secret = /id="secret"[^>]*value="(whsec_[A-Za-z0-9+/=]+)"/.exec(response.body)?.[1]
     assert.ok(secret && secret !== old)
     assert.match(response.body, /24 hours/)
@@ -285,6 +326,12 @@ describe('Portal: manage an endpoint', () => {
     assert.ok(stored?.secretRotatedAt)
     const detail = await browser.get(page)
     assert.ok(!detail.body.includes(secret) && !detail.body.includes(old), 'a secret is shown again')
+    // A reload of the secret's page rotates nothing more, and shows the secret no more.
+    const reloaded = await browser.follow(await browser.get(`${page}/secret`))
+    assert.equal(heading(reloaded.body), 'Webhook endpoint')
+    assert.ok(!reloaded.body.includes(secret), 'the secret is shown again')
+    const after = await app.store.getWebhookEndpoint(accountId, id)
+    assert.deepEqual([after?.secret, after?.secretRotatedAt], [secret, stored?.secretRotatedAt])
   })
 
   it('deletes it after a confirmation', async () => {

@@ -1,4 +1,7 @@
-/** The signed-in account's API keys: list, create (the secret shown once), revoke. */
+/**
+ * The signed-in account's API keys: list, create (the secret shown once, on the page the POST
+ * redirects to), revoke.
+ */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import type { Config } from '../../config.ts'
@@ -11,7 +14,16 @@ import { errorPage } from '../views/error.ts'
 import { keysPage, newKeyPage, revokePage } from '../views/keys.ts'
 import type { PageContext } from '../views/layout.ts'
 
-const KeysQuery = Type.Object({ revoked: Type.Optional(KeyParams.properties.keyId) })
+const KeysQuery = Type.Object({
+  revoked: Type.Optional(KeyParams.properties.keyId),
+  /** Sent back from the new key's page once its secret was shown (a reload of it, say). */
+  notice: Type.Optional(Type.Literal('secret-shown')),
+})
+
+const SECRET_SHOWN = {
+  kind: 'info' as const,
+  text: 'A new key is shown only once, so it is not shown again. If you did not copy it, revoke that key and create another.',
+}
 
 /** The scopes whose boxes the form checked, in the fixed order. */
 const checked = (body: unknown): string[] => checkedBoxes(body, SCOPES, scopeField)
@@ -27,11 +39,16 @@ const keys: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = asyn
     { schema: { hide: true, querystring: KeysQuery }, attachValidation: true },
     async (request, reply) => {
       const list = await app.store.listApiKeys(accountId(request))
-      const revoked = request.validationError ? undefined : list.find((k) => k.id === request.query.revoked)
-      const notice = revoked && {
-        kind: 'success' as const,
-        text: html`Key <strong>${revoked.name}</strong> (<code>${revoked.prefix}…</code>) is revoked: requests with it are refused.`,
-      }
+      const query = request.validationError ? {} : request.query
+      const revoked = list.find((k) => k.id === query.revoked)
+      const notice = revoked
+        ? {
+            kind: 'success' as const,
+            text: html`Key <strong>${revoked.name}</strong> (<code>${revoked.prefix}…</code>) is revoked: requests with it are refused.`,
+          }
+        : query.notice === 'secret-shown'
+          ? SECRET_SHOWN
+          : undefined
       return portal.send(request, reply, 200, (c) => keysPage(c, list, { notice }))
     },
   )
@@ -65,9 +82,18 @@ const keys: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = asyn
         // Every box checked is every scope, those added later included, as a key made without scopes.
         scopes: scopes.length === SCOPES.length ? null : scopes.join(' '),
       })
-      return portal.send(request, reply, 201, (c) => newKeyPage(c, key, secret))
+      // Redirect after POST: a reload shows the page again, and makes no second key.
+      portal.flash.put(request, reply, { kind: 'api-key', id: key.id, secret })
+      return reply.redirect('/portal/keys/new', 303)
     },
   )
+
+  app.get('/keys/new', { schema: { hide: true } }, async (request, reply) => {
+    const flash = portal.flash.take(request, reply, 'api-key')
+    const key = flash && (await app.store.listApiKeys(accountId(request))).find((k) => k.id === flash.id)
+    if (!flash || !key) return reply.redirect('/portal/keys?notice=secret-shown', 303)
+    return portal.send(request, reply, 200, (c) => newKeyPage(c, key, flash.secret))
+  })
 
   app.get('/keys/:keyId/revoke', { schema: { hide: true, params: KeyParams } }, async (request, reply) => {
     const key = (await app.store.listApiKeys(accountId(request))).find((k) => k.id === request.params.keyId)

@@ -1,6 +1,6 @@
 /**
  * The signed-in account's orders (a beta of the API, used here through the store, as every portal
- * page is): newest first, a page at a time, and Cancel for a placed one.
+ * page is): newest first, a page at a time, and Cancel for a placed one, once confirmed.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
@@ -9,7 +9,7 @@ import { CsrfOnlyForm, OrderParams } from '../forms.ts'
 import { html } from '../html.ts'
 import { errorPage } from '../views/error.ts'
 import type { PageContext } from '../views/layout.ts'
-import { type OrderRow, ordersPage, petLabel } from '../views/orders.ts'
+import { cancelOrderPage, type OrderRow, ordersPage, petLabel } from '../views/orders.ts'
 
 const PAGE_SIZE = 20
 
@@ -52,6 +52,15 @@ const orders: FastifyPluginAsyncTypebox<{ portal: Portal }> = async (app, { port
       return portal.send(request, reply, 200, (c) => ordersPage(c, list, { notice, older: query.before !== undefined }))
     },
   )
+
+  // Asks first, as revoking a key does; an order no longer placed has nothing to cancel.
+  app.get('/orders/:orderId/cancel', { schema: { hide: true, params: OrderParams } }, async (request, reply) => {
+    const order = await app.store.getOrder(accountId(request), request.params.orderId)
+    if (!order) return portal.send(request, reply, 404, orderNotFound)
+    if (order.status !== 'placed') return reply.redirect('/portal/orders', 303)
+    const pet = await app.store.getPet(order.petId)
+    return portal.send(request, reply, 200, (c) => cancelOrderPage(c, { order, pet }))
+  })
 
   app.post(
     '/orders/:orderId/cancel',

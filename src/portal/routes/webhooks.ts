@@ -1,8 +1,9 @@
 /**
  * The signed-in account's webhook endpoints (an experimental feature: these pages exist only where
  * the operator lists `webhooks` in EXPERIMENTAL_FEATURES): list, add (the signing secret shown
- * once), disable and enable, rotate the secret, delete, and each endpoint's recent deliveries with
- * Send again. Through the store, as every portal page is, with the API's URL policy and limit.
+ * once, on the page the POST redirects to, as after a rotation), disable and enable, rotate the
+ * secret, delete, and each endpoint's recent deliveries with Send again. Through the store, as
+ * every portal page is, with the API's URL policy and limit.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
@@ -42,6 +43,8 @@ export const PREVIOUS_SECRET_MS = 24 * 60 * 60_000
 const EndpointQuery = Type.Object({
   changed: Type.Optional(Type.Enum(['enabled', 'disabled'] as const)),
   resent: Type.Optional(DeliveryParams.properties.deliveryId),
+  /** Sent back from the secret's page once the secret was shown (a reload of it, say). */
+  notice: Type.Optional(Type.Literal('secret-shown')),
 })
 const WebhooksQuery = Type.Object({ deleted: Type.Optional(WebhookParams.properties.endpointId) })
 
@@ -67,7 +70,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
     form: WebhookFormState,
   ) {
     const list = await app.store.listWebhookEndpoints(accountId(request))
-    return portal.send(request, reply, code, (c) => webhooksPage(c, list, MAX_WEBHOOK_ENDPOINTS, form))
+    return portal.send(request, reply, code, (c) => webhooksPage(c, list, MAX_WEBHOOK_ENDPOINTS, policy, form))
   }
 
   /** The endpoint's page, with its recent deliveries. */
@@ -95,7 +98,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
             text: html`Endpoint <code>${deleted}</code> is deleted: nothing more is sent to it.`,
           }
         : undefined
-      return portal.send(request, reply, 200, (c) => webhooksPage(c, list, MAX_WEBHOOK_ENDPOINTS, { notice }))
+      return portal.send(request, reply, 200, (c) => webhooksPage(c, list, MAX_WEBHOOK_ENDPOINTS, policy, { notice }))
     },
   )
 
@@ -134,9 +137,24 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
         const message = `You have ${MAX_WEBHOOK_ENDPOINTS} endpoints, the most an account may have. Delete one to add another.`
         return refused(request, reply, 409, { ...form, error: { field: '', message } })
       }
-      return portal.send(request, reply, 201, (c) => newWebhookPage(c, endpoint, secret))
+      // Redirect after POST: a reload shows the page again, and adds no second endpoint.
+      portal.flash.put(request, reply, { kind: 'webhook-secret', id: endpoint.id, secret, previousUntil: null })
+      return reply.redirect(`/portal/webhooks/${endpoint.id}/secret`, 303)
     },
   )
+
+  // The secret just made, by adding the endpoint or rotating its secret: shown this once.
+  app.get('/webhooks/:endpointId/secret', { schema: { hide: true, params: WebhookParams } }, async (request, reply) => {
+    const { endpointId } = request.params
+    const flash = portal.flash.take(request, reply, 'webhook-secret', endpointId)
+    const endpoint = flash && (await app.store.getWebhookEndpoint(accountId(request), endpointId))
+    if (!flash || !endpoint) return reply.redirect(`/portal/webhooks/${endpointId}?notice=secret-shown`, 303)
+    return portal.send(request, reply, 200, (c) =>
+      flash.previousUntil === null
+        ? newWebhookPage(c, endpoint, flash.secret)
+        : rotatedSecretPage(c, endpoint, flash.secret, flash.previousUntil),
+    )
+  })
 
   app.get(
     '/webhooks/:endpointId',
@@ -156,6 +174,11 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
         notice = { kind: 'success', text: 'The endpoint is disabled: nothing is sent to it until you enable it.' }
       else if (query.resent)
         notice = { kind: 'success', text: html`Delivery <code>${query.resent}</code> is queued to be sent again now.` }
+      else if (query.notice === 'secret-shown')
+        notice = {
+          kind: 'info',
+          text: 'A signing secret is shown only once, so it is not shown again. If you did not copy it, rotate the secret to get a new one.',
+        }
       return endpointPage(request, reply, 200, endpoint, notice)
     },
   )
@@ -191,7 +214,9 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
         previousUntil,
       )
       if (!endpoint) return portal.send(request, reply, 404, endpointNotFound)
-      return portal.send(request, reply, 200, (c) => rotatedSecretPage(c, endpoint, secret, previousUntil))
+      // Redirect after POST: a reload shows the page again, and rotates nothing more.
+      portal.flash.put(request, reply, { kind: 'webhook-secret', id: endpoint.id, secret, previousUntil })
+      return reply.redirect(`/portal/webhooks/${endpoint.id}/secret`, 303)
     },
   )
 

@@ -28,13 +28,13 @@ function keyRow(key: ApiKey): Html {
   const state = keyState(key)
   return html`<tr>
     <th scope="row">${key.name}</th>
-    <td><code>${key.prefix}…</code></td>
-    <td>${time(key.createdAt)}</td>
-    <td>${time(key.lastUsedAt, 'Never')}</td>
-    <td>${time(key.expiresAt, 'Never')}</td>
-    <td>${key.scopes === null ? 'All' : key.scopes.split(' ').map((scope, i) => html`${i > 0 ? ', ' : ''}<code>${scope}</code>`)}</td>
-    <td>${state === 'revoked' ? html`Revoked ${time(key.revokedAt)}` : STATE_LABELS[state]}</td>
-    <td>${
+    <td data-label="Prefix"><code>${key.prefix}…</code></td>
+    <td data-label="Created">${time(key.createdAt)}</td>
+    <td data-label="Last used">${time(key.lastUsedAt, 'Never')}</td>
+    <td data-label="Expires">${time(key.expiresAt, 'Never')}</td>
+    <td data-label="Scopes">${key.scopes === null ? 'All' : key.scopes.split(' ').map((scope, i) => html`${i > 0 ? ', ' : ''}<code>${scope}</code>`)}</td>
+    <td data-label="State">${state === 'revoked' ? html`Revoked ${time(key.revokedAt)}` : STATE_LABELS[state]}</td>
+    <td class="row-actions">${
       state === 'revoked'
         ? ''
         : html`<a href="/portal/keys/${key.id}/revoke">Revoke<span class="visually-hidden"> ${key.name}</span></a>`

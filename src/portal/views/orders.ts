@@ -22,21 +22,18 @@ export function petLabel(petId: number, pet: Pet | null): Html {
   return pet ? html`<strong>${pet.name}</strong> (#${petId})` : html`#${petId}`
 }
 
-function orderRow(context: PageContext, { order, pet }: OrderRow): Html {
+function orderRow({ order, pet }: OrderRow): Html {
   const placed = order.status === 'placed'
   return html`<tr>
     <th scope="row"><code>${order.id}</code></th>
-    <td>${petLabel(order.petId, pet)}</td>
-    <td>${STATUS_LABELS[order.status]}</td>
-    <td>${time(order.createdAt)}</td>
-    <td>${placed ? time(order.expiresAt) : '—'}</td>
-    <td>${time(order.updatedAt)}</td>
-    <td>${
+    <td data-label="Animal">${petLabel(order.petId, pet)}</td>
+    <td data-label="Status">${STATUS_LABELS[order.status]}</td>
+    <td data-label="Placed">${time(order.createdAt)}</td>
+    <td data-label="Hold ends">${placed ? time(order.expiresAt) : '—'}</td>
+    <td data-label="Last change">${time(order.updatedAt)}</td>
+    <td class="row-actions">${
       placed
-        ? html`<form method="post" action="/portal/orders/${order.id}/cancel">
-        ${csrfInput(context)}
-        <button type="submit" class="secondary">Cancel<span class="visually-hidden"> the order for ${pet?.name ?? `animal ${order.petId}`}</span></button>
-      </form>`
+        ? html`<a href="/portal/orders/${order.id}/cancel">Cancel<span class="visually-hidden"> the order for ${pet?.name ?? `animal ${order.petId}`}</span></a>`
         : ''
     }</td>
   </tr>`
@@ -62,9 +59,24 @@ export function ordersPage(
       <div class="table-wrap" tabindex="0" role="region" aria-label="Table of your orders"><table>
       <caption class="visually-hidden">Orders</caption>
       <thead><tr><th scope="col">Order</th><th scope="col">Animal</th><th scope="col">Status</th><th scope="col">Placed</th><th scope="col">Hold ends</th><th scope="col">Last change</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
-      <tbody>${list.rows.map((row) => orderRow(context, row))}</tbody>
+      <tbody>${list.rows.map(orderRow)}</tbody>
     </table></div>
     ${pages}`,
     options.notice,
+  )
+}
+
+/** Asks before canceling, as revoking a key does: once free, the animal may be ordered by anyone. */
+export function cancelOrderPage(context: PageContext, { order, pet }: OrderRow): Html {
+  return layout(
+    context,
+    'Cancel an order',
+    html`<p>Cancel your order for ${petLabel(order.petId, pet)} (<code>${order.id}</code>, placed ${time(order.createdAt)})?</p>
+    <p>The animal is no longer held for you: anyone may order it from now on. This cannot be undone.</p>
+    <form method="post" action="/portal/orders/${order.id}/cancel" class="actions">
+      ${csrfInput(context)}
+      <button type="submit" class="danger">Cancel order</button>
+      <a href="/portal/orders">Keep the order</a>
+    </form>`,
   )
 }

@@ -1,4 +1,5 @@
 import { type Delivery, EVENT_TYPES, type EventType, type WebhookEndpoint } from '../../schemas/webhooks.ts'
+import type { UrlPolicy } from '../../webhooks/url-policy.ts'
 import { eventField, type FieldError, WEBHOOK_DESCRIPTION_MAX_LENGTH } from '../forms.ts'
 import { type Html, html } from '../html.ts'
 import { time } from './keys.ts'
@@ -29,10 +30,18 @@ function status(endpoint: WebhookEndpoint): Html {
 function endpointRow(endpoint: WebhookEndpoint): Html {
   return html`<tr>
     <th scope="row"><a href="/portal/webhooks/${endpoint.id}" class="url">${endpoint.url}</a>${endpoint.description ? html`<br><span class="hint">${endpoint.description}</span>` : ''}</th>
-    <td>${events(endpoint.events)}</td>
-    <td>${status(endpoint)}</td>
-    <td>${time(endpoint.createdAt)}</td>
+    <td data-label="Events">${events(endpoint.events)}</td>
+    <td data-label="Status">${status(endpoint)}</td>
+    <td data-label="Created">${time(endpoint.createdAt)}</td>
   </tr>`
+}
+
+/** What this server takes as an endpoint's URL (WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_URLS), in a sentence. */
+export function urlHint(policy: UrlPolicy): string {
+  const schemes = policy.allowHttp ? 'an https:// or http://' : 'an https://'
+  if (!policy.allowPrivate) return `Where to POST the events: ${schemes} address on the public internet.`
+  const example = `${policy.allowHttp ? 'http' : 'https'}://127.0.0.1:3000/webhooks`
+  return `Where to POST the events: ${schemes} address on the public internet, a private network or this machine, such as ${example}.`
 }
 
 export interface WebhookFormState {
@@ -47,6 +56,7 @@ export function webhooksPage(
   context: PageContext,
   endpoints: WebhookEndpoint[],
   limit: number,
+  policy: UrlPolicy,
   form: WebhookFormState = {},
 ): Html {
   const { beside: errors, notice: refused } = formErrors(form.error, ['url', 'description', 'events'])
@@ -79,7 +89,7 @@ export function webhooksPage(
           ? html`<p>You have ${endpoints.length} endpoints, the most an account may have. Delete one to add another.</p>`
           : html`<form method="post" action="/portal/webhooks" novalidate>
         ${csrfInput(context)}
-        ${field({ name: 'url', label: 'URL', type: 'url', value: form.url, hint: 'Where to POST the events: an https:// address on the public internet.', error: errors.url })}
+        ${field({ name: 'url', label: 'URL', type: 'url', value: form.url, hint: urlHint(policy), error: errors.url })}
         <fieldset class="field${errors.events ? ' invalid' : ''}"${errors.events ? html` aria-describedby="events-error"` : ''}>
           <legend>Events to send</legend>
           ${errors.events && html`<p class="field-error" id="events-error">${errors.events}</p>`}
@@ -147,13 +157,13 @@ function deliveryRow(context: PageContext, endpoint: WebhookEndpoint, delivery: 
         : '—'
   return html`<tr>
     <th scope="row"><code>${delivery.eventType}</code><br><code class="hint">${delivery.eventId}</code></th>
-    <td>${DELIVERY_LABELS[delivery.status]}</td>
-    <td>${delivery.attempts}</td>
-    <td>${lastAnswer(delivery)}</td>
-    <td>${time(delivery.createdAt)}</td>
-    <td>${time(delivery.lastAttemptAt, 'Never')}</td>
-    <td>${next}</td>
-    <td><form method="post" action="/portal/webhooks/${endpoint.id}/deliveries/${delivery.id}/redeliver">
+    <td data-label="Status">${DELIVERY_LABELS[delivery.status]}</td>
+    <td data-label="Attempts">${delivery.attempts}</td>
+    <td data-label="Last answer">${lastAnswer(delivery)}</td>
+    <td data-label="Queued">${time(delivery.createdAt)}</td>
+    <td data-label="Last attempt">${time(delivery.lastAttemptAt, 'Never')}</td>
+    <td data-label="Next or delivered">${next}</td>
+    <td class="row-actions"><form method="post" action="/portal/webhooks/${endpoint.id}/deliveries/${delivery.id}/redeliver">
         ${csrfInput(context)}
         <button type="submit" class="secondary">Send again<span class="visually-hidden"> ${delivery.eventType} ${delivery.eventId}</span></button>
       </form></td>
