@@ -1,7 +1,7 @@
 /**
  * A secret shown once (a new API key, a webhook signing secret), carried from the POST that makes
  * it to the page that shows it: the POST answers 303, so that a reload reloads that page instead
- * of repeating the action (decision 110). It travels in the cookie `as_flash`, encrypted and
+ * of repeating the action (decision 101). It travels in the cookie `as_flash`, encrypted and
  * authenticated (AES-256-GCM) under a key every instance shares through the database, bound to the
  * session, for five minutes; the page that shows it clears it. Never in a URL, never stored.
  */
