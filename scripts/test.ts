@@ -83,7 +83,6 @@ function usesDatabase(file: string, seen = new Set<string>()): boolean {
   if (seen.has(file) || !existsSync(file)) return false // (a specifier in a string: not a module of ours)
   seen.add(file)
   const source = readFileSync(file, 'utf8')
-  if (seen.size === 1 && ONE_DATABASE.test(source)) return false
   if (source.includes('TEST_DATABASE')) return true
   for (const [, names, specifier] of source.matchAll(
     /import\s*(?:type\s*)?(\{[^}]*\}|\*[^'"]*)?\s*(?:from\s*)?'(\.{1,2}\/[^']+\.ts)'/g,
@@ -115,11 +114,19 @@ function usesDatabase(file: string, seen = new Set<string>()): boolean {
   return false
 }
 
-function files(database: Database): string[] {
+/**
+ * The files a half runs: those that reach the database, in both; those that never do, in the
+ * SQLite half; those that say `// One database:`, in the PostgreSQL half when it runs (either fits
+ * them, and this evens out the two halves' lengths), else in the SQLite half.
+ */
+function files(database: Database, postgresRuns: boolean): string[] {
   const other = ONLY_FOR[database === 'sqlite' ? 'postgres' : 'sqlite']
-  return all.filter(
-    (file) => !other.some((prefix) => file.startsWith(prefix)) && (database === 'sqlite' || usesDatabase(file)),
-  )
+  const once: Database = postgresRuns ? 'postgres' : 'sqlite'
+  return all.filter((file) => {
+    if (other.some((prefix) => file.startsWith(prefix))) return false
+    if (ONE_DATABASE.test(readFileSync(file, 'utf8'))) return database === once
+    return database === 'sqlite' || usesDatabase(file)
+  })
 }
 
 function coverageArgs(database: Database): string[] {
@@ -150,8 +157,7 @@ const title = (database: Database) => (database === 'sqlite' ? 'SQLite' : `Postg
  * Runs one half. The first half streams to the terminal; the other is written to a log and printed
  * whole once it ends, so that the two never interleave.
  */
-function run(database: Database, live: boolean): Promise<{ ok: boolean; print: () => void }> {
-  const list = files(database)
+function run(database: Database, list: string[], live: boolean): Promise<{ ok: boolean; print: () => void }> {
   if (list.length === 0) return Promise.resolve({ ok: true, print: () => {} })
   const env = { ...process.env, TEST_DATABASE: database, TEST_POSTGRES_URL: postgresUrl }
   const heading = `\n━━━ ${title(database)}: ${list.length} files ━━━\n`
@@ -215,12 +221,13 @@ async function postgresReady(): Promise<string | null> {
 }
 
 if (listOnly) {
-  for (const database of ['sqlite', 'postgres'] as const) console.log(`${database}: ${files(database).join(' ')}`)
+  for (const database of ['sqlite', 'postgres'] as const) console.log(`${database}: ${files(database, true).join(' ')}`)
   process.exit(0)
 }
 
 const problem = quick ? 'not in the quick tier' : await postgresReady()
-const halves: Promise<{ ok: boolean; print: () => void }>[] = [run('sqlite', true)]
+const postgresRuns = problem === null
+const halves: Promise<{ ok: boolean; print: () => void }>[] = [run('sqlite', files('sqlite', postgresRuns), true)]
 let postgresOk = true
 if (problem && (quick || !explicit)) {
   if (!quick) {
@@ -234,7 +241,7 @@ if (problem && (quick || !explicit)) {
   console.log(`\n━━━ PostgreSQL half FAILED: TEST_POSTGRES_URL=${postgresUrl} does not answer (${problem}).\n`)
   postgresOk = false
 } else {
-  halves.push(run('postgres', false))
+  halves.push(run('postgres', files('postgres', true), false))
 }
 const results = await Promise.all(halves)
 for (const result of results) result.print()
