@@ -388,8 +388,8 @@ ${limits.join('\n\n')}
   script: \`${script}\`), and is started once before the measured start, as a deployment's
   first start fills Node's compile cache. The ceiling runs with Node's defaults.
   \`BENCH_TARGETS=sqlite,sqlite-v8-defaults,ceiling\` adds the service without the script's memory
-  settings too (decision 54); \`sqlite-traced\` adds it with traces on (\`OTEL_EXPORTER_OTLP_ENDPOINT\`),
-  exported to a collector in the bench's process that drops them.
+  settings too (decision 54); \`sqlite-traced\` and \`postgres-1-traced\` add it with traces on
+  (\`OTEL_EXPORTER_OTLP_ENDPOINT\`), exported to a collector in the bench's process that drops them.
 - **Old and new:** with \`BENCH_BASE=<another checkout of this repository>\`, each service target
   X also runs from that checkout as \`X@base\`, in the same rounds, next to X (after it in odd rounds,
   before it in even ones, so that neither always goes first; use an even BENCH_ROUNDS): that checkout's

@@ -375,6 +375,8 @@ const serviceTargets = (root: string): Record<string, Target> => ({
   'sqlite-metrics': sqliteService(root, 'sqlite-metrics', 'info', true, { METRICS_PORT: '0' }),
   'postgres-1': postgresService(root, 'postgres-1', 1),
   'postgres-2': postgresService(root, 'postgres-2', 2),
+  // Not run by default: one instance on PostgreSQL with traces on.
+  'postgres-1-traced': traced(postgresService(root, 'postgres-1-traced', 1)),
 })
 
 export const TARGETS: Record<string, Target> = {

@@ -145,9 +145,8 @@ function coverageArgs(database: Database): string[] {
     '--test-reporter-destination=stdout',
     '--test-reporter=lcov',
     `--test-reporter-destination=coverage/${database}.lcov.info`,
-    ...(process.env.TEST_TIMES
-      ? ['--test-reporter=/tmp/t/file-times.mjs', `--test-reporter-destination=/tmp/t/${database}.times`]
-      : []),
+    '--test-reporter=./scripts/test-times.ts',
+    `--test-reporter-destination=coverage/${database}.times`,
   ]
 }
 

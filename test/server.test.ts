@@ -271,7 +271,10 @@ describe('server: request ids and JSON logs', () => {
   it('names addresses a browser can open when it listens on every interface (HOST=0.0.0.0), and the metrics address when METRICS_PORT is set', async (t) => {
     const other = await startLogging(t, { DATABASE_URL: newDatabase(t), HOST: '0.0.0.0', METRICS_PORT: '0' })
     const serving = await other.waitForLog((l) => l.msg === 'serving')
-    assert.equal(serving.portal, `http://localhost:${other.port}/portal`)
+    // Two ports listen (the API's and the metrics'): the portal's address must open the portal.
+    assert.match(String(serving.portal), /^http:\/\/localhost:\d+\/portal$/)
+    const portal = await fetch(String(serving.portal), { redirect: 'manual' })
+    assert.equal(portal.headers.get('location'), '/portal/sign-in')
     assert.match(String(serving.metrics), /^http:\/\/127\.0\.0\.1:\d+\/metrics$/)
     assert.match(await (await fetch(String(serving.metrics))).text(), /http_requests_total/)
   })
