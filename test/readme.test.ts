@@ -35,6 +35,9 @@ describe('README quickstart (point 12)', () => {
     const server = await startServer(t, serverEnv, { ready: '/readyz' })
     const port = server.port
     const env = { ...process.env, PORT: String(port), ...serverEnv }
+    // As for a reader who made the account in "Get an API key": the quickstart, run under `set -e`,
+    // must go on past its own `accounts create`.
+    await promisify(execFile)('npx', ['animal-store', 'accounts', 'create', 'you@example.com'], { cwd: ROOT, env })
     // Not pipefail: `curl … | head -c 30` ends curl with SIGPIPE, as it would in anyone's shell.
     const script = steps.map(
       (step, i) => `echo; echo "@@@ ${i}"\n${step.command.replaceAll('127.0.0.1:8080', `127.0.0.1:${port}`)}`,
