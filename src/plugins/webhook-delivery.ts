@@ -102,7 +102,7 @@ export default fp<{ config: Config }>(
       return result
     }
     // With tracing on, each attempt is a span, which its POST carries (`traceparent`).
-    const deliver = config.otelTracesUrl === null ? attempt : tracedDeliveries(attempt)
+    const deliver = config.otelTracesExporter === null ? attempt : tracedDeliveries(attempt)
 
     /** Claims due deliveries while slots are free, and starts them. One pass at a time. */
     const fill = async (): Promise<void> => {
