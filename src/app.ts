@@ -43,9 +43,9 @@ async function animalStore(fastify: FastifyInstance, { config }: AppOptions): Pr
 
   // The wire first: framing, Host, bodies, pipelining, draining. Nothing after it sees a malformed request.
   await app.register(http, { config })
-  // Traces, when OTEL_EXPORTER_OTLP_ENDPOINT is set: a span per request from here on, then its
-  // handler's and its database calls'. When it is not, nothing is registered.
-  if (config.otelTracesUrl !== null) await app.register(tracing, { config })
+  // Traces, when OTEL_EXPORTER_OTLP_ENDPOINT is set (or OTEL_TRACES_EXPORTER=console): a span per
+  // request from here on, then its handler's and its database calls'. Else nothing is registered.
+  if (config.otelTracesExporter !== null) await app.register(tracing, { config })
   // Every error below becomes {code, message, status}.
   await app.register(errorHandler)
   // Conditional requests (If-Match, If-None-Match) on every route.

@@ -39,7 +39,8 @@ const SCOPE_LIST = SCOPES.map((scope, i) => `${scope}${i < SCOPES.length - 1 ? '
 
 const USAGE = `Usage: animal-store <command>
 
-  accounts create <email>                         Create an account.
+  accounts create <email> [--if-not-exists]       Create an account. With --if-not-exists, an account that
+                                                  exists already is a success (exit 0), not a failure.
   accounts set-password <email>                   Set an account's portal password, read from standard
                                                   input (typed without echo, or piped); ends its sessions.
   keys create <email> [--name <name>] [--expires-in <duration>] [--scopes <scopes>]
@@ -133,6 +134,7 @@ const OPTIONS = {
   name: { type: 'string' },
   'expires-in': { type: 'string' },
   scopes: { type: 'string' },
+  'if-not-exists': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const
 
@@ -198,6 +200,9 @@ async function run(argv: string[], config: Config, print: Print, input: Input): 
   ) {
     throw new UsageError(`--name, --expires-in and --scopes apply only to "keys create".`)
   }
+  if (command !== 'accounts create' && values['if-not-exists'] !== undefined) {
+    throw new UsageError(`--if-not-exists applies only to "accounts create".`)
+  }
   // Check the arguments before touching the database.
   const revoking = command === 'keys revoke'
   const address = revoking ? undefined : email(arg)
@@ -228,8 +233,10 @@ async function run(argv: string[], config: Config, print: Print, input: Input): 
     switch (command) {
       case 'accounts create': {
         const created = await createAccount(store, address as string)
-        if (!created) throw new CliError(`An account for ${address} already exists.`)
-        return say(`Created account ${created.id} for ${created.email}.`)
+        if (created) return say(`Created account ${created.id} for ${created.email}.`)
+        // As SQL's CREATE … IF NOT EXISTS: a script run twice (a quickstart under `set -e`) goes on.
+        if (values['if-not-exists']) return say(`An account for ${address} already exists; nothing to do.`)
+        throw new CliError(`An account for ${address} already exists (--if-not-exists makes that a success).`)
       }
       case 'accounts set-password': {
         const owner = await account(store, address as string)

@@ -164,7 +164,12 @@ export const EnvSchema = Type.Object({
     description: 'a comma-separated list of 1 to 20 delays in seconds, each from 0 to 86400 (e.g. 5,300,1800)',
   }),
   // OpenTelemetry's own names, so that an operator's usual settings apply. The SDK reads the other
-  // OTEL_* variables (sampler, batch sizes, headers) itself; these two are the ones the app decides on.
+  // OTEL_* variables (sampler, batch sizes, headers) itself; these three are the ones the app decides on.
+  // Of the exporters OpenTelemetry names, those this service has: zipkin's is not installed.
+  OTEL_TRACES_EXPORTER: Type.Enum(['otlp', 'console', 'none'], {
+    default: 'otlp',
+    description: 'otlp, console or none',
+  }),
   OTEL_EXPORTER_OTLP_ENDPOINT: Type.String({
     pattern: '^(https?://[^\\s/?#]+(/[^\\s?#]*)?)?$',
     default: '',
@@ -231,7 +236,12 @@ export interface Config {
   webhookTimeoutMs: number
   /** The waits after the 1st, 2nd, … failed attempt; once they are used up, the delivery is given up. */
   webhookRetryScheduleMs: number[]
-  /** Where traces go (OTLP/HTTP, JSON): the collector's `/v1/traces`; null, no tracing at all. */
+  /**
+   * Where traces go: `otlp` (to otelTracesUrl), `console` (each span a line on stderr, for
+   * development); null, no tracing at all.
+   */
+  otelTracesExporter: 'otlp' | 'console' | null
+  /** The OTLP/HTTP collector's `/v1/traces` (JSON), when the exporter is `otlp`; else null. */
   otelTracesUrl: string | null
   otelServiceName: string
 }
@@ -352,10 +362,18 @@ function toConfig(e: Env, trustProxy: Config['trustProxy'], webhookRetrySchedule
     webhookAllowHttp: e.WEBHOOK_ALLOW_HTTP,
     webhookTimeoutMs: e.WEBHOOK_TIMEOUT_SECONDS * 1000,
     webhookRetryScheduleMs,
+    // OTLP, the default exporter, traces nothing until an endpoint is set: tracing stays opt-in.
+    otelTracesExporter:
+      e.OTEL_TRACES_EXPORTER === 'console'
+        ? 'console'
+        : e.OTEL_TRACES_EXPORTER === 'otlp' && e.OTEL_EXPORTER_OTLP_ENDPOINT
+          ? 'otlp'
+          : null,
     // The base endpoint variable names the collector; signals go to paths under it (OTLP/HTTP spec).
-    otelTracesUrl: e.OTEL_EXPORTER_OTLP_ENDPOINT
-      ? `${e.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, '')}/v1/traces`
-      : null,
+    otelTracesUrl:
+      e.OTEL_TRACES_EXPORTER === 'otlp' && e.OTEL_EXPORTER_OTLP_ENDPOINT
+        ? `${e.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, '')}/v1/traces`
+        : null,
     otelServiceName: e.OTEL_SERVICE_NAME,
   }
 }

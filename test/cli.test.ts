@@ -150,6 +150,19 @@ describe('CLI: accounts create', () => {
     const { url } = await withAccount(t)
     const message = await fails(url, ['accounts', 'create', 'alice@example.com'])
     assert.match(message, /alice@example\.com/)
+    assert.match(message, /--if-not-exists/)
+  })
+
+  it('--if-not-exists: an account that exists is a success (exit 0), said on stdout, and left as it was', async (t) => {
+    const { url, email } = await withAccount(t)
+    const secret = await createKey(url, email)
+    const again = await ok(url, ['accounts', 'create', email, '--if-not-exists'])
+    assert.equal(again.stdout, `An account for ${email} already exists; nothing to do.\n`)
+    // The same account, its key still there; and on a new address the option creates as without it.
+    const list = await ok(url, ['keys', 'list', email])
+    assert.match(list.stdout, new RegExp(secret.slice(0, SHOWN)))
+    const created = await ok(url, ['accounts', 'create', 'bob@example.com', '--if-not-exists'])
+    assert.match(created.stdout, /^Created account \d+ for bob@example\.com\.\n$/)
   })
 })
 
@@ -587,6 +600,12 @@ describe('CLI: bad input → non-zero exit, exactly one line on stderr, nothing 
       'a duration just over 100 years (36501d), naming the limit',
       ['keys', 'create', 'alice@example.com', '--expires-in', '36501d'],
       /at most 100 years \(36500d\)/,
+      USAGE,
+    ],
+    [
+      '--if-not-exists on another command than accounts create',
+      ['keys', 'list', 'alice@example.com', '--if-not-exists'],
+      /^animal-store: --if-not-exists applies only to "accounts create"\.$/,
       USAGE,
     ],
     [

@@ -351,14 +351,15 @@ describe('Typed client: messages and webhook endpoints (experimental)', () => {
     sent.length = 0
     assert.deepEqual(await texts({ limit: 2 }), ['c', 'b', 'a'])
     assert.equal(sent.length, 2)
-    // No endpoint is subscribed: the delivery loop fails them within a second.
-    await until('all failed', async () => (await texts({ status: 'failed' })).length === 3)
-    assert.deepEqual(await texts({ status: 'failed', limit: 1 }), ['c', 'b', 'a'])
+    // No endpoint is subscribed: the delivery loop marks them undelivered within a second.
+    await until('all undelivered', async () => (await texts({ status: 'undelivered' })).length === 3)
+    assert.deepEqual(await texts({ status: 'undelivered', limit: 1 }), ['c', 'b', 'a'])
     assert.deepEqual(await texts({ status: 'queued' }), [])
     const id = messages[0]?.id as string
     assert.deepEqual(unwrap(await client.GET('/messages/{messageId}', { params: { path: { messageId: id } } })), {
       ...messages[0],
-      status: 'failed',
+      status: 'undelivered',
+      statusReason: 'no enabled endpoint subscribed to message.created',
     })
     for (const request of sent) assert.equal(request.beta, null, request.path)
   })

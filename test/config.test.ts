@@ -101,6 +101,23 @@ describe('Configuration: read and validated once (point 9)', () => {
     assert.equal(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://h/otlp' }).otelTracesUrl, 'http://h/otlp/v1/traces')
   })
 
+  it('tracing: OTEL_TRACES_EXPORTER=console traces with no collector; none turns an endpoint off', () => {
+    const traces = (env: Record<string, string>) => {
+      const config = loadConfig(env)
+      return [config.otelTracesExporter, config.otelTracesUrl]
+    }
+    const endpoint = 'http://collector:4318'
+    assert.deepEqual(traces({}), [null, null])
+    assert.deepEqual(traces({ OTEL_EXPORTER_OTLP_ENDPOINT: endpoint }), ['otlp', `${endpoint}/v1/traces`])
+    assert.deepEqual(traces({ OTEL_TRACES_EXPORTER: 'otlp' }), [null, null])
+    assert.deepEqual(traces({ OTEL_TRACES_EXPORTER: 'console' }), ['console', null])
+    assert.deepEqual(traces({ OTEL_TRACES_EXPORTER: 'console', OTEL_EXPORTER_OTLP_ENDPOINT: endpoint }), [
+      'console',
+      null,
+    ])
+    assert.deepEqual(traces({ OTEL_TRACES_EXPORTER: 'none', OTEL_EXPORTER_OTLP_ENDPOINT: endpoint }), [null, null])
+  })
+
   it('treats an empty variable as unset', () => {
     assert.equal(loadConfig({ PORT: '', DEPLOYMENT: ' ' }).port, 8080)
   })
@@ -161,6 +178,9 @@ describe('Configuration: read and validated once (point 9)', () => {
     ['OTEL_EXPORTER_OTLP_ENDPOINT', 'http://collector:99999'],
     ['OTEL_EXPORTER_OTLP_ENDPOINT', 'http://collector/?x=1'],
     ['OTEL_SERVICE_NAME', 'animal store'],
+    // Not installed; nor are lists of several.
+    ['OTEL_TRACES_EXPORTER', 'zipkin'],
+    ['OTEL_TRACES_EXPORTER', 'otlp,console'],
     ['WEBHOOK_RETRY_SCHEDULE', '5,,300'],
     ['WEBHOOK_RETRY_SCHEDULE', '5s,300'],
     ['WEBHOOK_RETRY_SCHEDULE', '-5'],

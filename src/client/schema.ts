@@ -68,7 +68,7 @@ export interface paths {
     put?: never
     /**
      * Send a message (quickstart example)
-     * @description Stores the message durably for the calling account and queues it: 202 with status `queued`. It becomes `delivered` once a webhook endpoint subscribed to `message.created` answers 2xx, or `failed`.
+     * @description Stores the message durably for the calling account and queues it: 202 with status `queued`. It becomes `delivered` once a webhook endpoint subscribed to `message.created` answers 2xx, or `failed`; with no endpoint subscribed, `undelivered` within a second.
      */
     post: operations['sendMessage']
     delete?: never
@@ -392,10 +392,15 @@ export interface components {
        */
       message: string
       /**
-       * @description `queued` while the message is only queued; `delivered` once a webhook endpoint answered 2xx; `failed` when no endpoint subscribes to `message.created` or every attempt ran out.
+       * @description `queued` while the message is only queued; `delivered` once a webhook endpoint answered 2xx; `failed` when its delivery to every subscribed endpoint failed (the attempts ran out, or the endpoint was disabled); `undelivered` when no endpoint was subscribed to `message.created` (`statusReason` says so). More values may be added: take one you do not know as final and not delivered.
        * @enum {string}
        */
-      status: 'queued' | 'delivered' | 'failed'
+      status: 'queued' | 'delivered' | 'failed' | 'undelivered'
+      /**
+       * @description Why the message ended as it did, where its status alone does not say: `no enabled endpoint subscribed to message.created` for `undelivered`; otherwise null (a `failed` message's deliveries say why each failed).
+       * @example null
+       */
+      statusReason: string | null
       /**
        * Format: date-time
        * @description ISO 8601 UTC timestamp, e.g. 2026-11-22T12:00:00.000Z.
@@ -1835,8 +1840,8 @@ export interface operations {
       query?: {
         /** @description Maximum number of messages returned. */
         limit?: number
-        /** @description `queued` while the message is only queued; `delivered` once a webhook endpoint answered 2xx; `failed` when no endpoint subscribes to `message.created` or every attempt ran out. */
-        status?: 'queued' | 'delivered' | 'failed'
+        /** @description `queued` while the message is only queued; `delivered` once a webhook endpoint answered 2xx; `failed` when its delivery to every subscribed endpoint failed (the attempts ran out, or the endpoint was disabled); `undelivered` when no endpoint was subscribed to `message.created` (`statusReason` says so). More values may be added: take one you do not know as final and not delivered. */
+        status?: 'queued' | 'delivered' | 'failed' | 'undelivered'
         /** @description Opaque position from the `Link: <…>; rel="next"` header of the previous page. */
         cursor?: string
       }

@@ -15,6 +15,12 @@ export const EVENT_TYPES = [
 ] as const
 export type EventType = (typeof EVENT_TYPES)[number]
 
+/**
+ * The `statusReason` of an `undelivered` message: when it was sent no enabled endpoint was subscribed
+ * to its event, so it went nowhere (the stores' SQL derives it from the status, decision 104).
+ */
+export const UNDELIVERED_REASON = 'no enabled endpoint subscribed to message.created'
+
 /** An event carries its resource: subscribing to it reads that resource (decision 97). */
 const SCOPE_TO_RECEIVE: Record<EventType, Scope> = {
   'message.created': 'messages:read',

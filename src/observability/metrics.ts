@@ -5,6 +5,10 @@
  *
  * Label values are bounded: an operation is a route's operationId or one of a few fixed names,
  * never a URL; no label ever holds an id or a key.
+ *
+ * Names follow Prometheus' naming guide: what is the application's own has its prefix,
+ * `animal_store_`; the HTTP server's are the usual `http_…`, and Node's prom-client's defaults
+ * (`process_…`, `nodejs_…`).
  */
 import type * as Http from 'node:http'
 import type { Server } from 'node:http'
@@ -99,7 +103,7 @@ export default fp<{ config: Config }>(
       },
     })
     const refusals = new Counter({
-      name: 'rate_limit_refusals_total',
+      name: 'animal_store_rate_limit_refusals_total',
       help: "429 answers: the key's rate limit (api_key) or its address's bad keys (auth_failures).",
       labelNames: ['reason'],
       registers: [register],
@@ -147,7 +151,7 @@ export default fp<{ config: Config }>(
     const stats = store.stats()
     if (stats.pool) {
       new Gauge({
-        name: 'db_pool_connections',
+        name: 'animal_store_db_pool_connections',
         help: 'PostgreSQL pool: connections open (total), of them idle, and callers waiting for one.',
         labelNames: ['state'],
         registers: [register],
@@ -162,7 +166,7 @@ export default fp<{ config: Config }>(
     }
     if (stats.queryErrors !== undefined) {
       new Counter({
-        name: 'db_query_errors_total',
+        name: 'animal_store_db_query_errors_total',
         help: 'PostgreSQL statements and transactions that failed (each attempt).',
         registers: [register],
         collect() {
@@ -173,13 +177,13 @@ export default fp<{ config: Config }>(
     }
     if (store.onWriterBatch) {
       const sizes = new Histogram({
-        name: 'sqlite_writer_batch_size',
+        name: 'animal_store_sqlite_writer_batch_size',
         help: 'Writes committed together by the SQLite writer thread, per transaction.',
         buckets: BATCH_BUCKETS,
         registers: [register],
       })
       const commits = new Histogram({
-        name: 'sqlite_commit_seconds',
+        name: 'animal_store_sqlite_commit_seconds',
         help: "Seconds from a writer batch's BEGIN to its COMMIT on disk.",
         buckets: COMMIT_BUCKETS,
         registers: [register],
@@ -219,29 +223,29 @@ export default fp<{ config: Config }>(
           if (numbers) show(this, numbers)
         },
       })
-    databaseGauge({ name: 'pets', help: 'Pets by status.', labelNames: ['status'] }, (gauge, { pets }) => {
+    databaseGauge({ name: 'animal_store_pets', help: 'Pets by status.', labelNames: ['status'] }, (gauge, { pets }) => {
       for (const status of PET_STATUSES) gauge.set({ status }, pets[status])
     })
     databaseGauge(
-      { name: 'orders', help: 'Orders (of every account) by status.', labelNames: ['status'] },
+      { name: 'animal_store_orders', help: 'Orders (of every account) by status.', labelNames: ['status'] },
       (gauge, { orders }) => {
         for (const status of ORDER_STATUSES) gauge.set({ status }, orders[status])
       },
     )
     databaseGauge(
-      { name: 'webhook_outbox_depth', help: 'Webhook deliveries neither delivered nor given up.' },
+      { name: 'animal_store_webhook_outbox_depth', help: 'Webhook deliveries neither delivered nor given up.' },
       (gauge, { outbox }) => gauge.set(outbox.depth),
     )
     databaseGauge(
       {
-        name: 'webhook_outbox_oldest_age_seconds',
+        name: 'animal_store_webhook_outbox_oldest_age_seconds',
         help: 'Age of the oldest undelivered webhook delivery (0 when none).',
       },
       (gauge, { outbox: { oldestAt } }) =>
         gauge.set(oldestAt === null ? 0 : Math.max(0, (Date.now() - Date.parse(oldestAt)) / 1000)),
     )
     const deliveries = new Counter({
-      name: 'webhook_deliveries_total',
+      name: 'animal_store_webhook_deliveries_total',
       help: 'Webhook delivery attempts by outcome: delivered, retry (to be tried again), failed (given up), lease_lost.',
       labelNames: ['outcome'],
       registers: [register],

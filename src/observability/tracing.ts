@@ -1,6 +1,7 @@
 /**
  * Traces (OpenTelemetry), sent to an OTLP/HTTP collector as JSON when OTEL_EXPORTER_OTLP_ENDPOINT
- * is set. When it is not, nothing here runs: the SDK and @fastify/otel are not even loaded (they
+ * is set, or written to stderr, a line a span, with OTEL_TRACES_EXPORTER=console (no collector
+ * needed: for a look on a development machine). Otherwise nothing here runs: the SDK and @fastify/otel are not even loaded (they
  * are imported on start), and the app registers no plugin and wraps no store (src/app.ts).
  *
  * What a trace holds, and where it is made:
@@ -25,6 +26,7 @@ import {
   SpanStatusCode,
   trace,
 } from '@opentelemetry/api'
+import type { tracing as sdkTracing } from '@opentelemetry/sdk-node'
 import type { FastifyRequest } from 'fastify'
 import type { Config } from '../config.ts'
 import type { ClaimedDelivery, Store } from '../store/types.ts'
@@ -42,11 +44,12 @@ export interface Tracing {
 }
 
 /**
- * Starts the SDK (traces only) when `config.otelTracesUrl` is set; null when it is not. The spans
- * are batched (the SDK's BatchSpanProcessor, OTEL_BSP_* apply) and sent to `${endpoint}/v1/traces`.
+ * Starts the SDK (traces only) when `config.otelTracesExporter` is set; null when it is not. OTLP:
+ * the spans are batched (the SDK's BatchSpanProcessor, OTEL_BSP_* apply) and sent to
+ * `${endpoint}/v1/traces`. Console: each is written as it ends.
  */
 export async function startTracing(config: Config): Promise<Tracing | null> {
-  if (config.otelTracesUrl === null) return null
+  if (config.otelTracesExporter === null) return null
   // Loaded only now: the SDK takes a few seconds to import, and tracing-off processes never pay it.
   const [{ NodeSDK, tracing }, { OTLPTraceExporter }, { FastifyOtelInstrumentation }] = await Promise.all([
     import('@opentelemetry/sdk-node'),
@@ -63,7 +66,9 @@ export async function startTracing(config: Config): Promise<Tracing | null> {
     serviceName: config.otelServiceName,
     spanProcessors: [
       clientErrorsAreNotFailures,
-      new tracing.BatchSpanProcessor(new OTLPTraceExporter({ url: config.otelTracesUrl })),
+      config.otelTracesExporter === 'console'
+        ? new tracing.SimpleSpanProcessor(stderrExporter)
+        : new tracing.BatchSpanProcessor(new OTLPTraceExporter({ url: config.otelTracesUrl ?? undefined })),
     ],
     instrumentations: [instrumentation],
     // Traces only. Left unset, the SDK would also export metrics and logs over OTLP by default.
@@ -114,6 +119,40 @@ const clientErrorsAreNotFailures = {
   onEnd() {},
   forceFlush: () => Promise.resolve(),
   shutdown: () => Promise.resolve(),
+}
+
+/**
+ * OTEL_TRACES_EXPORTER=console: each span as one JSON line on stderr. Not the SDK's
+ * ConsoleSpanExporter, which prints several lines of util.inspect among the JSON log lines of
+ * stdout; this keeps the log parseable and the spans easy to grep or pipe to `jq`.
+ */
+const stderrExporter: sdkTracing.SpanExporter = {
+  export(spans, done) {
+    for (const span of spans) process.stderr.write(`${JSON.stringify(spanLine(span))}\n`)
+    done({ code: 0 }) // ExportResultCode.SUCCESS
+  },
+  shutdown: () => Promise.resolve(),
+}
+
+const SPAN_KINDS = ['internal', 'server', 'client', 'producer', 'consumer']
+const SPAN_STATUSES = ['unset', 'ok', 'error']
+const milliseconds = ([seconds, nanoseconds]: [number, number]) => seconds * 1000 + nanoseconds / 1e6
+
+function spanLine(span: sdkTracing.ReadableSpan) {
+  const { traceId, spanId } = span.spanContext()
+  return {
+    span: span.name,
+    traceId,
+    spanId,
+    parentSpanId: span.parentSpanContext?.spanId ?? null,
+    kind: SPAN_KINDS[span.kind],
+    start: new Date(milliseconds(span.startTime)).toISOString(),
+    durationMs: Math.round(milliseconds(span.duration) * 1000) / 1000,
+    status: SPAN_STATUSES[span.status.code],
+    ...(span.status.message && { statusMessage: span.status.message }),
+    attributes: span.attributes,
+    ...(span.events.length > 0 && { events: span.events.map(({ name, attributes }) => ({ name, attributes })) }),
+  }
 }
 
 function failed(span: Span, error: unknown): void {

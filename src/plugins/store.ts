@@ -27,10 +27,10 @@ export default fp<{ config: Config }>(
       poolSize: config.databasePoolSize,
       timeoutMs: config.databaseTimeoutMs,
       // With tracing on, an event keeps the trace of the request that made it, for its deliveries.
-      ...(config.otelTracesUrl !== null && { traceparent: activeTraceparent }),
+      ...(config.otelTracesExporter !== null && { traceparent: activeTraceparent }),
     })
     // With tracing on, each call made for a request is a span of its trace.
-    const traced = config.otelTracesUrl === null ? opened : tracedStore(opened, config.databaseUrl)
+    const traced = config.otelTracesExporter === null ? opened : tracedStore(opened, config.databaseUrl)
     const cache = new PetCache(traced)
     await cache.start()
     app.decorate('store', cachedStore(traced, cache))

@@ -1,6 +1,6 @@
 /**
  * Traces of requests (src/observability/tracing.ts), registered only when OTEL_EXPORTER_OTLP_ENDPOINT
- * is set: starts the SDK, and registers @fastify/otel before the routes, whose request span each
+ * is set or OTEL_TRACES_EXPORTER=console: starts the SDK, and registers @fastify/otel before the routes, whose request span each
  * route's hooks end. At close, after the plugins registered later (the webhook deliveries, the
  * store), the spans still batched are sent.
  */

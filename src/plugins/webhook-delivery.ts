@@ -15,7 +15,7 @@ import { retryDelayMs } from '../webhooks/schedule.ts'
 import { closeWebhookAgents, type SendResult, sendWebhook } from '../webhooks/send.ts'
 import { signatureHeaders } from '../webhooks/signing.ts'
 
-/** How often each instance looks for due deliveries (and unsubscribed messages to fail). */
+/** How often each instance looks for due deliveries (and for messages no endpoint was subscribed to). */
 const POLL_MS = 500
 /** Deliveries in flight per instance. */
 const CONCURRENCY = 32
@@ -102,7 +102,7 @@ export default fp<{ config: Config }>(
       return result
     }
     // With tracing on, each attempt is a span, which its POST carries (`traceparent`).
-    const deliver = config.otelTracesUrl === null ? attempt : tracedDeliveries(attempt)
+    const deliver = config.otelTracesExporter === null ? attempt : tracedDeliveries(attempt)
 
     /** Claims due deliveries while slots are free, and starts them. One pass at a time. */
     const fill = async (): Promise<void> => {
@@ -143,9 +143,9 @@ export default fp<{ config: Config }>(
 
     const poll = async () => {
       try {
-        await store.failUnsubscribedMessages()
+        await store.markUndeliveredMessages()
       } catch (err) {
-        app.log.warn({ err }, 'failing unsubscribed messages failed')
+        app.log.warn({ err }, 'marking undelivered messages failed')
       }
       await fill()
     }

@@ -33,7 +33,8 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
         summary: 'Send a message (quickstart example)',
         description:
           'Stores the message durably for the calling account and queues it: 202 with status `queued`. ' +
-          'It becomes `delivered` once a webhook endpoint subscribed to `message.created` answers 2xx, or `failed`.',
+          'It becomes `delivered` once a webhook endpoint subscribed to `message.created` answers 2xx, or `failed`; ' +
+          'with no endpoint subscribed, `undelivered` within a second.',
         tags,
         headers: IdempotencyHeadersSchema,
         querystring: NoQuerySchema,

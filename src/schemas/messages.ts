@@ -1,11 +1,14 @@
 import Type from 'typebox'
+import { UNDELIVERED_REASON } from '../domain/events.ts'
 import { Cursor, PageLimit, VISIBLE_TEXT } from './common.ts'
 
-export const MESSAGE_STATUSES = ['queued', 'delivered', 'failed'] as const
+// A value added here is a change clients must already be ready for: the compatibility policy
+// (docs/api.md, decision 104) has them take an unknown status as final and not delivered.
+export const MESSAGE_STATUSES = ['queued', 'delivered', 'failed', 'undelivered'] as const
 export const MessageStatusSchema = Type.Enum(MESSAGE_STATUSES, {
   type: 'string',
   description:
-    '`queued` while the message is only queued; `delivered` once a webhook endpoint answered 2xx; `failed` when no endpoint subscribes to `message.created` or every attempt ran out.',
+    '`queued` while the message is only queued; `delivered` once a webhook endpoint answered 2xx; `failed` when its delivery to every subscribed endpoint failed (the attempts ran out, or the endpoint was disabled); `undelivered` when no endpoint was subscribed to `message.created` (`statusReason` says so). More values may be added: take one you do not know as final and not delivered.',
 })
 export type MessageStatus = (typeof MESSAGE_STATUSES)[number]
 
@@ -29,6 +32,10 @@ export const MessageSchema = Type.Object(
     id: Type.String({ description: 'Identifier of the message.', examples: ['msg_3kTMd9PqLw2xY8aZ'] }),
     message: Type.String({ description: 'The text that was sent.', examples: ['Hello from the quickstart'] }),
     status: MessageStatusSchema,
+    statusReason: Type.Union([Type.String(), Type.Null()], {
+      description: `Why the message ended as it did, where its status alone does not say: \`${UNDELIVERED_REASON}\` for \`undelivered\`; otherwise null (a \`failed\` message's deliveries say why each failed).`,
+      examples: [null],
+    }),
     createdAt: Type.String({
       format: 'date-time',
       description: 'ISO 8601 UTC timestamp, e.g. 2026-11-22T12:00:00.000Z.',

@@ -11,7 +11,7 @@
  */
 import type { Pool, PoolClient, QueryConfig } from 'pg'
 import { randomId } from '../domain/api-keys.ts'
-import { eventBody, subscribes } from '../domain/events.ts'
+import { eventBody, subscribes, UNDELIVERED_REASON } from '../domain/events.ts'
 import type { Message } from '../schemas/messages.ts'
 import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
@@ -72,8 +72,10 @@ export interface PostgresOptions {
 const PET_COLUMNS = 'id, name, category_id AS "categoryId", status'
 const KEY_COLUMNS = `id, account_id AS "accountId", name, prefix, created_at AS "createdAt", expires_at AS "expiresAt",
   revoked_at AS "revokedAt", last_used_at AS "lastUsedAt", scopes`
-const MESSAGE_COLUMNS =
-  'id, body AS message, status, created_at AS "createdAt", attempts, delivered_at AS "deliveredAt"'
+// statusReason follows from the status: only `undelivered` has one (decision 104).
+const MESSAGE_COLUMNS = `id, body AS message, status,
+  CASE WHEN status = 'undelivered' THEN '${UNDELIVERED_REASON}' END AS "statusReason",
+  created_at AS "createdAt", attempts, delivered_at AS "deliveredAt"`
 const ORDER_COLUMNS = `id, pet_id AS "petId", status, created_at AS "createdAt", expires_at AS "expiresAt",
   updated_at AS "updatedAt"`
 
@@ -263,7 +265,7 @@ const SQL = {
     WHERE id = $1 AND lease = $2 AND status = 'pending'
     RETURNING endpoint_seq AS "endpointSeq", message_seq AS "messageSeq"`,
   deliveriesDue: `SELECT EXISTS (SELECT 1 FROM deliveries WHERE status = 'pending' AND next_attempt_at <= now()) AS due`,
-  failUnsubscribedMessages: "UPDATE messages SET status = 'failed' WHERE status = 'queued' AND fanout = 0",
+  markUndeliveredMessages: "UPDATE messages SET status = 'undelivered' WHERE status = 'queued' AND fanout = 0",
   outboxStats: `SELECT count(*)::int AS depth, min(created_at) AS "oldestAt" FROM deliveries WHERE status = 'pending'`,
   insertSecret: 'INSERT INTO secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING',
   getSecret: 'SELECT value FROM secrets WHERE name = $1',
@@ -754,8 +756,8 @@ export class PostgresStore implements Store {
     return ((await this.#query<{ due: boolean }>('deliveriesDue', []))[0] as { due: boolean }).due
   }
 
-  async failUnsubscribedMessages(): Promise<number> {
-    return (await this.#result('failUnsubscribedMessages', [])).rowCount ?? 0
+  async markUndeliveredMessages(): Promise<number> {
+    return (await this.#result('markUndeliveredMessages', [])).rowCount ?? 0
   }
 
   async outboxStats(): Promise<OutboxStats> {

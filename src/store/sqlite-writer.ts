@@ -11,7 +11,7 @@ import { flushCompileCache } from 'node:module'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { parentPort, workerData } from 'node:worker_threads'
 import { randomId } from '../domain/api-keys.ts'
-import { EVENT_TYPES, type EventType, eventBody } from '../domain/events.ts'
+import { EVENT_TYPES, type EventType, eventBody, UNDELIVERED_REASON } from '../domain/events.ts'
 import type { Message } from '../schemas/messages.ts'
 import type { Order } from '../schemas/orders.ts'
 import type { Pet } from '../schemas/pets.ts'
@@ -49,8 +49,10 @@ export interface WriterData {
 
 const KEY_COLUMNS = `id, account_id AS accountId, name, prefix, created_at AS createdAt, expires_at AS expiresAt,
   revoked_at AS revokedAt, last_used_at AS lastUsedAt, scopes`
-export const MESSAGE_COLUMNS =
-  'id, body AS message, status, created_at AS createdAt, attempts, delivered_at AS deliveredAt'
+// statusReason follows from the status: only `undelivered` has one (decision 104).
+export const MESSAGE_COLUMNS = `id, body AS message, status,
+  CASE WHEN status = 'undelivered' THEN '${UNDELIVERED_REASON}' END AS statusReason,
+  created_at AS createdAt, attempts, delivered_at AS deliveredAt`
 const PET_COLUMNS = 'id, name, category_id AS categoryId, status'
 export const ORDER_COLUMNS = `id, pet_id AS petId, status, created_at AS createdAt, expires_at AS expiresAt,
   updated_at AS updatedAt`
@@ -143,7 +145,7 @@ function prepareWrites(db: DatabaseSync) {
     recordDelivery: s(`UPDATE deliveries SET lease = NULL, last_attempt_at = ?, last_status = ?, last_error = ?,
       status = ?, next_attempt_at = ?, delivered_at = coalesce(?, delivered_at) WHERE id = ? AND lease = ? AND status = 'pending'
       RETURNING message_seq AS messageSeq, endpoint_seq AS endpointSeq`),
-    failUnsubscribed: s("UPDATE messages SET status = 'failed' WHERE status = 'queued' AND fanout = 0"),
+    markUndelivered: s("UPDATE messages SET status = 'undelivered' WHERE status = 'queued' AND fanout = 0"),
     insertSecret: s('INSERT INTO secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING'),
     dropStaleIdempotency: s(`DELETE FROM idempotency_keys WHERE scope = ? AND key = ?
       AND (expires_at <= ? OR (state = 'in_progress' AND created_at <= ?))`),
@@ -448,8 +450,8 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       }
       return true
     },
-    failUnsubscribedMessages(): number {
-      return Number(sql.failUnsubscribed.run().changes)
+    markUndeliveredMessages(): number {
+      return Number(sql.markUndelivered.run().changes)
     },
     insertSecret(name: string, value: string): void {
       sql.insertSecret.run(name, value)

@@ -512,10 +512,10 @@ export class SqliteStore implements T.Store {
     return read(() => this.#sql.deliveryDue.get(new Date().toISOString()) !== undefined)
   }
 
-  failUnsubscribedMessages(): Promise<number> {
+  markUndeliveredMessages(): Promise<number> {
     // Most of the time there is none: looked for first, so that the sweep writes nothing.
     if (this.#sql.unsubscribedMessage.get() === undefined) return Promise.resolve(0)
-    return this.#write('failUnsubscribedMessages')
+    return this.#write('markUndeliveredMessages')
   }
 
   outboxStats(): Promise<T.OutboxStats> {

@@ -453,8 +453,8 @@ export interface Store {
   recordDelivery(outcome: DeliveryOutcome): Promise<boolean>
   /** Whether a delivery is due, without writing (a cheap check before claimDeliveries). */
   deliveriesDue(): Promise<boolean>
-  /** Marks `failed` the queued messages that no endpoint was subscribed to; returns how many. */
-  failUnsubscribedMessages(): Promise<number>
+  /** Marks `undelivered` the queued messages that no endpoint was subscribed to; returns how many. */
+  markUndeliveredMessages(): Promise<number>
   outboxStats(): Promise<OutboxStats>
 
   // ─── SETTINGS ────────────────────────────────────────────────────────────────────────────────

@@ -90,34 +90,42 @@ describe('Prometheus metrics on METRICS_PORT', () => {
     // What the database holds.
     const inventory = await app.app.store.inventory()
     for (const status of ['available', 'pending', 'sold'] as const) {
-      assert.equal(value(samples, 'pets', { status }), inventory[status], status)
+      assert.equal(value(samples, 'animal_store_pets', { status }), inventory[status], status)
     }
-    assert.equal(value(samples, 'pets', { status: 'available' }), 1)
+    assert.equal(value(samples, 'animal_store_pets', { status: 'available' }), 1)
     for (const status of ['placed', 'completed', 'canceled', 'expired']) {
-      assert.equal(value(samples, 'orders', { status }), 0, status)
+      assert.equal(value(samples, 'animal_store_orders', { status }), 0, status)
     }
-    assert.equal(value(samples, 'webhook_outbox_depth'), 0)
-    assert.equal(value(samples, 'webhook_outbox_oldest_age_seconds'), 0)
+    assert.equal(value(samples, 'animal_store_webhook_outbox_depth'), 0)
+    assert.equal(value(samples, 'animal_store_webhook_outbox_oldest_age_seconds'), 0)
     for (const outcome of ['delivered', 'retry', 'failed', 'lease_lost']) {
-      assert.equal(value(samples, 'webhook_deliveries_total', { outcome }), 0, outcome)
+      assert.equal(value(samples, 'animal_store_webhook_deliveries_total', { outcome }), 0, outcome)
     }
+    // Prometheus' naming guide: the application's own have its prefix; HTTP's and Node's are the usual.
+    const unprefixed = [...new Set(samples.map((s) => s.name))].filter(
+      (name) => !/^(animal_store|http|process|nodejs)_/.test(name),
+    )
+    assert.deepEqual(unprefixed, [])
     // The process's own.
     assert.ok(value(samples, 'process_cpu_user_seconds_total') !== undefined)
     assert.ok(samples.some((s) => s.name === 'nodejs_eventloop_lag_seconds'))
 
     // The database's own.
     if (DATABASE === 'postgres') {
-      assert.ok((value(samples, 'db_pool_connections', { state: 'total' }) ?? 0) >= 1)
-      assert.equal(typeof value(samples, 'db_pool_connections', { state: 'idle' }), 'number')
-      assert.equal(value(samples, 'db_pool_connections', { state: 'waiting' }), 0)
-      assert.equal(typeof value(samples, 'db_query_errors_total'), 'number')
-      assert.equal(value(samples, 'sqlite_writer_batch_size_count'), undefined)
+      assert.ok((value(samples, 'animal_store_db_pool_connections', { state: 'total' }) ?? 0) >= 1)
+      assert.equal(typeof value(samples, 'animal_store_db_pool_connections', { state: 'idle' }), 'number')
+      assert.equal(value(samples, 'animal_store_db_pool_connections', { state: 'waiting' }), 0)
+      assert.equal(typeof value(samples, 'animal_store_db_query_errors_total'), 'number')
+      assert.equal(value(samples, 'animal_store_sqlite_writer_batch_size_count'), undefined)
     } else {
       // The account, the key and the pet were written at least.
-      assert.ok((value(samples, 'sqlite_writer_batch_size_count') ?? 0) >= 1)
-      assert.ok((value(samples, 'sqlite_writer_batch_size_sum') ?? 0) >= 3)
-      assert.equal(value(samples, 'sqlite_commit_seconds_count'), value(samples, 'sqlite_writer_batch_size_count'))
-      assert.equal(value(samples, 'db_pool_connections', { state: 'total' }), undefined)
+      assert.ok((value(samples, 'animal_store_sqlite_writer_batch_size_count') ?? 0) >= 1)
+      assert.ok((value(samples, 'animal_store_sqlite_writer_batch_size_sum') ?? 0) >= 3)
+      assert.equal(
+        value(samples, 'animal_store_sqlite_commit_seconds_count'),
+        value(samples, 'animal_store_sqlite_writer_batch_size_count'),
+      )
+      assert.equal(value(samples, 'animal_store_db_pool_connections', { state: 'total' }), undefined)
     }
   })
 
@@ -131,8 +139,8 @@ describe('Prometheus metrics on METRICS_PORT', () => {
     assert.equal((await get(bearer('as_test_bad'))).statusCode, 401)
     assert.equal((await get(bearer('as_test_bad'))).statusCode, 429)
     const { samples } = await scrape(app)
-    assert.equal(value(samples, 'rate_limit_refusals_total', { reason: 'api_key' }), 2)
-    assert.equal(value(samples, 'rate_limit_refusals_total', { reason: 'auth_failures' }), 1)
+    assert.equal(value(samples, 'animal_store_rate_limit_refusals_total', { reason: 'api_key' }), 2)
+    assert.equal(value(samples, 'animal_store_rate_limit_refusals_total', { reason: 'auth_failures' }), 1)
     assert.equal(
       value(samples, 'http_requests_total', { operation: 'listPets', method: 'GET', status_class: '4xx' }),
       4,

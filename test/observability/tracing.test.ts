@@ -321,6 +321,41 @@ describe('Traces (OpenTelemetry, OTLP/HTTP)', () => {
     assert.ok(createPet && descends(spans, createPet, request.spanId))
   })
 
+  it('OTEL_TRACES_EXPORTER=console: no collector, each span a JSON line on stderr; stdout keeps its log', async (t) => {
+    const env = { DATABASE_URL: await testDatabaseUrl(t) }
+    const secret = await cliKey(env)
+    const server = await startServer(
+      t,
+      { ...env, OTEL_TRACES_EXPORTER: 'console', LOG_LEVEL: 'info' },
+      { ready: false },
+    )
+    await server.waitForLog((line) => line.msg === 'serving', 60_000)
+    const remote = remoteParent()
+    const response = await fetch(`${server.url}/v1/pets`, {
+      method: 'POST',
+      headers: { ...bearer(secret), 'content-type': 'application/json', traceparent: remote.traceparent },
+      body: JSON.stringify({ name: 'Seen on the console', categoryId: 2 }),
+    })
+    assert.equal(response.status, 201)
+    assert.equal(await server.stop('SIGTERM'), 0)
+    const spans = server
+      .stderr()
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => JSON.parse(line))
+      .filter((span) => span.traceId === remote.traceId)
+    const request = spans.find((s) => s.span === 'POST /v1/pets')
+    assert.ok(request, server.stderr())
+    assert.deepEqual([request.kind, request.parentSpanId, request.status], ['server', remote.spanId, 'unset'])
+    assert.equal(request.attributes[REQUEST_ID_ATTRIBUTE], response.headers.get('x-request-id'))
+    assert.equal(request.attributes['http.response.status_code'], 201)
+    assert.ok(request.durationMs > 0)
+    const createPet = spans.find((s) => s.span === 'store.createPet')
+    assert.ok(createPet && createPet.parentSpanId !== null)
+    // Every line of stdout is still a log line (logs() throws on one that is not JSON).
+    assert.ok(server.logs().some((line) => line.msg === 'serving'))
+  })
+
   it('the traced store behaves as the store: results, errors, synchronous or not', async (t) => {
     const otlp = await collector(t)
     const config = loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: `${otlp.endpoint}/` })

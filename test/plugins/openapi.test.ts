@@ -214,8 +214,16 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     assert.deepEqual(NewPet.properties.status.enum, ['available', 'pending', 'sold'])
     assert.deepEqual(ErrorObject.required.sort(), ['code', 'message', 'status'])
     for (const code of ERROR_CODES) assert.match(ErrorObject.properties.code.description, new RegExp(code))
-    assert.deepEqual(Message.required.sort(), ['attempts', 'createdAt', 'deliveredAt', 'id', 'message', 'status'])
-    assert.deepEqual(Message.properties.status.enum, ['queued', 'delivered', 'failed'])
+    assert.deepEqual(Message.required.sort(), [
+      'attempts',
+      'createdAt',
+      'deliveredAt',
+      'id',
+      'message',
+      'status',
+      'statusReason',
+    ])
+    assert.deepEqual(Message.properties.status.enum, ['queued', 'delivered', 'failed', 'undelivered'])
     const list = doc.paths['/pets'].get
     const limit = list.parameters.find((p: { name: string }) => p.name === 'limit')
     assert.deepEqual(

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { runCli } from '../cli-run.ts'
 import { bearer, build, errorBody, testDatabaseUrl } from '../helper.ts'
-import { csrfOf, FormBrowser, newEmail } from './browser.ts'
+import { csrfOf, FormBrowser, newEmail, PASSWORD } from './browser.ts'
 
 async function shared(t: Parameters<typeof build>[0]) {
   const url = await testDatabaseUrl(t)
@@ -68,6 +68,11 @@ describe('CLI and portal, one set of accounts and keys', () => {
     const taken = await runCli(['accounts', 'create', portalFirst], { DATABASE_URL: url })
     assert.notEqual(taken.code, 0)
     assert.match(taken.stderr, /already exists/)
+    // --if-not-exists takes the portal's account as it is: exit 0, and its password still signs in.
+    const kept = await runCli(['accounts', 'create', portalFirst, '--if-not-exists'], { DATABASE_URL: url })
+    assert.deepEqual([kept.code, kept.stderr], [0, ''])
+    assert.match(kept.stdout, /already exists/)
+    assert.equal((await new FormBrowser(app).signIn(portalFirst, PASSWORD)).statusCode, 303)
 
     const cliFirst = newEmail()
     await run('accounts', 'create', cliFirst)

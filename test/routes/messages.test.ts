@@ -3,7 +3,9 @@ import { describe, it } from 'node:test'
 import Fastify, { type LightMyRequestResponse } from 'fastify'
 import fp from 'fastify-plugin'
 import animalStore, { serverOptions } from '../../src/app.ts'
+import { newWebhookSecret } from '../../src/webhooks/signing.ts'
 import { bearer, build, errorBody, plain, suiteApp, type TestApp } from '../helper.ts'
+import { until } from '../wait.ts'
 
 describe('Messages: POST /v1/messages (point 7)', () => {
   // Messages belong to an account, and each test makes its own: one app serves them all.
@@ -21,7 +23,16 @@ describe('Messages: POST /v1/messages (point 7)', () => {
     })
     assert.equal(response.statusCode, 202)
     const message = response.json()
-    assert.deepEqual(Object.keys(message).sort(), ['attempts', 'createdAt', 'deliveredAt', 'id', 'message', 'status'])
+    assert.deepEqual(Object.keys(message).sort(), [
+      'attempts',
+      'createdAt',
+      'deliveredAt',
+      'id',
+      'message',
+      'status',
+      'statusReason',
+    ])
+    assert.equal(message.statusReason, null)
     assert.equal(message.attempts, 0)
     assert.equal(message.deliveredAt, null)
     assert.match(message.id, /^msg_[0-9A-Za-z]{16}$/)
@@ -152,8 +163,8 @@ async function pages(test: TestApp, secret: string, url: string): Promise<string
 }
 
 describe('Messages: GET /v1/messages and /v1/messages/{messageId}', () => {
-  // Each test lists the messages of accounts of its own. (failUnsubscribedMessages, below, fails
-  // every account's queued messages, as the app's own sweep does every half second anyway.)
+  // Each test lists the messages of accounts of its own. (markUndeliveredMessages, below, marks
+  // every account's unsubscribed messages, as the app's own sweep does every half second anyway.)
   const shared = suiteApp()
 
   it('lists the account\'s messages newest first, in pages linked by rel="next", never another account\'s', async () => {
@@ -181,17 +192,31 @@ describe('Messages: GET /v1/messages and /v1/messages/{messageId}', () => {
   })
 
   it('filters by status, the cursor keeping the filter; a cursor of another filter or list is 400', async () => {
-    const { test, secret } = await withMessages(await shared(), ['old1', 'old2', 'old3'])
-    // No endpoint subscribes to message.created: the sweep fails them (the app's own sweep may be first).
-    await test.app.store.failUnsubscribedMessages()
+    const { test, secret, accountId } = await withMessages(await shared(), ['old1', 'old2', 'old3'])
+    // No endpoint subscribes to message.created: the sweep marks them undelivered (the app's own may be first).
+    await test.app.store.markUndeliveredMessages()
+    // Then one does: with the webhooks feature off nothing is sent, so the next ones stay queued.
+    await test.app.store.createWebhookEndpoint({
+      accountId,
+      url: 'https://receiver.example/hook',
+      events: ['message.created'],
+      description: '',
+      secret: newWebhookSecret(),
+    })
     for (const message of ['new1', 'new2']) {
       await test.app.inject({ method: 'POST', url: '/v1/messages', headers: bearer(secret), payload: { message } })
     }
-    assert.deepEqual(await pages(test, secret, '/v1/messages?status=failed&limit=2'), [['old3', 'old2'], ['old1']])
+    assert.deepEqual(await pages(test, secret, '/v1/messages?status=undelivered&limit=2'), [['old3', 'old2'], ['old1']])
     assert.deepEqual(await pages(test, secret, '/v1/messages?status=queued'), [['new2', 'new1']])
     assert.deepEqual(await pages(test, secret, '/v1/messages?status=delivered'), [[]])
-    const failed = await test.app.inject({ url: '/v1/messages?status=failed&limit=1', headers: bearer(secret) })
-    const cursor = new URL(/<([^>]+)>/.exec(failed.headers.link as string)?.[1] as string).searchParams.get('cursor')
+    assert.deepEqual(await pages(test, secret, '/v1/messages?status=failed'), [[]])
+    const undelivered = await test.app.inject({
+      url: '/v1/messages?status=undelivered&limit=1',
+      headers: bearer(secret),
+    })
+    const cursor = new URL(/<([^>]+)>/.exec(undelivered.headers.link as string)?.[1] as string).searchParams.get(
+      'cursor',
+    )
     const elsewhere = await test.app.inject({
       url: `/v1/messages?status=queued&cursor=${cursor}`,
       headers: bearer(secret),
@@ -242,6 +267,26 @@ describe('Messages: GET /v1/messages and /v1/messages/{messageId}', () => {
         status: 404,
       })
     }
+  })
+
+  it('a message no endpoint subscribed to ends undelivered, not failed, and statusReason says why', async () => {
+    const { test, secret, sent } = await withMessages(await shared(), ['nobody listens'])
+    const [message] = sent
+    assert.deepEqual([message.status, message.statusReason], ['queued', null])
+    // The delivery loop's own sweep, every half second, whether or not webhooks are on.
+    const got = await until('undelivered', async () => {
+      const response = await test.app.inject({ url: `/v1/messages/${message.id}`, headers: bearer(secret) })
+      assert.equal(response.statusCode, 200)
+      return response.json().status !== 'queued' && response.json()
+    })
+    const undelivered = {
+      ...message,
+      status: 'undelivered',
+      statusReason: 'no enabled endpoint subscribed to message.created',
+    }
+    assert.deepEqual(got, undelivered)
+    const listed = await test.app.inject({ url: '/v1/messages?status=undelivered', headers: bearer(secret) })
+    assert.deepEqual(listed.json(), [undelivered])
   })
 
   it('needs messages:read, which messages:write implies', async () => {

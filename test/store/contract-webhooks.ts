@@ -132,20 +132,28 @@ export function webhooksContract(open: OpenStore): void {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')
     const bob = await account(store, 'bob@example.com')
-    // Without an endpoint nothing is queued, and the sweep fails the message.
+    // Without an endpoint nothing is queued, and the sweep marks the message undelivered, saying why.
     const lonely = await store.createMessage(bob, 'nobody listens')
-    assert.equal(lonely.status, 'queued')
+    assert.deepEqual([lonely.status, lonely.statusReason], ['queued', null])
     assert.deepEqual(await store.claimDeliveries(10, LEASE_MS), [])
-    assert.equal(await store.failUnsubscribedMessages(), 1)
-    assert.equal((await store.getMessage(bob, lonely.id))?.status, 'failed')
-    assert.equal(await store.failUnsubscribedMessages(), 0)
+    assert.equal(await store.markUndeliveredMessages(), 1)
+    const undelivered = await store.getMessage(bob, lonely.id)
+    assert.deepEqual(plain(undelivered), {
+      ...plain(lonely),
+      status: 'undelivered',
+      statusReason: 'no enabled endpoint subscribed to message.created',
+    })
+    assert.deepEqual(plain((await store.listMessages({ accountId: bob, limit: 10, status: 'undelivered' })).messages), [
+      plain(undelivered),
+    ])
+    assert.equal(await store.markUndeliveredMessages(), 0)
 
     const a = await subscribe(store, alice, 'https://a.example/hook', ['message.created'])
     const b = await subscribe(store, alice, 'https://b.example/hook', ['message.created', 'order.placed'])
     // Subscribed to something else: gets nothing.
     await subscribe(store, alice, 'https://c.example/hook', ['order.placed'])
     const message = await store.createMessage(alice, 'hello')
-    assert.equal(await store.failUnsubscribedMessages(), 0)
+    assert.equal(await store.markUndeliveredMessages(), 0)
     assert.equal(await store.deliveriesDue(), true)
     assert.deepEqual(plain(await store.outboxStats()), { depth: 2, oldestAt: message.createdAt })
 
@@ -261,8 +269,12 @@ export function webhooksContract(open: OpenStore): void {
     })
     assert.equal(recorded, true)
     assert.equal((await store.getWebhookEndpoint(alice, endpoint.id))?.status, 'disabled')
-    assert.equal((await store.getMessage(alice, first.id))?.status, 'failed')
-    assert.equal((await store.getMessage(alice, second.id))?.status, 'failed')
+    // Failed, not undelivered: an endpoint was subscribed. The deliveries say why, not the message.
+    for (const { id } of [first, second]) {
+      const failed = await store.getMessage(alice, id)
+      assert.deepEqual([failed?.status, failed?.statusReason], ['failed', null])
+    }
+    assert.equal(await store.markUndeliveredMessages(), 0)
     assert.deepEqual(await store.claimDeliveries(10, LEASE_MS), [])
     // Nor is anything resent to it: it would stay pending for good.
     assert.equal(await store.redeliver(alice, claimed.id), null)
@@ -355,8 +367,9 @@ export function webhooksContract(open: OpenStore): void {
       ['m2', 'm1', 'm0'],
     )
     assert.equal(second.next, null)
-    await store.failUnsubscribedMessages()
+    await store.markUndeliveredMessages()
     assert.equal((await store.listMessages({ accountId: alice, limit: 10, status: 'queued' })).messages.length, 0)
-    assert.equal((await store.listMessages({ accountId: alice, limit: 10, status: 'failed' })).messages.length, 5)
+    assert.equal((await store.listMessages({ accountId: alice, limit: 10, status: 'undelivered' })).messages.length, 5)
+    assert.equal((await store.listMessages({ accountId: alice, limit: 10, status: 'failed' })).messages.length, 0)
   })
 }

@@ -167,6 +167,7 @@ export function storeContract(name: string, open: OpenStore): void {
         id: one.id,
         message: 'one',
         status: 'queued',
+        statusReason: null,
         createdAt: one.createdAt,
         attempts: 0,
         deliveredAt: null,

@@ -63,14 +63,22 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
     assert.match(message.createdAt, ISO)
     assert.deepEqual(
       { ...message },
-      { id: message.id, message: 'hi', status: 'queued', createdAt: message.createdAt, attempts: 0, deliveredAt: null },
+      {
+        id: message.id,
+        message: 'hi',
+        status: 'queued',
+        statusReason: null,
+        createdAt: message.createdAt,
+        attempts: 0,
+        deliveredAt: null,
+      },
     )
     assert.deepEqual(await sql('SELECT count(*)::int AS n FROM $schema.events'), [{ n: 0 }])
     assert.deepEqual(await sql('SELECT count(*)::int AS n FROM $schema.deliveries'), [{ n: 0 }])
     assert.deepEqual(await sql('SELECT fanout FROM $schema.messages'), [{ fanout: 0 }])
-    assert.equal(await store.failUnsubscribedMessages(), 1)
-    assert.equal(await store.failUnsubscribedMessages(), 0)
-    assert.equal((await store.getMessage(alice, message.id))?.status, 'failed')
+    assert.equal(await store.markUndeliveredMessages(), 1)
+    assert.equal(await store.markUndeliveredMessages(), 0)
+    assert.equal((await store.getMessage(alice, message.id))?.status, 'undelivered')
   })
 
   it('a message: its event and one delivery per subscribed endpoint, committed with it', async (t) => {
@@ -113,7 +121,7 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
     )
     assert.ok(deliveries.every((d) => /^dlv_[0-9A-Za-z]{16}$/.test(d.id)))
     assert.deepEqual(await sql('SELECT fanout FROM $schema.messages'), [{ fanout: 2 }])
-    assert.equal(await store.failUnsubscribedMessages(), 0)
+    assert.equal(await store.markUndeliveredMessages(), 0)
     assert.deepEqual(await store.outboxStats(), { depth: 2, oldestAt: message.createdAt })
     assert.equal(await store.deliveriesDue(), true)
     // A message that fails in its transaction leaves neither event nor delivery.
@@ -129,10 +137,10 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
     const sent = []
     for (let i = 0; i < 5; i++) sent.push(await store.createMessage(alice, `m${i}`))
     const other = await store.createMessage(bob, 'bob')
-    await store.failUnsubscribedMessages()
+    await store.markUndeliveredMessages()
     assert.deepEqual(await store.getMessage(alice, sent[0]?.id as string), sent[0])
     assert.equal(await store.getMessage(alice, other.id), null)
-    assert.equal((await store.getMessage(bob, other.id))?.status, 'failed')
+    assert.equal((await store.getMessage(bob, other.id))?.status, 'undelivered')
     const first = await store.listMessages({ accountId: alice, limit: 2 })
     assert.deepEqual(
       first.messages.map((m) => m.message),
@@ -150,7 +158,10 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
       messages: [],
       next: null,
     })
-    assert.deepEqual((await store.listMessages({ accountId: bob, limit: 10, status: 'failed' })).messages.length, 1)
+    assert.deepEqual(
+      (await store.listMessages({ accountId: bob, limit: 10, status: 'undelivered' })).messages.length,
+      1,
+    )
   })
 
   it('endpoints: create, list, get, update, disable, enable, rotate, delete, per account', async (t) => {

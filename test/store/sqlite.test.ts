@@ -122,6 +122,35 @@ describe('SQLite store: durability and migrations (point 11)', () => {
     assert.throws(() => db.exec(`INSERT INTO pets (name, category_id, status) VALUES ('x', 0, 'sold')`), /CHECK/)
   })
 
+  it('upgrading marks undelivered the messages the sweep had failed for want of an endpoint, and only those', async (t) => {
+    const path = join(tempDir(t), 'db.sqlite')
+    const store = await SqliteStore.open(`sqlite:${path}`)
+    const account = await store.createAccount('a@example.com')
+    assert.ok(account)
+    const lonely = await store.createMessage(account.id, 'nobody listened')
+    const tried = await store.createMessage(account.id, 'its endpoint failed')
+    const waiting = await store.createMessage(account.id, 'still queued')
+    await store.close()
+    // As the version before left them: failed by its sweep; failed at its one endpoint.
+    const db = new DatabaseSync(path)
+    db.prepare("UPDATE messages SET status = 'failed' WHERE id IN (?, ?)").run(lonely.id, tried.id)
+    db.prepare('UPDATE messages SET fanout = 1 WHERE id IN (?, ?)').run(tried.id, waiting.id)
+    db.prepare("DELETE FROM schema_migrations WHERE name = 'undelivered_messages'").run()
+    db.close()
+    const upgraded = await SqliteStore.open(`sqlite:${path}`)
+    t.after(() => upgraded.close())
+    const statuses = (await upgraded.listMessages({ accountId: account.id, limit: 10 })).messages.map((m) => [
+      m.message,
+      m.status,
+      m.statusReason,
+    ])
+    assert.deepEqual(statuses, [
+      ['still queued', 'queued', null],
+      ['its endpoint failed', 'failed', null],
+      ['nobody listened', 'undelivered', 'no enabled endpoint subscribed to message.created'],
+    ])
+  })
+
   it('names the file when SQLite cannot open it (a folder given as the path)', async (t) => {
     const folder = tempDir(t)
     await assert.rejects(SqliteStore.open(`sqlite:${folder}`), (error: Error) => {

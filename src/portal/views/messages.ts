@@ -16,7 +16,7 @@ export function messagesPage(context: PageContext, messages: Message[], limit: n
       <thead><tr><th scope="col">Sent</th><th scope="col">Status</th><th scope="col">Message</th><th scope="col">Id</th></tr></thead>
       <tbody>${messages.map(
         (m) =>
-          html`<tr><td data-label="Sent">${time(m.createdAt)}</td><td data-label="Status">${m.status}</td><td data-label="Message" class="message-text">${m.message}</td><td data-label="Id"><code>${m.id}</code></td></tr>`,
+          html`<tr><td data-label="Sent">${time(m.createdAt)}</td><td data-label="Status">${m.statusReason === null ? m.status : `${m.status}: ${m.statusReason}`}</td><td data-label="Message" class="message-text">${m.message}</td><td data-label="Id"><code>${m.id}</code></td></tr>`,
       )}</tbody>
     </table></div>`,
   )
