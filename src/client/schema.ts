@@ -782,7 +782,10 @@ export interface operations {
         /** @description Opaque position from the `Link: <…>; rel="next"` header of the previous page. */
         cursor?: string
       }
-      header?: never
+      header?: {
+        /** @description Entity tags the answer must not match: 304 (no content) when it does. `*` matches any answer; an entity tag, the `ETag` of the answer (only an animal has one). */
+        'if-none-match'?: string
+      }
       path?: never
       cookie?: never
     }
@@ -798,7 +801,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -813,7 +816,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content?: never
@@ -826,7 +829,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -846,7 +849,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -870,7 +873,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -894,7 +897,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -912,7 +915,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -932,7 +935,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -950,7 +953,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -986,7 +989,7 @@ export interface operations {
       201: {
         headers: {
           /** @description The URL of the new animal. */
-          Location?: string
+          Location: string
           /** @description `true` when this is the stored response to an earlier request. */
           'Idempotent-Replayed'?: string
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
@@ -994,7 +997,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1009,7 +1012,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1029,7 +1032,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1053,7 +1056,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1075,7 +1078,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1097,7 +1100,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1119,7 +1122,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1141,7 +1144,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1165,7 +1168,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1183,7 +1186,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1203,7 +1206,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1221,7 +1224,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1240,7 +1243,10 @@ export interface operations {
   getPet: {
     parameters: {
       query?: never
-      header?: never
+      header?: {
+        /** @description Entity tags the answer must not match: 304 (no content) when it does. `*` matches any answer; an entity tag, the `ETag` of the answer (only an animal has one). */
+        'if-none-match'?: string
+      }
       path: {
         /**
          * @description The identifier of the animal.
@@ -1268,7 +1274,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1291,7 +1297,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content?: never
@@ -1310,7 +1316,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1336,7 +1342,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1360,7 +1366,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1388,7 +1394,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1416,7 +1422,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1446,7 +1452,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1470,7 +1476,7 @@ export interface operations {
           /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; `<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3). */
           Link?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1496,7 +1502,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1514,7 +1520,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1565,7 +1571,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1580,7 +1586,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1600,7 +1606,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1624,7 +1630,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1646,7 +1652,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1668,7 +1674,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1690,7 +1696,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1712,7 +1718,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1734,7 +1740,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1758,7 +1764,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1776,7 +1782,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1796,7 +1802,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1814,7 +1820,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1856,7 +1862,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1871,7 +1877,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1891,7 +1897,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1915,7 +1921,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1939,7 +1945,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1957,7 +1963,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1977,7 +1983,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1995,7 +2001,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2037,7 +2043,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2052,7 +2058,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2072,7 +2078,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2096,7 +2102,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2118,7 +2124,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2140,7 +2146,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2162,7 +2168,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2184,7 +2190,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2208,7 +2214,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2226,7 +2232,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2246,7 +2252,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2264,7 +2270,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2300,7 +2306,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2315,7 +2321,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2335,7 +2341,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2359,7 +2365,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2381,7 +2387,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2405,7 +2411,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2423,7 +2429,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2443,7 +2449,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2461,7 +2467,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2489,12 +2495,9 @@ export interface operations {
         /** @description Opaque position from the `Link: <…>; rel="next"` header of the previous page. */
         cursor?: string
       }
-      header?: {
-        /**
-         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
-         * @example orders
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this beta operation: `orders` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'orders'
       }
       path?: never
       cookie?: never
@@ -2511,7 +2514,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2526,7 +2529,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2546,7 +2549,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2570,7 +2573,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2594,7 +2597,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2612,7 +2615,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2632,7 +2635,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2650,7 +2653,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2669,14 +2672,11 @@ export interface operations {
   placeOrder: {
     parameters: {
       query?: never
-      header?: {
+      header: {
         /** @description 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
         'idempotency-key'?: string
-        /**
-         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
-         * @example orders
-         */
-        'animal-store-beta'?: string
+        /** @description Opts in to this beta operation: `orders` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'orders'
       }
       path?: never
       cookie?: never
@@ -2691,7 +2691,7 @@ export interface operations {
       201: {
         headers: {
           /** @description The URL of the new order. */
-          Location?: string
+          Location: string
           /** @description `true` when this is the stored response to an earlier request. */
           'Idempotent-Replayed'?: string
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
@@ -2699,7 +2699,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2714,7 +2714,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2734,7 +2734,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2758,7 +2758,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2780,7 +2780,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2794,7 +2794,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description A request with this Idempotency-Key is still in progress. */
+      /** @description `pet_not_available`: a placed order holds the animal, or it is sold (or was added as pending); `idempotency_conflict`: a request with this Idempotency-Key is still in progress. */
       409: {
         headers: {
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
@@ -2802,14 +2802,14 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
           /**
            * @example {
-           *       "code": "idempotency_conflict",
-           *       "message": "A request with this Idempotency-Key is still being processed; retry later.",
+           *       "code": "pet_not_available",
+           *       "message": "The pet is not available: an order holds it, or it is sold.",
            *       "status": 409
            *     }
            */
@@ -2824,7 +2824,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2846,7 +2846,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2868,7 +2868,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2892,7 +2892,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2910,7 +2910,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2930,7 +2930,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2948,7 +2948,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2967,12 +2967,9 @@ export interface operations {
   getOrder: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
-         * @example orders
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this beta operation: `orders` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'orders'
       }
       path: {
         /** @description The identifier of the order (`ord_…`). */
@@ -2990,7 +2987,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3005,7 +3002,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3025,7 +3022,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3049,7 +3046,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3071,7 +3068,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3095,7 +3092,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3113,7 +3110,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3133,7 +3130,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3151,7 +3148,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3170,12 +3167,9 @@ export interface operations {
   completeOrder: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
-         * @example orders
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this beta operation: `orders` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'orders'
       }
       path: {
         /** @description The identifier of the order (`ord_…`). */
@@ -3193,7 +3187,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3208,7 +3202,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3228,7 +3222,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3252,7 +3246,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3274,7 +3268,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3288,7 +3282,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description A request with this Idempotency-Key is still in progress. */
+      /** @description `order_conflict`: the order is final in another status (canceled, expired), so it cannot become `completed`. */
       409: {
         headers: {
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
@@ -3296,14 +3290,14 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
           /**
            * @example {
-           *       "code": "idempotency_conflict",
-           *       "message": "A request with this Idempotency-Key is still being processed; retry later.",
+           *       "code": "order_conflict",
+           *       "message": "The order is final in another status; see the message.",
            *       "status": 409
            *     }
            */
@@ -3320,7 +3314,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3338,7 +3332,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3358,7 +3352,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3376,7 +3370,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3395,12 +3389,9 @@ export interface operations {
   cancelOrder: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
-         * @example orders
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this beta operation: `orders` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'orders'
       }
       path: {
         /** @description The identifier of the order (`ord_…`). */
@@ -3418,7 +3409,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3433,7 +3424,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3453,7 +3444,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3477,7 +3468,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3499,7 +3490,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3513,7 +3504,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description A request with this Idempotency-Key is still in progress. */
+      /** @description `order_conflict`: the order is final in another status (completed, expired), so it cannot become `canceled`. */
       409: {
         headers: {
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
@@ -3521,14 +3512,14 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
           /**
            * @example {
-           *       "code": "idempotency_conflict",
-           *       "message": "A request with this Idempotency-Key is still being processed; retry later.",
+           *       "code": "order_conflict",
+           *       "message": "The order is final in another status; see the message.",
            *       "status": 409
            *     }
            */
@@ -3545,7 +3536,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3563,7 +3554,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3583,7 +3574,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3601,7 +3592,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3620,12 +3611,9 @@ export interface operations {
   getInventory: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
-         * @example orders
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this beta operation: `orders` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'orders'
       }
       path?: never
       cookie?: never
@@ -3640,7 +3628,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3655,7 +3643,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3675,7 +3663,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3699,7 +3687,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3723,7 +3711,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3741,7 +3729,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3761,7 +3749,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3779,7 +3767,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3798,12 +3786,9 @@ export interface operations {
   listWebhookEndpoints: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path?: never
       cookie?: never
@@ -3818,7 +3803,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3833,7 +3818,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3853,7 +3838,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3877,7 +3862,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3901,7 +3886,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3919,7 +3904,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3939,7 +3924,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3957,7 +3942,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3976,14 +3961,11 @@ export interface operations {
   createWebhookEndpoint: {
     parameters: {
       query?: never
-      header?: {
+      header: {
         /** @description 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
         'idempotency-key'?: string
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path?: never
       cookie?: never
@@ -3998,7 +3980,7 @@ export interface operations {
       201: {
         headers: {
           /** @description The URL of the new endpoint. */
-          Location?: string
+          Location: string
           /** @description `true` when this is the stored response to an earlier request. */
           'Idempotent-Replayed'?: string
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
@@ -4006,7 +3988,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4021,7 +4003,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4041,7 +4023,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4065,7 +4047,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4087,7 +4069,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4109,7 +4091,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4131,7 +4113,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4153,7 +4135,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4177,7 +4159,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4195,7 +4177,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4215,7 +4197,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4233,7 +4215,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4252,12 +4234,9 @@ export interface operations {
   getWebhookEndpoint: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
@@ -4275,7 +4254,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4290,7 +4269,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4310,7 +4289,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4334,7 +4313,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4356,7 +4335,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4380,7 +4359,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4398,7 +4377,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4418,7 +4397,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4436,7 +4415,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4455,12 +4434,9 @@ export interface operations {
   deleteWebhookEndpoint: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
@@ -4478,7 +4454,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content?: never
@@ -4491,7 +4467,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4511,7 +4487,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4535,7 +4511,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4557,7 +4533,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4581,7 +4557,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4599,7 +4575,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4619,7 +4595,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4637,7 +4613,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4656,12 +4632,9 @@ export interface operations {
   updateWebhookEndpoint: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
@@ -4684,7 +4657,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4699,7 +4672,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4719,7 +4692,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4743,7 +4716,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4765,7 +4738,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4787,7 +4760,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4809,7 +4782,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4833,7 +4806,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4851,7 +4824,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4871,7 +4844,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4889,7 +4862,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4908,12 +4881,9 @@ export interface operations {
   rotateWebhookSecret: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
@@ -4931,7 +4901,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4946,7 +4916,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4966,7 +4936,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4990,7 +4960,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5012,7 +4982,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5036,7 +5006,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5054,7 +5024,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5074,7 +5044,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5092,7 +5062,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5114,12 +5084,9 @@ export interface operations {
         /** @description Maximum number of deliveries returned. */
         limit?: number
       }
-      header?: {
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
@@ -5137,7 +5104,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5152,7 +5119,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5172,7 +5139,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5196,7 +5163,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5218,7 +5185,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5242,7 +5209,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5260,7 +5227,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5280,7 +5247,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5298,7 +5265,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5317,12 +5284,9 @@ export interface operations {
   redeliverWebhook: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
@@ -5342,7 +5306,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5357,7 +5321,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5377,7 +5341,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5401,7 +5365,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5423,7 +5387,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5445,7 +5409,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5469,7 +5433,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5487,7 +5451,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5507,7 +5471,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5525,7 +5489,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {

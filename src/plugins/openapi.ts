@@ -48,22 +48,68 @@ const WEBHOOK_COMPONENTS = [
 ]
 
 /**
- * Declares `Animal-Store-Beta` on a beta or experimental operation, so that a client generated
- * from the document can send it. In the document only: validating it would cost every request a
- * headers check, and its absence already gets the 400 that names it (stability.ts). Optional there.
+ * Declares `Animal-Store-Beta` on a beta or experimental operation, required and with the one value
+ * it needs, so that a client generated from the document sends it. In the document only: validating
+ * it would cost every request a headers check, and its absence already gets the 400 that names it
+ * (stability.ts). The server also takes a comma-separated list naming the feature among others.
  */
 function withOptInHeader(schema: Record<string, unknown>, stability: Stability | undefined): Record<string, unknown> {
   if (!stability) return schema
-  const headers = schema.headers as { properties?: object } | undefined
   const optIn = {
     type: 'string',
-    description: `Opts in to this ${stability.level} operation: \`${stability.feature}\` (a comma-separated list of features may name others too).`,
-    examples: [stability.feature],
+    enum: [stability.feature],
+    description: `Opts in to this ${stability.level} operation: \`${stability.feature}\` (a comma-separated list of features naming it is taken too).`,
   }
+  return withHeader(schema, BETA_HEADER, optIn, true)
+}
+
+/**
+ * Declares `If-None-Match` on an operation that documents a 304, its only cause
+ * (src/plugins/preconditions.ts). In the document only, as the opt-in header above.
+ */
+function withConditionHeader(schema: Record<string, unknown>): Record<string, unknown> {
+  const responses = schema.response as Record<string, unknown> | undefined
+  if (!responses?.[304]) return schema
+  const condition = {
+    type: 'string',
+    description:
+      'Entity tags the answer must not match: 304 (no content) when it does. `*` matches any answer; ' +
+      'an entity tag, the `ETag` of the answer (only an animal has one).',
+  }
+  return withHeader(schema, 'if-none-match', condition, false)
+}
+
+function withHeader(schema: Record<string, unknown>, name: string, property: object, required: boolean) {
+  const headers = schema.headers as { properties?: object; required?: string[] } | undefined
   return {
     ...schema,
-    headers: { type: 'object', ...headers, properties: { ...headers?.properties, [BETA_HEADER]: optIn } },
+    headers: {
+      type: 'object',
+      ...headers,
+      properties: { ...headers?.properties, [name]: property },
+      ...(required && { required: [...(headers?.required ?? []), name] }),
+    },
   }
+}
+
+type Document = {
+  paths: Record<string, Record<string, { responses: Record<string, { headers?: Record<string, HeaderObject> }> }>>
+}
+type HeaderObject = { schema: { required?: boolean }; required?: boolean }
+
+/** Moves each response header's `required` (src/schemas/common.ts, header) from its schema to the header. */
+function requiredHeaders<D extends Document>(document: D): D {
+  for (const item of Object.values(document.paths)) {
+    for (const operation of Object.values(item)) {
+      for (const response of Object.values(operation.responses)) {
+        for (const object of Object.values(response.headers ?? {})) {
+          if (object.schema.required === true) object.required = true
+          delete object.schema.required
+        }
+      }
+    }
+  }
+  return document
 }
 
 /** Replaces every embedded schema that has an `$id` by a reference to its component. */
@@ -130,10 +176,13 @@ export default fp<{ config: Config }>(
       },
       // Name shared schemas by their $id (Pet, NewPet, Error, …) in components.schemas.
       refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
-      transform: ({ schema, url, route }) => ({
-        schema: toRefs(withOptInHeader(schema as Record<string, unknown>, route.config?.stability)) as typeof schema,
-        url,
-      }),
+      transform: ({ schema, url, route }) => {
+        const declared = withConditionHeader(
+          withOptInHeader(schema as Record<string, unknown>, route.config?.stability),
+        )
+        return { schema: toRefs(declared) as typeof schema, url }
+      },
+      transformObject: (built) => requiredHeaders((built as unknown as { openapiObject: Document }).openapiObject),
     })
 
     let document: string | undefined

@@ -3,7 +3,7 @@ import { describe, it } from 'node:test'
 import { Validator } from '@seriousme/openapi-schema-validator'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import { ERROR_CODES, ERRORS, type ErrorCode } from '../../src/errors.ts'
-import { suiteApp } from '../helper.ts'
+import { bearer, errorBody, suiteApp } from '../helper.ts'
 
 /**
  * The document an app of `env` serves, for the tests of a suite (call it in a describe() body): it is
@@ -344,5 +344,171 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     }
     // 34 today over the four operations: a broken walk of the document would check none.
     assert.ok(checked >= 30, `only ${checked} error responses checked`)
+  })
+})
+
+type Parameter = { in: string; name: string; required?: boolean; schema: { enum?: string[] }; example?: unknown }
+type Operation = {
+  operationId: string
+  description: string
+  'x-stability'?: string
+  parameters?: Parameter[]
+  requestBody?: { content: Record<string, { schema: { $ref: string } }> }
+  responses: Record<
+    string,
+    {
+      description: string
+      headers?: Record<string, { required?: boolean }>
+      content?: Record<string, { example?: { code: string } }>
+    }
+  >
+}
+
+/** Every operation of a document, with its method and path. */
+function operations(doc: { paths: Record<string, Record<string, Operation>> }) {
+  return Object.entries(doc.paths).flatMap(([path, item]) =>
+    Object.entries(item).map(([method, operation]) => ({ name: `${method.toUpperCase()} ${path}`, operation })),
+  )
+}
+
+const headerParameter = (operation: Operation, name: string) =>
+  operation.parameters?.find((p) => p.in === 'header' && p.name === name)
+
+describe('OpenAPI: what the document promises, the server keeps (issue 38)', () => {
+  const shared = suiteApp(WEBHOOKS)
+  const withWebhooks = served(WEBHOOKS)
+
+  it('declares X-Request-Id required on every response, and Location on every 201, as they are always sent', async () => {
+    const doc = await withWebhooks()
+    let created = 0
+    for (const { name, operation } of operations(doc)) {
+      for (const [status, response] of Object.entries(operation.responses)) {
+        assert.equal(response.headers?.['X-Request-Id']?.required, true, `${name} ${status} X-Request-Id`)
+        if (status !== '201') continue
+        assert.equal(response.headers?.Location?.required, true, `${name} 201 Location`)
+        created++
+      }
+      // Only those: a header sent on some answers only stays optional.
+      assert.equal(operation.responses['200']?.headers?.RateLimit?.required, undefined, name)
+    }
+    assert.equal(created, 3)
+    // Said of the header, not of its schema (where `required` is no boolean).
+    const schemas = operations(doc).flatMap(({ operation }) =>
+      Object.values(operation.responses).flatMap((response) => Object.values(response.headers ?? {})),
+    ) as { schema: { required?: unknown } }[]
+    assert.ok(schemas.every((header) => header.schema.required === undefined))
+    // And they are sent: a 201 and an error.
+    const { app, newKey } = await shared()
+    const { secret } = await newKey()
+    const createdPet = await app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers: bearer(secret),
+      payload: { name: 'Rex', categoryId: 1 },
+    })
+    assert.equal(createdPet.statusCode, 201)
+    assert.ok(createdPet.headers.location && createdPet.headers['x-request-id'])
+    assert.ok((await app.inject({ url: '/v1/nowhere' })).headers['x-request-id'])
+  })
+
+  it('declares Animal-Store-Beta required, with its feature as the one value, on every beta and experimental operation', async () => {
+    const doc = await withWebhooks()
+    let optIns = 0
+    for (const { name, operation } of operations(doc)) {
+      const optIn = headerParameter(operation, 'animal-store-beta')
+      if (!operation['x-stability']) {
+        assert.equal(optIn, undefined, name)
+        continue
+      }
+      const feature = /Animal-Store-Beta: ([\w-]+)/.exec(operation.description)?.[1]
+      assert.ok(feature, name)
+      assert.equal(optIn?.required, true, name)
+      assert.deepEqual(optIn?.schema.enum, [feature], name)
+      optIns++
+    }
+    assert.equal(optIns, 14)
+    // As the server holds it: without the header, 400.
+    const { app, newKey } = await shared()
+    const { secret } = await newKey()
+    const without = await app.inject({ url: '/v1/store/inventory', headers: bearer(secret) })
+    assert.equal(errorBody(without).code, 'beta_opt_in_required')
+  })
+
+  it("describes each operation's 409 as the conflicts it can have: idempotency only where it takes a key", async () => {
+    const doc = await withWebhooks()
+    const conflicts = Object.fromEntries(
+      operations(doc)
+        .filter(({ operation }) => operation.responses['409'])
+        .map(({ operation }) => [operation.operationId, operation]),
+    )
+    assert.deepEqual(Object.keys(conflicts).sort(), [
+      'cancelOrder',
+      'completeOrder',
+      'createPet',
+      'createWebhookEndpoint',
+      'placeOrder',
+      'redeliverWebhook',
+      'sendMessage',
+      'updatePet',
+    ])
+    for (const [operationId, operation] of Object.entries(conflicts)) {
+      const takesKey = headerParameter(operation, 'idempotency-key') !== undefined
+      const { description } = operation.responses['409'] as { description: string }
+      assert.equal(/idempotency/i.test(description), takesKey, `${operationId}: ${description}`)
+    }
+    const example = (operationId: string) =>
+      conflicts[operationId]?.responses['409']?.content?.['application/json']?.example
+    assert.equal(example('cancelOrder')?.code, 'order_conflict')
+    assert.equal(example('completeOrder')?.code, 'order_conflict')
+    assert.equal(example('placeOrder')?.code, 'pet_not_available')
+    assert.match(conflicts.placeOrder?.responses['409']?.description ?? '', /`idempotency_conflict`/)
+
+    // The codes the server answers are the ones described: cancel a completed order, order a sold pet.
+    const { app, newKey } = await shared()
+    const { secret } = await newKey()
+    const headers = { ...bearer(secret), 'animal-store-beta': 'orders' }
+    const pet = (
+      await app.inject({ method: 'POST', url: '/v1/pets', headers, payload: { name: 'Tom', categoryId: 2 } })
+    ).json()
+    const order = (
+      await app.inject({ method: 'POST', url: '/v1/store/orders', headers, payload: { petId: pet.id } })
+    ).json()
+    const completed = await app.inject({ method: 'POST', url: `/v1/store/orders/${order.id}/complete`, headers })
+    assert.equal(completed.statusCode, 200)
+    const cancel = await app.inject({ method: 'POST', url: `/v1/store/orders/${order.id}/cancel`, headers })
+    const sold = await app.inject({ method: 'POST', url: '/v1/store/orders', headers, payload: { petId: pet.id } })
+    for (const [operationId, answer] of [
+      ['cancelOrder', cancel],
+      ['placeOrder', sold],
+    ] as const) {
+      assert.equal(answer.statusCode, 409)
+      assert.match(
+        conflicts[operationId]?.responses['409']?.description ?? '',
+        new RegExp(`\`${errorBody(answer).code}\``),
+      )
+    }
+  })
+
+  it('declares If-None-Match on the operations that document a 304, and a 304 is what it gets', async () => {
+    const doc = await withWebhooks()
+    const conditional = operations(doc).filter(({ operation }) => operation.responses['304'])
+    assert.deepEqual(conditional.map(({ operation }) => operation.operationId).sort(), ['getPet', 'listPets'])
+    for (const { name, operation } of conditional) assert.ok(headerParameter(operation, 'if-none-match'), name)
+    const { app, newKey } = await shared()
+    const { secret } = await newKey()
+    const pet = (
+      await app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers: bearer(secret),
+        payload: { name: 'Rex', categoryId: 1 },
+      })
+    ).json()
+    const read = await app.inject({ url: `/v1/pets/${pet.id}`, headers: bearer(secret) })
+    for (const url of ['/v1/pets', `/v1/pets/${pet.id}`]) {
+      const condition = url === '/v1/pets' ? '*' : String(read.headers.etag)
+      const again = await app.inject({ url, headers: { ...bearer(secret), 'if-none-match': condition } })
+      assert.equal(again.statusCode, 304, url)
+    }
   })
 })
