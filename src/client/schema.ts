@@ -4,6 +4,26 @@
  */
 
 export interface paths {
+  '/openapi.json': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    /**
+     * Get this OpenAPI document
+     * @description The OpenAPI 3.1 document of this deployment: what /docs shows and the typed client is generated from. No key needed, and not counted by the rate limit.
+     */
+    get: operations['getOpenApiDocument']
+    put?: never
+    post?: never
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
   '/pets': {
     parameters: {
       query?: never
@@ -772,6 +792,74 @@ export interface components {
 }
 export type $defs = Record<string, never>
 export interface operations {
+  getOpenApiDocument: {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description This document. */
+      200: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': {
+            /**
+             * @description The OpenAPI version.
+             * @example 3.1.0
+             */
+            openapi: string
+            /** @description Title, version, description, contact and license. */
+            info: Record<string, never>
+            /** @description The operations, by path under the servers. */
+            paths: Record<string, never>
+          }
+        }
+      }
+      /** @description `If-Match` with entity tags: this document has no `ETag`, so none matches (`*` does). */
+      412: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "precondition_failed",
+           *       "message": "The If-Match or If-None-Match condition does not hold: compare with the current ETag (answers without one match only \"*\").",
+           *       "status": 412
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
   listPets: {
     parameters: {
       query?: {

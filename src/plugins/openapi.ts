@@ -4,9 +4,10 @@
  */
 import swagger from '@fastify/swagger'
 import fp from 'fastify-plugin'
+import Type from 'typebox'
 import type { Config } from '../config.ts'
-import { ERRORS } from '../errors.ts'
-import { ErrorSchema } from '../schemas/common.ts'
+import { ERROR_CODES } from '../errors.ts'
+import { ErrorSchema, errorResponse, errorResponses, jsonResponse } from '../schemas/common.ts'
 import { MessageSchema, NewMessageSchema } from '../schemas/messages.ts'
 import { InventorySchema, NewOrderSchema, OrderSchema } from '../schemas/orders.ts'
 import { NewPetSchema, PetPatchSchema, PetSchema } from '../schemas/pets.ts'
@@ -121,13 +122,30 @@ function toRefs(schema: unknown): unknown {
   return Object.fromEntries(Object.entries(schema).map(([key, value]) => [key, toRefs(value)]))
 }
 
-const description = `HTTP/JSON API of the Animal Store: list, add and fetch animals, and send a quickstart message.
+/** The API's description: what it is, the key, the errors (their table linked, at `errorsUrl`), and stability. */
+const description = (
+  errorsUrl: string,
+) => `HTTP/JSON API of the Animal Store: the animal catalogue, orders (beta), the quickstart message and, where the operator offers them, webhooks (experimental).
 
-Every operation needs an API key: \`Authorization: Bearer <API_KEY>\`. Every error is
-\`{code, message, status}\`; the codes are: ${Object.keys(ERRORS).join(', ')}.`
+**Authentication.** Every operation but \`getOpenApiDocument\` needs an API key, sent as \`Authorization: Bearer <API_KEY>\`: see **Authorize** for where keys come from.
+
+**Errors.** Every error answer is JSON, \`{"code": "…", "message": "…", "status": 400}\`: branch on \`code\`; \`message\` is for people. Each operation lists the statuses it answers, with an example code; [the table of error codes](${errorsUrl}) gives all ${ERROR_CODES.length}, with their status and meaning.
+
+**Beta and experimental.** Operations marked so take the header \`Animal-Store-Beta\` naming their feature, and may still change.`
+
+/** The body of GET /v1/openapi.json as the document describes it (the OpenAPI 3.1 schema says the rest). */
+const OpenApiDocumentSchema = Type.Object(
+  {
+    openapi: Type.String({ description: 'The OpenAPI version.', examples: ['3.1.0'] }),
+    info: Type.Object({}, { description: 'Title, version, description, contact and license.' }),
+    paths: Type.Object({}, { description: 'The operations, by path under the servers.' }),
+  },
+  { description: 'An OpenAPI 3.1 document (https://spec.openapis.org/oas/v3.1.0).' },
+)
 
 export default fp<{ config: Config }>(
   async (app, { config }) => {
+    const site = config.servers[config.deployment]
     const production = { url: config.servers.production, description: 'Production' }
     const staging = { url: config.servers.staging, description: 'Staging' }
     const webhooks = app.offers(WEBHOOKS_STABILITY)
@@ -138,12 +156,10 @@ export default fp<{ config: Config }>(
         info: {
           title: 'Animal Store API',
           version: '1.0.0',
-          description,
+          // The error table is a page of this deployment's reference (src/portal/docs.ts).
+          description: description(new URL('/docs/errors', site).href),
           // The developer portal of this deployment, served beside its API: where keys come from.
-          contact: {
-            name: 'Animal Store developer portal',
-            url: new URL('/portal', config.servers[config.deployment]).href,
-          },
+          contact: { name: 'Animal Store developer portal', url: new URL('/portal', site).href },
           license: { name: 'MIT', identifier: 'MIT' },
         },
         // This deployment first: generated clients default to the first server, and a key works
@@ -172,6 +188,7 @@ export default fp<{ config: Config }>(
                 },
               ]
             : []),
+          { name: 'reference', description: 'This document.' },
         ],
       },
       // Name shared schemas by their $id (Pet, NewPet, Error, …) in components.schemas.
@@ -186,10 +203,33 @@ export default fp<{ config: Config }>(
     })
 
     let document: string | undefined
-    app.get(OPENAPI_PATH, { schema: { hide: true } }, async (_request, reply) => {
-      document ??= JSON.stringify(app.swagger())
-      return reply.type('application/json; charset=utf-8').send(document)
-    })
+    app.get(
+      OPENAPI_PATH,
+      {
+        schema: {
+          operationId: 'getOpenApiDocument',
+          summary: 'Get this OpenAPI document',
+          description:
+            'The OpenAPI 3.1 document of this deployment: what /docs shows and the typed client is generated from. ' +
+            'No key needed, and not counted by the rate limit.',
+          tags: ['reference'],
+          security: [],
+          response: {
+            // Sent as text already: the schema only describes it.
+            200: jsonResponse('This document.', OpenApiDocumentSchema),
+            412: errorResponse(
+              'precondition_failed',
+              '`If-Match` with entity tags: this document has no `ETag`, so none matches (`*` does).',
+            ),
+            default: errorResponses().default,
+          },
+        },
+      },
+      async (_request, reply) => {
+        document ??= JSON.stringify(app.swagger())
+        return reply.type('application/json; charset=utf-8').send(document)
+      },
+    )
   },
   { name: 'openapi', dependencies: ['stability'] },
 )

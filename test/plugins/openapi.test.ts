@@ -73,6 +73,7 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     assert.deepEqual(Object.keys(doc.paths).sort(), [
       '/messages',
       '/messages/{messageId}',
+      '/openapi.json',
       '/pets',
       '/pets/{petId}',
       '/store/inventory',
@@ -126,7 +127,7 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     }
   })
 
-  it('declares the bearer scheme and requires it, with the scope it needs, on every operation', async () => {
+  it('declares the bearer scheme and requires it, with the scope it needs, on every operation but the document', async () => {
     const doc = await withWebhooks()
     assert.deepEqual(
       {
@@ -139,6 +140,11 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
       Record<string, { security: unknown; responses: Record<string, unknown> }>
     >(doc.paths)) {
       for (const [method, operation] of Object.entries(item)) {
+        // The document itself is served without a key, and says so.
+        if (path === '/openapi.json') {
+          assert.deepEqual(operation.security, [], `${method} ${path}`)
+          continue
+        }
         const scope = SCOPE_OF[(operation as unknown as { operationId: string }).operationId]
         assert.deepEqual(operation.security, [{ bearerAuth: [scope] }], `${method} ${path}`)
         assert.ok(operation.responses['401'], `${method} ${path} documents 401`)
@@ -165,7 +171,6 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     type Operation = { responses: Record<string, Response> }
     for (const [path, item] of Object.entries(doc.paths as Record<string, Record<string, Operation>>)) {
       for (const [method, operation] of Object.entries(item)) {
-        if (path === '/openapi.json') continue
         const name = `${method.toUpperCase()} ${path}`
         assert.equal(
           operation.responses.default?.content['application/json'].schema.$ref,
@@ -175,8 +180,8 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
         for (const [status, response] of Object.entries(operation.responses)) {
           assert.ok(response.headers?.['X-Request-Id'], `${name} ${status}`)
         }
-        // A request with a valid key is counted, whatever its answer (400 included).
-        assert.ok(operation.responses['400']?.headers?.RateLimit, name)
+        // A request with a valid key is counted, whatever its answer (400 included); the document needs no key.
+        if (path !== '/openapi.json') assert.ok(operation.responses['400']?.headers?.RateLimit, name)
       }
     }
   })
@@ -377,6 +382,24 @@ const headerParameter = (operation: Operation, name: string) =>
 describe('OpenAPI: what the document promises, the server keeps (issue 38)', () => {
   const shared = suiteApp(WEBHOOKS)
   const withWebhooks = served(WEBHOOKS)
+  const document = served()
+  const onProduction = served({ PRODUCTION_URL: 'https://api.pets.test/v1', DEPLOYMENT: 'production' })
+
+  it('describes GET /v1/openapi.json itself: getOpenApiDocument, without a key, answering the document', async () => {
+    const doc = await document()
+    const operation = doc.paths['/openapi.json'].get
+    assert.equal(operation.operationId, 'getOpenApiDocument')
+    assert.deepEqual(operation.security, [])
+    const schema = operation.responses['200'].content['application/json'].schema
+    const ajv = new Ajv2020({ strict: false, validateFormats: false })
+    assert.ok(ajv.validate(schema, doc), JSON.stringify(ajv.errors))
+    assert.deepEqual(Object.keys(operation.responses).sort(), ['200', '412', 'default'])
+    // Its 412 is real: no entity tag matches a document without an ETag.
+    const { app } = await shared()
+    const refused = await app.inject({ url: '/v1/openapi.json', headers: { 'if-match': '"x"' } })
+    assert.equal(refused.statusCode, 412)
+    assert.equal(errorBody(refused).code, operation.responses['412'].content['application/json'].example.code)
+  })
 
   it('declares X-Request-Id required on every response, and Location on every 201, as they are always sent', async () => {
     const doc = await withWebhooks()
@@ -509,6 +532,26 @@ describe('OpenAPI: what the document promises, the server keeps (issue 38)', () 
       const condition = url === '/v1/pets' ? '*' : String(read.headers.etag)
       const again = await app.inject({ url, headers: { ...bearer(secret), 'if-none-match': condition } })
       assert.equal(again.statusCode, 304, url)
+    }
+  })
+
+  it('introduces the API in a few paragraphs and links the error table instead of listing every code', async () => {
+    const { description } = (await onProduction()).info
+    const paragraphs = description.split('\n\n')
+    assert.ok(paragraphs.length >= 3, description)
+    const listed = ERROR_CODES.filter((code) => description.includes(code))
+    assert.ok(listed.length <= 2, `codes listed inline: ${listed.join(', ')}`)
+    const link = /\[[^\]]+\]\((https:\/\/api\.pets\.test\/docs\/errors)\)/.exec(description)
+    assert.ok(link, description)
+    // The linked page lists every code, with its status, each row its own anchor.
+    const { app } = await shared()
+    const page = await app.inject({ url: new URL(link[1] as string).pathname })
+    assert.equal(page.statusCode, 200)
+    for (const [code, [status]] of Object.entries(ERRORS)) {
+      assert.match(
+        page.body,
+        new RegExp(`<tr id="${code}"><th scope="row"><code>[^<]*(<wbr>[^<]*)*</code></th><td>${status}</td>`),
+      )
     }
   })
 })
