@@ -37,6 +37,13 @@ export type RotatedWebhookEndpoint = components['schemas']['RotatedWebhookEndpoi
 /** The body of updateWebhookEndpoint (`client.PATCH('/webhook-endpoints/{endpointId}', …)`): a JSON Merge Patch. */
 export type WebhookEndpointPatch = components['schemas']['WebhookEndpointPatch']
 export type Delivery = components['schemas']['Delivery']
+/** Experimental: the body of a webhook delivery, for a receiver to type what it verified (branch on `type`). */
+export type WebhookEvent =
+  | components['schemas']['MessageCreatedEvent']
+  | components['schemas']['OrderPlacedEvent']
+  | components['schemas']['OrderCompletedEvent']
+  | components['schemas']['OrderCanceledEvent']
+  | components['schemas']['OrderExpiredEvent']
 
 /**
  * An operation as the client takes it. The document requires `Animal-Store-Beta` on the beta and

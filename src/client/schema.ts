@@ -334,7 +334,108 @@ export interface paths {
     trace?: never
   }
 }
-export type webhooks = Record<string, never>
+export interface webhooks {
+  'message.created': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * A message was sent: `data` is the message as sendMessage answered it (`queued`).
+     * @description **Experimental.** POSTed to each enabled endpoint subscribed to this event type, signed as Standard Webhooks says: verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.
+     */
+    post: operations['messageCreatedEvent']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  'order.placed': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * An order was placed: it holds its animal (`pending`).
+     * @description **Experimental.** POSTed to each enabled endpoint subscribed to this event type, signed as Standard Webhooks says: verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.
+     */
+    post: operations['orderPlacedEvent']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  'order.completed': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * An order was completed: its animal is sold.
+     * @description **Experimental.** POSTed to each enabled endpoint subscribed to this event type, signed as Standard Webhooks says: verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.
+     */
+    post: operations['orderCompletedEvent']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  'order.canceled': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * An order was canceled (API or portal): its animal is available again.
+     * @description **Experimental.** POSTed to each enabled endpoint subscribed to this event type, signed as Standard Webhooks says: verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.
+     */
+    post: operations['orderCanceledEvent']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  'order.expired': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * A placed order reached its `expiresAt`: its animal is available again.
+     * @description **Experimental.** POSTed to each enabled endpoint subscribed to this event type, signed as Standard Webhooks says: verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.
+     */
+    post: operations['orderExpiredEvent']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+}
 export interface components {
   schemas: {
     Pet: {
@@ -782,6 +883,86 @@ export interface components {
        * @example 2026-11-22T12:00:00.000Z
        */
       createdAt: string
+    }
+    /** @description A message was sent: `data` is the message as sendMessage answered it (`queued`). */
+    MessageCreatedEvent: {
+      /**
+       * @description The event type.
+       * @example message.created
+       * @enum {string}
+       */
+      type: 'message.created'
+      /**
+       * Format: date-time
+       * @description When it happened: the message's `createdAt`. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      timestamp: string
+      data: components['schemas']['Message']
+    }
+    /** @description An order was placed: it holds its animal (`pending`). */
+    OrderPlacedEvent: {
+      /**
+       * @description The event type.
+       * @example order.placed
+       * @enum {string}
+       */
+      type: 'order.placed'
+      /**
+       * Format: date-time
+       * @description When it happened: the order's `updatedAt`. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      timestamp: string
+      data: components['schemas']['Order']
+    }
+    /** @description An order was completed: its animal is sold. */
+    OrderCompletedEvent: {
+      /**
+       * @description The event type.
+       * @example order.completed
+       * @enum {string}
+       */
+      type: 'order.completed'
+      /**
+       * Format: date-time
+       * @description When it happened: the order's `updatedAt`. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      timestamp: string
+      data: components['schemas']['Order']
+    }
+    /** @description An order was canceled (API or portal): its animal is available again. */
+    OrderCanceledEvent: {
+      /**
+       * @description The event type.
+       * @example order.canceled
+       * @enum {string}
+       */
+      type: 'order.canceled'
+      /**
+       * Format: date-time
+       * @description When it happened: the order's `updatedAt`. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      timestamp: string
+      data: components['schemas']['Order']
+    }
+    /** @description A placed order reached its `expiresAt`: its animal is available again. */
+    OrderExpiredEvent: {
+      /**
+       * @description The event type.
+       * @example order.expired
+       * @enum {string}
+       */
+      type: 'order.expired'
+      /**
+       * Format: date-time
+       * @description When it happened: the order's `updatedAt`. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      timestamp: string
+      data: components['schemas']['Order']
     }
   }
   responses: never
@@ -5590,6 +5771,266 @@ export interface operations {
            */
           'application/json': components['schemas']['Error']
         }
+      }
+    }
+  }
+  messageCreatedEvent: {
+    parameters: {
+      query?: never
+      header: {
+        /**
+         * @description The event's id: the same on every attempt, so deduplicate on it.
+         * @example evt_3kTMd9PqLw2xY8aZ
+         */
+        'webhook-id': string
+        /**
+         * @description When this attempt was signed, in Unix seconds.
+         * @example 1795521600
+         */
+        'webhook-timestamp': string
+        /**
+         * @description `v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>` with the endpoint secret; two, separated by a space, while a rotated secret still signs.
+         * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+         */
+        'webhook-signature': string
+      }
+      path?: never
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['MessageCreatedEvent']
+      }
+    }
+    responses: {
+      /** @description Gone: the endpoint is disabled at once, and its pending deliveries fail. */
+      410: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Received: the delivery is done, and not sent again. */
+      '2XX': {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Any other answer, or none within `WEBHOOK_TIMEOUT_SECONDS` (a redirect is not followed): sent again on the retry schedule. */
+      default: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+    }
+  }
+  orderPlacedEvent: {
+    parameters: {
+      query?: never
+      header: {
+        /**
+         * @description The event's id: the same on every attempt, so deduplicate on it.
+         * @example evt_3kTMd9PqLw2xY8aZ
+         */
+        'webhook-id': string
+        /**
+         * @description When this attempt was signed, in Unix seconds.
+         * @example 1795521600
+         */
+        'webhook-timestamp': string
+        /**
+         * @description `v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>` with the endpoint secret; two, separated by a space, while a rotated secret still signs.
+         * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+         */
+        'webhook-signature': string
+      }
+      path?: never
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['OrderPlacedEvent']
+      }
+    }
+    responses: {
+      /** @description Gone: the endpoint is disabled at once, and its pending deliveries fail. */
+      410: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Received: the delivery is done, and not sent again. */
+      '2XX': {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Any other answer, or none within `WEBHOOK_TIMEOUT_SECONDS` (a redirect is not followed): sent again on the retry schedule. */
+      default: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+    }
+  }
+  orderCompletedEvent: {
+    parameters: {
+      query?: never
+      header: {
+        /**
+         * @description The event's id: the same on every attempt, so deduplicate on it.
+         * @example evt_3kTMd9PqLw2xY8aZ
+         */
+        'webhook-id': string
+        /**
+         * @description When this attempt was signed, in Unix seconds.
+         * @example 1795521600
+         */
+        'webhook-timestamp': string
+        /**
+         * @description `v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>` with the endpoint secret; two, separated by a space, while a rotated secret still signs.
+         * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+         */
+        'webhook-signature': string
+      }
+      path?: never
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['OrderCompletedEvent']
+      }
+    }
+    responses: {
+      /** @description Gone: the endpoint is disabled at once, and its pending deliveries fail. */
+      410: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Received: the delivery is done, and not sent again. */
+      '2XX': {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Any other answer, or none within `WEBHOOK_TIMEOUT_SECONDS` (a redirect is not followed): sent again on the retry schedule. */
+      default: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+    }
+  }
+  orderCanceledEvent: {
+    parameters: {
+      query?: never
+      header: {
+        /**
+         * @description The event's id: the same on every attempt, so deduplicate on it.
+         * @example evt_3kTMd9PqLw2xY8aZ
+         */
+        'webhook-id': string
+        /**
+         * @description When this attempt was signed, in Unix seconds.
+         * @example 1795521600
+         */
+        'webhook-timestamp': string
+        /**
+         * @description `v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>` with the endpoint secret; two, separated by a space, while a rotated secret still signs.
+         * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+         */
+        'webhook-signature': string
+      }
+      path?: never
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['OrderCanceledEvent']
+      }
+    }
+    responses: {
+      /** @description Gone: the endpoint is disabled at once, and its pending deliveries fail. */
+      410: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Received: the delivery is done, and not sent again. */
+      '2XX': {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Any other answer, or none within `WEBHOOK_TIMEOUT_SECONDS` (a redirect is not followed): sent again on the retry schedule. */
+      default: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+    }
+  }
+  orderExpiredEvent: {
+    parameters: {
+      query?: never
+      header: {
+        /**
+         * @description The event's id: the same on every attempt, so deduplicate on it.
+         * @example evt_3kTMd9PqLw2xY8aZ
+         */
+        'webhook-id': string
+        /**
+         * @description When this attempt was signed, in Unix seconds.
+         * @example 1795521600
+         */
+        'webhook-timestamp': string
+        /**
+         * @description `v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>` with the endpoint secret; two, separated by a space, while a rotated secret still signs.
+         * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+         */
+        'webhook-signature': string
+      }
+      path?: never
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['OrderExpiredEvent']
+      }
+    }
+    responses: {
+      /** @description Gone: the endpoint is disabled at once, and its pending deliveries fail. */
+      410: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Received: the delivery is done, and not sent again. */
+      '2XX': {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Any other answer, or none within `WEBHOOK_TIMEOUT_SECONDS` (a redirect is not followed): sent again on the retry schedule. */
+      default: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
       }
     }
   }

@@ -14,6 +14,8 @@ import { NewPetSchema, PetPatchSchema, PetSchema } from '../schemas/pets.ts'
 import {
   CreatedWebhookEndpointSchema,
   DeliverySchema,
+  EVENT_SCHEMAS,
+  EVENT_TYPES,
   NewWebhookEndpointSchema,
   RotatedWebhookEndpointSchema,
   WEBHOOKS_STABILITY,
@@ -46,6 +48,7 @@ const WEBHOOK_COMPONENTS = [
   RotatedWebhookEndpointSchema,
   WebhookEndpointPatchSchema,
   DeliverySchema,
+  ...Object.values(EVENT_SCHEMAS),
 ]
 
 /**
@@ -111,6 +114,57 @@ function requiredHeaders<D extends Document>(document: D): D {
     }
   }
   return document
+}
+
+/** The signature headers of every delivery (src/webhooks/signing.ts), as a receiver reads them. */
+const SIGNATURE_PARAMETERS = [
+  ['webhook-id', "The event's id: the same on every attempt, so deduplicate on it.", 'evt_3kTMd9PqLw2xY8aZ'],
+  ['webhook-timestamp', 'When this attempt was signed, in Unix seconds.', '1795521600'],
+  [
+    'webhook-signature',
+    '`v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>` with the endpoint secret; two, separated by a space, while a rotated secret still signs.',
+    'v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=',
+  ],
+].map(([name, description, example]) => ({
+  in: 'header',
+  name,
+  required: true,
+  description,
+  schema: { type: 'string' },
+  example,
+}))
+
+/** The document's top-level `webhooks`: what each event type POSTs to an endpoint subscribed to it. */
+function webhookOperations() {
+  const operations = EVENT_TYPES.map((type) => {
+    const schema = EVENT_SCHEMAS[type]
+    const operation = {
+      operationId: `${type.replace(/\.(\w)/, (_, letter: string) => letter.toUpperCase())}Event`,
+      summary: schema.description,
+      description:
+        '**Experimental.** POSTed to each enabled endpoint subscribed to this event type, signed as Standard Webhooks says: ' +
+        'verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.',
+      tags: ['webhooks'],
+      'x-stability': WEBHOOKS_STABILITY.level,
+      parameters: SIGNATURE_PARAMETERS,
+      requestBody: {
+        required: true,
+        content: { 'application/json': { schema: { $ref: `#/components/schemas/${schema.$id}` } } },
+      },
+      // The request is ours: the receiver is not asked for a key.
+      security: [],
+      responses: {
+        '2XX': { description: 'Received: the delivery is done, and not sent again.' },
+        '410': { description: 'Gone: the endpoint is disabled at once, and its pending deliveries fail.' },
+        default: {
+          description:
+            'Any other answer, or none within `WEBHOOK_TIMEOUT_SECONDS` (a redirect is not followed): sent again on the retry schedule.',
+        },
+      },
+    }
+    return [type, { post: operation }]
+  })
+  return Object.fromEntries(operations)
 }
 
 /** Replaces every embedded schema that has an `$id` by a reference to its component. */
@@ -184,12 +238,14 @@ export default fp<{ config: Config }>(
             ? [
                 {
                   name: 'webhooks',
-                  description: 'Webhook endpoints (experimental: send `Animal-Store-Beta: webhooks`).',
+                  description:
+                    'Webhook endpoints, and the events POSTed to them (experimental: send `Animal-Store-Beta: webhooks`).',
                 },
               ]
             : []),
           { name: 'reference', description: 'This document.' },
         ],
+        ...(webhooks && { webhooks: webhookOperations() }),
       },
       // Name shared schemas by their $id (Pet, NewPet, Error, …) in components.schemas.
       refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },

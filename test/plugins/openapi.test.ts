@@ -3,7 +3,11 @@ import { describe, it } from 'node:test'
 import { Validator } from '@seriousme/openapi-schema-validator'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import { ERROR_CODES, ERRORS, type ErrorCode } from '../../src/errors.ts'
-import { bearer, errorBody, suiteApp } from '../helper.ts'
+import { EVENT_TYPES } from '../../src/schemas/webhooks.ts'
+import { newWebhookSecret } from '../../src/webhooks/signing.ts'
+import { bearer, build, errorBody, suiteApp } from '../helper.ts'
+import { until } from '../wait.ts'
+import { receiver } from '../webhooks/receiver.ts'
 
 /**
  * The document an app of `env` serves, for the tests of a suite (call it in a describe() body): it is
@@ -295,11 +299,16 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
       'Error',
       'Inventory',
       'Message',
+      'MessageCreatedEvent',
       'NewMessage',
       'NewOrder',
       'NewPet',
       'NewWebhookEndpoint',
       'Order',
+      'OrderCanceledEvent',
+      'OrderCompletedEvent',
+      'OrderExpiredEvent',
+      'OrderPlacedEvent',
       'Pet',
       'PetPatch',
       'RotatedWebhookEndpoint',
@@ -308,8 +317,9 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     ])
     for (const [name, schema] of schemas) {
       for (const [field, property] of Object.entries(schema.properties)) {
-        // An enum's first value is already readable: that is what Swagger UI shows.
-        if ('enum' in property) continue
+        // An enum's first value is already readable: that is what Swagger UI shows; a referenced
+        // schema has its own examples.
+        if ('enum' in property || '$ref' in property) continue
         const [example] = property.examples ?? []
         assert.notEqual(example, undefined, `${name}.${field} has no example`)
         assert.ok(ajv.validate(property, example), `${name}.${field}: ${JSON.stringify(example)} is refused`)
@@ -378,6 +388,14 @@ function operations(doc: { paths: Record<string, Record<string, Operation>> }) {
 
 const headerParameter = (operation: Operation, name: string) =>
   operation.parameters?.find((p) => p.in === 'header' && p.name === name)
+
+/** Loopback receivers, deliveries at once: the webhook events are sent, and can be checked against the document. */
+const WEBHOOK_DELIVERY = {
+  ...WEBHOOKS,
+  WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+  WEBHOOK_ALLOW_HTTP: 'true',
+  WEBHOOK_RETRY_SCHEDULE: '0.1,0.1,0.1,0.1',
+}
 
 describe('OpenAPI: what the document promises, the server keeps (issue 38)', () => {
   const shared = suiteApp(WEBHOOKS)
@@ -532,6 +550,69 @@ describe('OpenAPI: what the document promises, the server keeps (issue 38)', () 
       const condition = url === '/v1/pets' ? '*' : String(read.headers.etag)
       const again = await app.inject({ url, headers: { ...bearer(secret), 'if-none-match': condition } })
       assert.equal(again.statusCode, 304, url)
+    }
+  })
+
+  it('gives the webhook event types in the top-level webhooks, each with the body it is sent, only where offered', async () => {
+    const doc = await withWebhooks()
+    assert.equal((await document()).webhooks, undefined)
+    assert.deepEqual(Object.keys(doc.webhooks), [...EVENT_TYPES])
+    for (const type of EVENT_TYPES) {
+      const operation = doc.webhooks[type].post as Operation
+      const ref = operation.requestBody?.content['application/json']?.schema.$ref ?? ''
+      const schema = doc.components.schemas[ref.replace('#/components/schemas/', '')]
+      assert.deepEqual(schema.properties.type.enum, [type], type)
+      assert.deepEqual(schema.required.sort(), ['data', 'timestamp', 'type'])
+      const data = type === 'message.created' ? 'Message' : 'Order'
+      assert.equal(schema.properties.data.$ref, `#/components/schemas/${data}`, type)
+      for (const name of ['webhook-id', 'webhook-timestamp', 'webhook-signature']) {
+        assert.equal(headerParameter(operation, name)?.required, true, `${type} ${name}`)
+      }
+      assert.ok(operation.responses['410'], type)
+    }
+  })
+
+  it('every event a receiver gets is the body the document gives its type', { timeout: 30_000 }, async (t) => {
+    const test = await build(t, WEBHOOK_DELIVERY)
+    const doc = (await test.app.inject({ url: '/v1/openapi.json' })).json()
+    // The document as one schema, its components reached by their references.
+    const ajv = new Ajv2020({ strict: false, validateFormats: false, validateSchema: false })
+    ajv.addSchema(doc, 'document')
+    const bodyOf = (type: string) =>
+      `document${(doc.webhooks[type].post as Operation).requestBody?.content['application/json']?.schema.$ref}`
+    const { secret, accountId } = await test.newKey()
+    const hook = await receiver(t)
+    const endpoint = await test.app.store.createWebhookEndpoint({
+      accountId,
+      url: hook.url,
+      events: [...EVENT_TYPES],
+      description: '',
+      secret: newWebhookSecret(),
+    })
+    assert.ok(endpoint)
+    const headers = { ...bearer(secret), 'animal-store-beta': 'orders' }
+    const call = async (method: 'GET' | 'POST', url: string, payload?: object) =>
+      (await test.app.inject({ method, url, headers, ...(payload && { payload }) })).json()
+    await call('POST', '/v1/messages', { message: 'hello' })
+    const pets = []
+    for (const name of ['Rex', 'Tom', 'Kit']) pets.push(await call('POST', '/v1/pets', { name, categoryId: 1 }))
+    const orders = []
+    for (const pet of pets) orders.push(await call('POST', '/v1/store/orders', { petId: pet.id }))
+    await call('POST', `/v1/store/orders/${orders[0].id}/complete`)
+    await call('POST', `/v1/store/orders/${orders[1].id}/cancel`)
+    await test.app.store.expireOrders(new Date(Date.now() + 86_400_000).toISOString())
+    await until('every event received', () => hook.received.length === 7)
+    const types = hook.received.map(({ event }) => event.type).sort()
+    assert.deepEqual(new Set(types), new Set(EVENT_TYPES))
+    for (const { event, body } of hook.received) {
+      assert.ok(
+        ajv.validate({ $ref: bodyOf(event.type) }, JSON.parse(body)),
+        `${event.type}: ${JSON.stringify(ajv.errors)}`,
+      )
+      // And no other type's: a receiver tells them apart by the schema alone.
+      for (const other of EVENT_TYPES.filter((type) => type !== event.type)) {
+        assert.equal(ajv.validate({ $ref: bodyOf(other) }, JSON.parse(body)), false, `${event.type} as ${other}`)
+      }
     }
   })
 
