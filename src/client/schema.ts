@@ -582,7 +582,7 @@ export interface components {
       /**
        * Format: int64
        * @description The animal to reserve: it must be `available`.
-       * @example 1
+       * @example 9007199254740991
        */
       petId: number
     }
@@ -629,7 +629,7 @@ export interface components {
       id: string
       /**
        * @description Where events are POSTed.
-       * @example https://example.com/webhooks
+       * @example https://hooks.example/animal-store
        */
       url: string
       /**
@@ -671,7 +671,7 @@ export interface components {
     NewWebhookEndpoint: {
       /**
        * @description Where events are POSTed: an absolute `https://` URL on a public address, without a username or password (see WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_URLS).
-       * @example https://example.com/webhooks
+       * @example https://hooks.example/animal-store
        */
       url: string
       /**
@@ -698,7 +698,7 @@ export interface components {
       id: string
       /**
        * @description Where events are POSTed.
-       * @example https://example.com/webhooks
+       * @example https://hooks.example/animal-store
        */
       url: string
       /**
@@ -750,7 +750,7 @@ export interface components {
       id: string
       /**
        * @description Where events are POSTed.
-       * @example https://example.com/webhooks
+       * @example https://hooks.example/animal-store
        */
       url: string
       /**
@@ -803,7 +803,7 @@ export interface components {
     WebhookEndpointPatch: {
       /**
        * @description Where events are POSTed: an absolute `https://` URL on a public address, without a username or password (see WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_URLS).
-       * @example https://example.com/webhooks
+       * @example https://hooks.example/animal-store
        */
       url?: string
       /**
@@ -1519,7 +1519,7 @@ export interface operations {
       path: {
         /**
          * @description The identifier of the animal.
-         * @example 1
+         * @example 9007199254740991
          */
         petId: number
       }
@@ -1817,7 +1817,7 @@ export interface operations {
       path: {
         /**
          * @description The identifier of the animal.
-         * @example 1
+         * @example 9007199254740991
          */
         petId: number
       }

@@ -29,7 +29,7 @@ function page(title: string, body: Html, { reference = false } = {}): string {
     html`<header class="docs-header">
     ${reference ? html`<h1 class="visually-hidden">Animal Store API reference</h1>` : ''}
     <nav aria-label="Portal"><a href="/portal">Animal Store developer portal</a> · <a href="/portal/keys">API keys</a> · ${reference ? '' : html`<a href="/docs">API reference</a> · `}<a href="/v1/openapi.json">OpenAPI document</a></nav>
-    ${reference ? html`<p>To try an operation: create a key in the portal, choose <strong>Authorize</strong> and paste it, open an operation, then choose <strong>Execute</strong>. Requests go to this server.</p>` : ''}
+    ${reference ? html`<p>To try an operation: create a key in the portal, choose <strong>Authorize</strong> and paste it, open an operation, choose <strong>Try it out</strong>, then <strong>Execute</strong>. Requests go to this server.</p>` : ''}
   </header>
   ${reference ? body : html`<main id="main" class="docs-page">${body}</main>`}`,
   ).text

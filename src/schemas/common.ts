@@ -37,6 +37,13 @@ const INVISIBLE =
  */
 export const VISIBLE_TEXT = `^(?=[\\s\\S]*[^${INVISIBLE}])[^\\u0000]*$`
 
+/**
+ * The example of an id that names an existing resource in a request (a path, a body), which
+ * /docs fills in for "Try it out": no resource has it (ids count up from 1; this is the last one),
+ * so an example executed as it stands changes nothing and is answered 404.
+ */
+export const ABSENT_ID_EXAMPLE = MAX_EXACT_INTEGER
+
 /** An int64 identifier in a body or response: exact in JSON, so at most MAX_EXACT_INTEGER. */
 export const Int64 = (options: { description: string; minimum?: number; examples?: number[] }) =>
   Type.Integer({ format: 'int64', maximum: MAX_EXACT_INTEGER, ...options })

@@ -25,6 +25,8 @@ const nullableTimestamp = (description: string) =>
 
 export const EventTypeSchema = Type.Enum(EVENT_TYPES, { type: 'string', description: 'An event type.' })
 
+/** Under the reserved `.example` domain (RFC 2606): an endpoint made from the example sends events nowhere. */
+const URL_EXAMPLE = 'https://hooks.example/animal-store'
 const SECRET_EXAMPLE = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'
 const webhookFields = {
   url: Type.String({
@@ -32,7 +34,7 @@ const webhookFields = {
     maxLength: 2048,
     description:
       'Where events are POSTed: an absolute `https://` URL on a public address, without a username or password (see WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_URLS).',
-    examples: ['https://example.com/webhooks'],
+    examples: [URL_EXAMPLE],
   }),
   events: Type.Array(EventTypeSchema, {
     minItems: 1,
@@ -58,7 +60,7 @@ export const WebhookStatusSchema = Type.Enum(['enabled', 'disabled'] as const, {
 export const WebhookEndpointSchema = Type.Object(
   {
     id: Type.String({ description: 'Identifier of the endpoint.', examples: ['we_3kTMd9PqLw2xY8aZ'] }),
-    url: Type.String({ description: 'Where events are POSTed.', examples: ['https://example.com/webhooks'] }),
+    url: Type.String({ description: 'Where events are POSTed.', examples: [URL_EXAMPLE] }),
     events: Type.Array(EventTypeSchema, {
       description: 'The event types sent to it.',
       examples: [['order.placed', 'order.completed']],
