@@ -37,7 +37,29 @@ export type RotatedWebhookEndpoint = components['schemas']['RotatedWebhookEndpoi
 /** The body of updateWebhookEndpoint (`client.PATCH('/webhook-endpoints/{endpointId}', …)`): a JSON Merge Patch. */
 export type WebhookEndpointPatch = components['schemas']['WebhookEndpointPatch']
 export type Delivery = components['schemas']['Delivery']
-export type AnimalStoreClient = Client<paths>
+/** Experimental: the body of a webhook delivery, for a receiver to type what it verified (branch on `type`). */
+export type WebhookEvent =
+  | components['schemas']['MessageCreatedEvent']
+  | components['schemas']['OrderPlacedEvent']
+  | components['schemas']['OrderCompletedEvent']
+  | components['schemas']['OrderCanceledEvent']
+  | components['schemas']['OrderExpiredEvent']
+
+/**
+ * An operation as the client takes it. The document requires `Animal-Store-Beta` on the beta and
+ * experimental operations; the client sends it by itself (below), so a call may leave it out.
+ */
+type OptedIn<Operation> = Operation extends { parameters: { header: infer Header } }
+  ? Omit<Operation, 'parameters'> & {
+      parameters: Omit<Operation['parameters'], 'header'> & {
+        header?: Omit<Header, 'animal-store-beta'> & { 'animal-store-beta'?: string }
+      }
+    }
+  : Operation
+
+/** The paths of the document, each operation as the client takes it. */
+export type ClientPaths = { [Path in keyof paths]: { [Method in keyof paths[Path]]: OptedIn<paths[Path][Method]> } }
+export type AnimalStoreClient = Client<ClientPaths>
 
 /**
  * The beta and experimental operations, by path, and the feature each needs in `Animal-Store-Beta`:
@@ -70,7 +92,7 @@ export interface AnimalStoreClientOptions {
 }
 
 export function createAnimalStoreClient({ baseUrl, apiKey, fetch }: AnimalStoreClientOptions): AnimalStoreClient {
-  const client = createClient<paths>({
+  const client = createClient<ClientPaths>({
     baseUrl: baseUrl.replace(/\/+$/, ''),
     headers: { authorization: `Bearer ${apiKey}` },
     ...(fetch && { fetch }),

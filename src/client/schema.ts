@@ -4,6 +4,26 @@
  */
 
 export interface paths {
+  '/openapi.json': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    /**
+     * Get this OpenAPI document
+     * @description The OpenAPI 3.1 document of this deployment: what /docs shows and the typed client is generated from. No key needed, and not counted by the rate limit.
+     */
+    get: operations['getOpenApiDocument']
+    put?: never
+    post?: never
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
   '/pets': {
     parameters: {
       query?: never
@@ -314,7 +334,108 @@ export interface paths {
     trace?: never
   }
 }
-export type webhooks = Record<string, never>
+export interface webhooks {
+  'message.created': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * A message was sent: `data` is the message as sendMessage answered it (`queued`).
+     * @description **Experimental.** POSTed to each enabled endpoint subscribed to this event type, signed as Standard Webhooks says: verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.
+     */
+    post: operations['messageCreatedEvent']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  'order.placed': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * An order was placed: it holds its animal (`pending`).
+     * @description **Experimental.** POSTed to each enabled endpoint subscribed to this event type, signed as Standard Webhooks says: verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.
+     */
+    post: operations['orderPlacedEvent']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  'order.completed': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * An order was completed: its animal is sold.
+     * @description **Experimental.** POSTed to each enabled endpoint subscribed to this event type, signed as Standard Webhooks says: verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.
+     */
+    post: operations['orderCompletedEvent']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  'order.canceled': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * An order was canceled (API or portal): its animal is available again.
+     * @description **Experimental.** POSTed to each enabled endpoint subscribed to this event type, signed as Standard Webhooks says: verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.
+     */
+    post: operations['orderCanceledEvent']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  'order.expired': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * A placed order reached its `expiresAt`: its animal is available again.
+     * @description **Experimental.** POSTed to each enabled endpoint subscribed to this event type, signed as Standard Webhooks says: verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.
+     */
+    post: operations['orderExpiredEvent']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+}
 export interface components {
   schemas: {
     Pet: {
@@ -466,7 +587,7 @@ export interface components {
       /**
        * Format: int64
        * @description The animal to reserve: it must be `available`.
-       * @example 1
+       * @example 9007199254740991
        */
       petId: number
     }
@@ -513,7 +634,7 @@ export interface components {
       id: string
       /**
        * @description Where events are POSTed.
-       * @example https://example.com/webhooks
+       * @example https://hooks.example/animal-store
        */
       url: string
       /**
@@ -555,7 +676,7 @@ export interface components {
     NewWebhookEndpoint: {
       /**
        * @description Where events are POSTed: an absolute `https://` URL on a public address, without a username or password (see WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_URLS).
-       * @example https://example.com/webhooks
+       * @example https://hooks.example/animal-store
        */
       url: string
       /**
@@ -582,7 +703,7 @@ export interface components {
       id: string
       /**
        * @description Where events are POSTed.
-       * @example https://example.com/webhooks
+       * @example https://hooks.example/animal-store
        */
       url: string
       /**
@@ -634,7 +755,7 @@ export interface components {
       id: string
       /**
        * @description Where events are POSTed.
-       * @example https://example.com/webhooks
+       * @example https://hooks.example/animal-store
        */
       url: string
       /**
@@ -687,7 +808,7 @@ export interface components {
     WebhookEndpointPatch: {
       /**
        * @description Where events are POSTed: an absolute `https://` URL on a public address, without a username or password (see WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_URLS).
-       * @example https://example.com/webhooks
+       * @example https://hooks.example/animal-store
        */
       url?: string
       /**
@@ -768,6 +889,86 @@ export interface components {
        */
       createdAt: string
     }
+    /** @description A message was sent: `data` is the message as sendMessage answered it (`queued`). */
+    MessageCreatedEvent: {
+      /**
+       * @description The event type.
+       * @example message.created
+       * @enum {string}
+       */
+      type: 'message.created'
+      /**
+       * Format: date-time
+       * @description When it happened: the message's `createdAt`. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      timestamp: string
+      data: components['schemas']['Message']
+    }
+    /** @description An order was placed: it holds its animal (`pending`). */
+    OrderPlacedEvent: {
+      /**
+       * @description The event type.
+       * @example order.placed
+       * @enum {string}
+       */
+      type: 'order.placed'
+      /**
+       * Format: date-time
+       * @description When it happened: the order's `updatedAt`. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      timestamp: string
+      data: components['schemas']['Order']
+    }
+    /** @description An order was completed: its animal is sold. */
+    OrderCompletedEvent: {
+      /**
+       * @description The event type.
+       * @example order.completed
+       * @enum {string}
+       */
+      type: 'order.completed'
+      /**
+       * Format: date-time
+       * @description When it happened: the order's `updatedAt`. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      timestamp: string
+      data: components['schemas']['Order']
+    }
+    /** @description An order was canceled (API or portal): its animal is available again. */
+    OrderCanceledEvent: {
+      /**
+       * @description The event type.
+       * @example order.canceled
+       * @enum {string}
+       */
+      type: 'order.canceled'
+      /**
+       * Format: date-time
+       * @description When it happened: the order's `updatedAt`. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      timestamp: string
+      data: components['schemas']['Order']
+    }
+    /** @description A placed order reached its `expiresAt`: its animal is available again. */
+    OrderExpiredEvent: {
+      /**
+       * @description The event type.
+       * @example order.expired
+       * @enum {string}
+       */
+      type: 'order.expired'
+      /**
+       * Format: date-time
+       * @description When it happened: the order's `updatedAt`. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      timestamp: string
+      data: components['schemas']['Order']
+    }
   }
   responses: never
   parameters: never
@@ -777,6 +978,74 @@ export interface components {
 }
 export type $defs = Record<string, never>
 export interface operations {
+  getOpenApiDocument: {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description This document. */
+      200: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': {
+            /**
+             * @description The OpenAPI version.
+             * @example 3.1.0
+             */
+            openapi: string
+            /** @description Title, version, description, contact and license. */
+            info: Record<string, never>
+            /** @description The operations, by path under the servers. */
+            paths: Record<string, never>
+          }
+        }
+      }
+      /** @description `If-Match` with entity tags: this document has no `ETag`, so none matches (`*` does). */
+      412: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "precondition_failed",
+           *       "message": "The If-Match or If-None-Match condition does not hold: compare with the current ETag (answers without one match only \"*\").",
+           *       "status": 412
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
   listPets: {
     parameters: {
       query?: {
@@ -787,7 +1056,10 @@ export interface operations {
         /** @description Opaque position from the `Link: <…>; rel="next"` header of the previous page. */
         cursor?: string
       }
-      header?: never
+      header?: {
+        /** @description Entity tags the answer must not match: 304 (no content) when it does. `*` matches any answer; an entity tag, the `ETag` of the answer (only an animal has one). */
+        'if-none-match'?: string
+      }
       path?: never
       cookie?: never
     }
@@ -803,7 +1075,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -818,7 +1090,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content?: never
@@ -831,7 +1103,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -851,7 +1123,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -875,7 +1147,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -899,7 +1171,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -917,7 +1189,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -937,7 +1209,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -955,7 +1227,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -991,7 +1263,7 @@ export interface operations {
       201: {
         headers: {
           /** @description The URL of the new animal. */
-          Location?: string
+          Location: string
           /** @description `true` when this is the stored response to an earlier request. */
           'Idempotent-Replayed'?: string
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
@@ -999,7 +1271,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1014,7 +1286,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1034,7 +1306,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1058,7 +1330,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1080,7 +1352,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1102,7 +1374,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1124,7 +1396,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1146,7 +1418,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1170,7 +1442,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1188,7 +1460,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1208,7 +1480,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1226,7 +1498,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1245,11 +1517,14 @@ export interface operations {
   getPet: {
     parameters: {
       query?: never
-      header?: never
+      header?: {
+        /** @description Entity tags the answer must not match: 304 (no content) when it does. `*` matches any answer; an entity tag, the `ETag` of the answer (only an animal has one). */
+        'if-none-match'?: string
+      }
       path: {
         /**
          * @description The identifier of the animal.
-         * @example 1
+         * @example 9007199254740991
          */
         petId: number
       }
@@ -1273,7 +1548,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1296,7 +1571,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content?: never
@@ -1315,7 +1590,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1341,7 +1616,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1365,7 +1640,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1393,7 +1668,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1421,7 +1696,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1451,7 +1726,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1475,7 +1750,7 @@ export interface operations {
           /** @description `<…/v1/pets>; rel="successor-version"`: use `GET /pets` with the `status` filter; `<…/docs#/pets/getPet>; rel="deprecation"`: the reference says so (RFC 9745 §3). */
           Link?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1501,7 +1776,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1519,7 +1794,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1547,7 +1822,7 @@ export interface operations {
       path: {
         /**
          * @description The identifier of the animal.
-         * @example 1
+         * @example 9007199254740991
          */
         petId: number
       }
@@ -1570,7 +1845,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1585,7 +1860,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1605,7 +1880,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1629,7 +1904,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1651,7 +1926,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1673,7 +1948,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1695,7 +1970,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1717,7 +1992,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1739,7 +2014,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1763,7 +2038,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1781,7 +2056,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1801,7 +2076,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1819,7 +2094,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1861,7 +2136,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1876,7 +2151,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1896,7 +2171,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1920,7 +2195,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1944,7 +2219,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1962,7 +2237,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -1982,7 +2257,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2000,7 +2275,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2042,7 +2317,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2057,7 +2332,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2077,7 +2352,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2101,7 +2376,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2123,7 +2398,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2145,7 +2420,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2167,7 +2442,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2189,7 +2464,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2213,7 +2488,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2231,7 +2506,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2251,7 +2526,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2269,7 +2544,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2305,7 +2580,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2320,7 +2595,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2340,7 +2615,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2364,7 +2639,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2386,7 +2661,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2410,7 +2685,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2428,7 +2703,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2448,7 +2723,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2466,7 +2741,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2494,12 +2769,9 @@ export interface operations {
         /** @description Opaque position from the `Link: <…>; rel="next"` header of the previous page. */
         cursor?: string
       }
-      header?: {
-        /**
-         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
-         * @example orders
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this beta operation: `orders` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'orders'
       }
       path?: never
       cookie?: never
@@ -2516,7 +2788,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2531,7 +2803,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2551,7 +2823,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2575,7 +2847,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2599,7 +2871,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2617,7 +2889,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2637,7 +2909,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2655,7 +2927,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2674,14 +2946,11 @@ export interface operations {
   placeOrder: {
     parameters: {
       query?: never
-      header?: {
+      header: {
         /** @description 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
         'idempotency-key'?: string
-        /**
-         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
-         * @example orders
-         */
-        'animal-store-beta'?: string
+        /** @description Opts in to this beta operation: `orders` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'orders'
       }
       path?: never
       cookie?: never
@@ -2696,7 +2965,7 @@ export interface operations {
       201: {
         headers: {
           /** @description The URL of the new order. */
-          Location?: string
+          Location: string
           /** @description `true` when this is the stored response to an earlier request. */
           'Idempotent-Replayed'?: string
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
@@ -2704,7 +2973,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2719,7 +2988,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2739,7 +3008,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2763,7 +3032,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2785,7 +3054,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2799,7 +3068,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description A request with this Idempotency-Key is still in progress. */
+      /** @description `pet_not_available`: a placed order holds the animal, or it is sold (or was added as pending); `idempotency_conflict`: a request with this Idempotency-Key is still in progress. */
       409: {
         headers: {
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
@@ -2807,14 +3076,14 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
           /**
            * @example {
-           *       "code": "idempotency_conflict",
-           *       "message": "A request with this Idempotency-Key is still being processed; retry later.",
+           *       "code": "pet_not_available",
+           *       "message": "The pet is not available: an order holds it, or it is sold.",
            *       "status": 409
            *     }
            */
@@ -2829,7 +3098,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2851,7 +3120,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2873,7 +3142,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2897,7 +3166,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2915,7 +3184,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2935,7 +3204,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2953,7 +3222,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -2972,12 +3241,9 @@ export interface operations {
   getOrder: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
-         * @example orders
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this beta operation: `orders` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'orders'
       }
       path: {
         /** @description The identifier of the order (`ord_…`). */
@@ -2995,7 +3261,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3010,7 +3276,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3030,7 +3296,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3054,7 +3320,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3076,7 +3342,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3100,7 +3366,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3118,7 +3384,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3138,7 +3404,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3156,7 +3422,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3175,12 +3441,9 @@ export interface operations {
   completeOrder: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
-         * @example orders
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this beta operation: `orders` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'orders'
       }
       path: {
         /** @description The identifier of the order (`ord_…`). */
@@ -3198,7 +3461,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3213,7 +3476,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3233,7 +3496,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3257,7 +3520,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3279,7 +3542,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3293,7 +3556,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description A request with this Idempotency-Key is still in progress. */
+      /** @description `order_conflict`: the order is final in another status (canceled, expired), so it cannot become `completed`. */
       409: {
         headers: {
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
@@ -3301,14 +3564,14 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
           /**
            * @example {
-           *       "code": "idempotency_conflict",
-           *       "message": "A request with this Idempotency-Key is still being processed; retry later.",
+           *       "code": "order_conflict",
+           *       "message": "The order is final in another status; see the message.",
            *       "status": 409
            *     }
            */
@@ -3325,7 +3588,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3343,7 +3606,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3363,7 +3626,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3381,7 +3644,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3400,12 +3663,9 @@ export interface operations {
   cancelOrder: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
-         * @example orders
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this beta operation: `orders` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'orders'
       }
       path: {
         /** @description The identifier of the order (`ord_…`). */
@@ -3423,7 +3683,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3438,7 +3698,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3458,7 +3718,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3482,7 +3742,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3504,7 +3764,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3518,7 +3778,7 @@ export interface operations {
           'application/json': components['schemas']['Error']
         }
       }
-      /** @description A request with this Idempotency-Key is still in progress. */
+      /** @description `order_conflict`: the order is final in another status (completed, expired), so it cannot become `canceled`. */
       409: {
         headers: {
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
@@ -3526,14 +3786,14 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
           /**
            * @example {
-           *       "code": "idempotency_conflict",
-           *       "message": "A request with this Idempotency-Key is still being processed; retry later.",
+           *       "code": "order_conflict",
+           *       "message": "The order is final in another status; see the message.",
            *       "status": 409
            *     }
            */
@@ -3550,7 +3810,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3568,7 +3828,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3588,7 +3848,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3606,7 +3866,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3625,12 +3885,9 @@ export interface operations {
   getInventory: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this beta operation: `orders` (a comma-separated list of features may name others too).
-         * @example orders
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this beta operation: `orders` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'orders'
       }
       path?: never
       cookie?: never
@@ -3645,7 +3902,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3660,7 +3917,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3680,7 +3937,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3704,7 +3961,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3728,7 +3985,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3746,7 +4003,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3766,7 +4023,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3784,7 +4041,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3803,12 +4060,9 @@ export interface operations {
   listWebhookEndpoints: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path?: never
       cookie?: never
@@ -3823,7 +4077,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3838,7 +4092,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3858,7 +4112,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3882,7 +4136,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3906,7 +4160,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3924,7 +4178,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3944,7 +4198,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3962,7 +4216,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -3981,14 +4235,11 @@ export interface operations {
   createWebhookEndpoint: {
     parameters: {
       query?: never
-      header?: {
+      header: {
         /** @description 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
         'idempotency-key'?: string
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path?: never
       cookie?: never
@@ -4003,7 +4254,7 @@ export interface operations {
       201: {
         headers: {
           /** @description The URL of the new endpoint. */
-          Location?: string
+          Location: string
           /** @description `true` when this is the stored response to an earlier request. */
           'Idempotent-Replayed'?: string
           /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
@@ -4011,7 +4262,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4026,7 +4277,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4046,7 +4297,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4070,7 +4321,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4092,7 +4343,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4114,7 +4365,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4136,7 +4387,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4158,7 +4409,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4182,7 +4433,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4200,7 +4451,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4220,7 +4471,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4238,7 +4489,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4257,12 +4508,9 @@ export interface operations {
   getWebhookEndpoint: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
@@ -4280,7 +4528,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4295,7 +4543,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4315,7 +4563,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4339,7 +4587,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4361,7 +4609,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4385,7 +4633,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4403,7 +4651,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4423,7 +4671,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4441,7 +4689,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4460,12 +4708,9 @@ export interface operations {
   deleteWebhookEndpoint: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
@@ -4483,7 +4728,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content?: never
@@ -4496,7 +4741,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4516,7 +4761,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4540,7 +4785,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4562,7 +4807,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4586,7 +4831,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4604,7 +4849,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4624,7 +4869,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4642,7 +4887,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4661,12 +4906,9 @@ export interface operations {
   updateWebhookEndpoint: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
@@ -4689,7 +4931,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4704,7 +4946,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4724,7 +4966,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4748,7 +4990,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4770,7 +5012,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4792,7 +5034,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4814,7 +5056,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4838,7 +5080,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4856,7 +5098,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4876,7 +5118,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4894,7 +5136,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4913,12 +5155,9 @@ export interface operations {
   rotateWebhookSecret: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
@@ -4936,7 +5175,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4951,7 +5190,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4971,7 +5210,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -4995,7 +5234,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5017,7 +5256,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5041,7 +5280,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5059,7 +5298,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5079,7 +5318,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5097,7 +5336,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5119,12 +5358,9 @@ export interface operations {
         /** @description Maximum number of deliveries returned. */
         limit?: number
       }
-      header?: {
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
@@ -5142,7 +5378,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5157,7 +5393,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5177,7 +5413,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5201,7 +5437,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5223,7 +5459,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5247,7 +5483,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5265,7 +5501,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5285,7 +5521,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5303,7 +5539,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5322,12 +5558,9 @@ export interface operations {
   redeliverWebhook: {
     parameters: {
       query?: never
-      header?: {
-        /**
-         * @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features may name others too).
-         * @example webhooks
-         */
-        'animal-store-beta'?: string
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
       }
       path: {
         /** @description The identifier of the webhook endpoint (`we_…`). */
@@ -5347,7 +5580,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5362,7 +5595,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5382,7 +5615,7 @@ export interface operations {
           /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
           'WWW-Authenticate'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5406,7 +5639,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5428,7 +5661,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5450,7 +5683,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5474,7 +5707,7 @@ export interface operations {
           /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
           'RateLimit-Policy'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5492,7 +5725,7 @@ export interface operations {
       500: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5512,7 +5745,7 @@ export interface operations {
           /** @description Seconds to wait before retrying. */
           'Retry-After'?: string
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5530,7 +5763,7 @@ export interface operations {
       default: {
         headers: {
           /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
-          'X-Request-Id'?: string
+          'X-Request-Id': string
           [name: string]: unknown
         }
         content: {
@@ -5543,6 +5776,266 @@ export interface operations {
            */
           'application/json': components['schemas']['Error']
         }
+      }
+    }
+  }
+  messageCreatedEvent: {
+    parameters: {
+      query?: never
+      header: {
+        /**
+         * @description The event's id: the same on every attempt, so deduplicate on it.
+         * @example evt_3kTMd9PqLw2xY8aZ
+         */
+        'webhook-id': string
+        /**
+         * @description When this attempt was signed, in Unix seconds.
+         * @example 1795521600
+         */
+        'webhook-timestamp': string
+        /**
+         * @description `v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>` with the endpoint secret; two, separated by a space, while a rotated secret still signs.
+         * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+         */
+        'webhook-signature': string
+      }
+      path?: never
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['MessageCreatedEvent']
+      }
+    }
+    responses: {
+      /** @description Gone: the endpoint is disabled at once, and its pending deliveries fail. */
+      410: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Received: the delivery is done, and not sent again. */
+      '2XX': {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Any other answer, or none within `WEBHOOK_TIMEOUT_SECONDS` (a redirect is not followed): sent again on the retry schedule. */
+      default: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+    }
+  }
+  orderPlacedEvent: {
+    parameters: {
+      query?: never
+      header: {
+        /**
+         * @description The event's id: the same on every attempt, so deduplicate on it.
+         * @example evt_3kTMd9PqLw2xY8aZ
+         */
+        'webhook-id': string
+        /**
+         * @description When this attempt was signed, in Unix seconds.
+         * @example 1795521600
+         */
+        'webhook-timestamp': string
+        /**
+         * @description `v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>` with the endpoint secret; two, separated by a space, while a rotated secret still signs.
+         * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+         */
+        'webhook-signature': string
+      }
+      path?: never
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['OrderPlacedEvent']
+      }
+    }
+    responses: {
+      /** @description Gone: the endpoint is disabled at once, and its pending deliveries fail. */
+      410: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Received: the delivery is done, and not sent again. */
+      '2XX': {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Any other answer, or none within `WEBHOOK_TIMEOUT_SECONDS` (a redirect is not followed): sent again on the retry schedule. */
+      default: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+    }
+  }
+  orderCompletedEvent: {
+    parameters: {
+      query?: never
+      header: {
+        /**
+         * @description The event's id: the same on every attempt, so deduplicate on it.
+         * @example evt_3kTMd9PqLw2xY8aZ
+         */
+        'webhook-id': string
+        /**
+         * @description When this attempt was signed, in Unix seconds.
+         * @example 1795521600
+         */
+        'webhook-timestamp': string
+        /**
+         * @description `v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>` with the endpoint secret; two, separated by a space, while a rotated secret still signs.
+         * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+         */
+        'webhook-signature': string
+      }
+      path?: never
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['OrderCompletedEvent']
+      }
+    }
+    responses: {
+      /** @description Gone: the endpoint is disabled at once, and its pending deliveries fail. */
+      410: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Received: the delivery is done, and not sent again. */
+      '2XX': {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Any other answer, or none within `WEBHOOK_TIMEOUT_SECONDS` (a redirect is not followed): sent again on the retry schedule. */
+      default: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+    }
+  }
+  orderCanceledEvent: {
+    parameters: {
+      query?: never
+      header: {
+        /**
+         * @description The event's id: the same on every attempt, so deduplicate on it.
+         * @example evt_3kTMd9PqLw2xY8aZ
+         */
+        'webhook-id': string
+        /**
+         * @description When this attempt was signed, in Unix seconds.
+         * @example 1795521600
+         */
+        'webhook-timestamp': string
+        /**
+         * @description `v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>` with the endpoint secret; two, separated by a space, while a rotated secret still signs.
+         * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+         */
+        'webhook-signature': string
+      }
+      path?: never
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['OrderCanceledEvent']
+      }
+    }
+    responses: {
+      /** @description Gone: the endpoint is disabled at once, and its pending deliveries fail. */
+      410: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Received: the delivery is done, and not sent again. */
+      '2XX': {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Any other answer, or none within `WEBHOOK_TIMEOUT_SECONDS` (a redirect is not followed): sent again on the retry schedule. */
+      default: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+    }
+  }
+  orderExpiredEvent: {
+    parameters: {
+      query?: never
+      header: {
+        /**
+         * @description The event's id: the same on every attempt, so deduplicate on it.
+         * @example evt_3kTMd9PqLw2xY8aZ
+         */
+        'webhook-id': string
+        /**
+         * @description When this attempt was signed, in Unix seconds.
+         * @example 1795521600
+         */
+        'webhook-timestamp': string
+        /**
+         * @description `v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>` with the endpoint secret; two, separated by a space, while a rotated secret still signs.
+         * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+         */
+        'webhook-signature': string
+      }
+      path?: never
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['OrderExpiredEvent']
+      }
+    }
+    responses: {
+      /** @description Gone: the endpoint is disabled at once, and its pending deliveries fail. */
+      410: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Received: the delivery is done, and not sent again. */
+      '2XX': {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Any other answer, or none within `WEBHOOK_TIMEOUT_SECONDS` (a redirect is not followed): sent again on the retry schedule. */
+      default: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
       }
     }
   }

@@ -4,15 +4,18 @@
  */
 import swagger from '@fastify/swagger'
 import fp from 'fastify-plugin'
+import Type from 'typebox'
 import type { Config } from '../config.ts'
-import { ERRORS } from '../errors.ts'
-import { ErrorSchema } from '../schemas/common.ts'
+import { ERROR_CODES } from '../errors.ts'
+import { ErrorSchema, errorResponse, errorResponses, jsonResponse } from '../schemas/common.ts'
 import { MessageSchema, NewMessageSchema } from '../schemas/messages.ts'
 import { InventorySchema, NewOrderSchema, OrderSchema } from '../schemas/orders.ts'
 import { NewPetSchema, PetPatchSchema, PetSchema } from '../schemas/pets.ts'
 import {
   CreatedWebhookEndpointSchema,
   DeliverySchema,
+  EVENT_SCHEMAS,
+  EVENT_TYPES,
   NewWebhookEndpointSchema,
   RotatedWebhookEndpointSchema,
   WEBHOOKS_STABILITY,
@@ -45,25 +48,123 @@ const WEBHOOK_COMPONENTS = [
   RotatedWebhookEndpointSchema,
   WebhookEndpointPatchSchema,
   DeliverySchema,
+  ...Object.values(EVENT_SCHEMAS),
 ]
 
 /**
- * Declares `Animal-Store-Beta` on a beta or experimental operation, so that a client generated
- * from the document can send it. In the document only: validating it would cost every request a
- * headers check, and its absence already gets the 400 that names it (stability.ts). Optional there.
+ * Declares `Animal-Store-Beta` on a beta or experimental operation, required and with the one value
+ * it needs, so that a client generated from the document sends it. In the document only: validating
+ * it would cost every request a headers check, and its absence already gets the 400 that names it
+ * (stability.ts). The server also takes a comma-separated list naming the feature among others.
  */
 function withOptInHeader(schema: Record<string, unknown>, stability: Stability | undefined): Record<string, unknown> {
   if (!stability) return schema
-  const headers = schema.headers as { properties?: object } | undefined
   const optIn = {
     type: 'string',
-    description: `Opts in to this ${stability.level} operation: \`${stability.feature}\` (a comma-separated list of features may name others too).`,
-    examples: [stability.feature],
+    enum: [stability.feature],
+    description: `Opts in to this ${stability.level} operation: \`${stability.feature}\` (a comma-separated list of features naming it is taken too).`,
   }
+  return withHeader(schema, BETA_HEADER, optIn, true)
+}
+
+/**
+ * Declares `If-None-Match` on an operation that documents a 304, its only cause
+ * (src/plugins/preconditions.ts). In the document only, as the opt-in header above.
+ */
+function withConditionHeader(schema: Record<string, unknown>): Record<string, unknown> {
+  const responses = schema.response as Record<string, unknown> | undefined
+  if (!responses?.[304]) return schema
+  const condition = {
+    type: 'string',
+    description:
+      'Entity tags the answer must not match: 304 (no content) when it does. `*` matches any answer; ' +
+      'an entity tag, the `ETag` of the answer (only an animal has one).',
+  }
+  return withHeader(schema, 'if-none-match', condition, false)
+}
+
+function withHeader(schema: Record<string, unknown>, name: string, property: object, required: boolean) {
+  const headers = schema.headers as { properties?: object; required?: string[] } | undefined
   return {
     ...schema,
-    headers: { type: 'object', ...headers, properties: { ...headers?.properties, [BETA_HEADER]: optIn } },
+    headers: {
+      type: 'object',
+      ...headers,
+      properties: { ...headers?.properties, [name]: property },
+      ...(required && { required: [...(headers?.required ?? []), name] }),
+    },
   }
+}
+
+type Document = {
+  paths: Record<string, Record<string, { responses: Record<string, { headers?: Record<string, HeaderObject> }> }>>
+}
+type HeaderObject = { schema: { required?: boolean }; required?: boolean }
+
+/** Moves each response header's `required` (src/schemas/common.ts, header) from its schema to the header. */
+function requiredHeaders<D extends Document>(document: D): D {
+  for (const item of Object.values(document.paths)) {
+    for (const operation of Object.values(item)) {
+      for (const response of Object.values(operation.responses)) {
+        for (const object of Object.values(response.headers ?? {})) {
+          if (object.schema.required === true) object.required = true
+          delete object.schema.required
+        }
+      }
+    }
+  }
+  return document
+}
+
+/** The signature headers of every delivery (src/webhooks/signing.ts), as a receiver reads them. */
+const SIGNATURE_PARAMETERS = [
+  ['webhook-id', "The event's id: the same on every attempt, so deduplicate on it.", 'evt_3kTMd9PqLw2xY8aZ'],
+  ['webhook-timestamp', 'When this attempt was signed, in Unix seconds.', '1795521600'],
+  [
+    'webhook-signature',
+    '`v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>` with the endpoint secret; two, separated by a space, while a rotated secret still signs.',
+    'v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=',
+  ],
+].map(([name, description, example]) => ({
+  in: 'header',
+  name,
+  required: true,
+  description,
+  schema: { type: 'string' },
+  example,
+}))
+
+/** The document's top-level `webhooks`: what each event type POSTs to an endpoint subscribed to it. */
+function webhookOperations() {
+  const operations = EVENT_TYPES.map((type) => {
+    const schema = EVENT_SCHEMAS[type]
+    const operation = {
+      operationId: `${type.replace(/\.(\w)/, (_, letter: string) => letter.toUpperCase())}Event`,
+      summary: schema.description,
+      description:
+        '**Experimental.** POSTed to each enabled endpoint subscribed to this event type, signed as Standard Webhooks says: ' +
+        'verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.',
+      tags: ['webhooks'],
+      'x-stability': WEBHOOKS_STABILITY.level,
+      parameters: SIGNATURE_PARAMETERS,
+      requestBody: {
+        required: true,
+        content: { 'application/json': { schema: { $ref: `#/components/schemas/${schema.$id}` } } },
+      },
+      // The request is ours: the receiver is not asked for a key.
+      security: [],
+      responses: {
+        '2XX': { description: 'Received: the delivery is done, and not sent again.' },
+        '410': { description: 'Gone: the endpoint is disabled at once, and its pending deliveries fail.' },
+        default: {
+          description:
+            'Any other answer, or none within `WEBHOOK_TIMEOUT_SECONDS` (a redirect is not followed): sent again on the retry schedule.',
+        },
+      },
+    }
+    return [type, { post: operation }]
+  })
+  return Object.fromEntries(operations)
 }
 
 /** Replaces every embedded schema that has an `$id` by a reference to its component. */
@@ -75,13 +176,30 @@ function toRefs(schema: unknown): unknown {
   return Object.fromEntries(Object.entries(schema).map(([key, value]) => [key, toRefs(value)]))
 }
 
-const description = `HTTP/JSON API of the Animal Store: list, add and fetch animals, and send a quickstart message.
+/** The API's description: what it is, the key, the errors (their table linked, at `errorsUrl`), and stability. */
+const description = (
+  errorsUrl: string,
+) => `HTTP/JSON API of the Animal Store: the animal catalogue, orders (beta), the quickstart message and, where the operator offers them, webhooks (experimental).
 
-Every operation needs an API key: \`Authorization: Bearer <API_KEY>\`. Every error is
-\`{code, message, status}\`; the codes are: ${Object.keys(ERRORS).join(', ')}.`
+**Authentication.** Every operation but \`getOpenApiDocument\` needs an API key, sent as \`Authorization: Bearer <API_KEY>\`: see **Authorize** for where keys come from.
+
+**Errors.** Every error answer is JSON, \`{"code": "…", "message": "…", "status": 400}\`: branch on \`code\`; \`message\` is for people. Each operation lists the statuses it answers, with an example code; [the table of error codes](${errorsUrl}) gives all ${ERROR_CODES.length}, with their status and meaning.
+
+**Beta and experimental.** Operations marked so take the header \`Animal-Store-Beta\` naming their feature, and may still change.`
+
+/** The body of GET /v1/openapi.json as the document describes it (the OpenAPI 3.1 schema says the rest). */
+const OpenApiDocumentSchema = Type.Object(
+  {
+    openapi: Type.String({ description: 'The OpenAPI version.', examples: ['3.1.0'] }),
+    info: Type.Object({}, { description: 'Title, version, description, contact and license.' }),
+    paths: Type.Object({}, { description: 'The operations, by path under the servers.' }),
+  },
+  { description: 'An OpenAPI 3.1 document (https://spec.openapis.org/oas/v3.1.0).' },
+)
 
 export default fp<{ config: Config }>(
   async (app, { config }) => {
+    const site = config.servers[config.deployment]
     const production = { url: config.servers.production, description: 'Production' }
     const staging = { url: config.servers.staging, description: 'Staging' }
     const webhooks = app.offers(WEBHOOKS_STABILITY)
@@ -92,12 +210,10 @@ export default fp<{ config: Config }>(
         info: {
           title: 'Animal Store API',
           version: '1.0.0',
-          description,
+          // The error table is a page of this deployment's reference (src/portal/docs.ts).
+          description: description(new URL('/docs/errors', site).href),
           // The developer portal of this deployment, served beside its API: where keys come from.
-          contact: {
-            name: 'Animal Store developer portal',
-            url: new URL('/portal', config.servers[config.deployment]).href,
-          },
+          contact: { name: 'Animal Store developer portal', url: new URL('/portal', site).href },
           license: { name: 'MIT', identifier: 'MIT' },
         },
         // This deployment first: generated clients default to the first server, and a key works
@@ -122,25 +238,54 @@ export default fp<{ config: Config }>(
             ? [
                 {
                   name: 'webhooks',
-                  description: 'Webhook endpoints (experimental: send `Animal-Store-Beta: webhooks`).',
+                  description:
+                    'Webhook endpoints, and the events POSTed to them (experimental: send `Animal-Store-Beta: webhooks`).',
                 },
               ]
             : []),
+          { name: 'reference', description: 'This document.' },
         ],
+        ...(webhooks && { webhooks: webhookOperations() }),
       },
       // Name shared schemas by their $id (Pet, NewPet, Error, …) in components.schemas.
       refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
-      transform: ({ schema, url, route }) => ({
-        schema: toRefs(withOptInHeader(schema as Record<string, unknown>, route.config?.stability)) as typeof schema,
-        url,
-      }),
+      transform: ({ schema, url, route }) => {
+        const declared = withConditionHeader(
+          withOptInHeader(schema as Record<string, unknown>, route.config?.stability),
+        )
+        return { schema: toRefs(declared) as typeof schema, url }
+      },
+      transformObject: (built) => requiredHeaders((built as unknown as { openapiObject: Document }).openapiObject),
     })
 
     let document: string | undefined
-    app.get(OPENAPI_PATH, { schema: { hide: true } }, async (_request, reply) => {
-      document ??= JSON.stringify(app.swagger())
-      return reply.type('application/json; charset=utf-8').send(document)
-    })
+    app.get(
+      OPENAPI_PATH,
+      {
+        schema: {
+          operationId: 'getOpenApiDocument',
+          summary: 'Get this OpenAPI document',
+          description:
+            'The OpenAPI 3.1 document of this deployment: what /docs shows and the typed client is generated from. ' +
+            'No key needed, and not counted by the rate limit.',
+          tags: ['reference'],
+          security: [],
+          response: {
+            // Sent as text already: the schema only describes it.
+            200: jsonResponse('This document.', OpenApiDocumentSchema),
+            412: errorResponse(
+              'precondition_failed',
+              '`If-Match` with entity tags: this document has no `ETag`, so none matches (`*` does).',
+            ),
+            default: errorResponses().default,
+          },
+        },
+      },
+      async (_request, reply) => {
+        document ??= JSON.stringify(app.swagger())
+        return reply.type('application/json; charset=utf-8').send(document)
+      },
+    )
   },
   { name: 'openapi', dependencies: ['stability'] },
 )

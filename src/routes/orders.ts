@@ -8,6 +8,7 @@ import type { Stability } from '../plugins/stability.ts'
 import {
   createdHeaders,
   DEFAULT_PAGE_SIZE,
+  errorResponse,
   errorResponses,
   IdempotencyHeadersSchema,
   jsonResponse,
@@ -46,7 +47,13 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
         body: NewOrderSchema,
         response: {
           201: jsonResponse('The order, placed; the animal is now `pending`.', OrderSchema, createdHeaders('order')),
-          ...errorResponses(400, 401, 404, 409, 413, 415, 422, 429, 500, 503),
+          ...errorResponses(400, 401, 404, 413, 415, 422, 429, 500, 503),
+          409: errorResponse(
+            'pet_not_available',
+            '`pet_not_available`: a placed order holds the animal, or it is sold (or was added as pending); ' +
+              '`idempotency_conflict`: a request with this Idempotency-Key is still in progress.',
+            RATE_LIMIT_HEADERS,
+          ),
         },
       },
       config: { scope: 'orders:write', stability, replayLocation: orderLocation },
@@ -149,7 +156,12 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
           querystring: NoQuerySchema,
           response: {
             200: jsonResponse(`The order, now \`${to}\`.`, OrderSchema, RATE_LIMIT_HEADERS),
-            ...errorResponses(400, 401, 404, 409, 429, 500, 503),
+            ...errorResponses(400, 401, 404, 429, 500, 503),
+            409: errorResponse(
+              'order_conflict',
+              `\`order_conflict\`: the order is final in another status (${others(to)}), so it cannot become \`${to}\`.`,
+              RATE_LIMIT_HEADERS,
+            ),
           },
         },
         config: { scope: 'orders:write', stability },
@@ -189,6 +201,11 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
       return app.store.inventory()
     },
   )
+}
+
+/** The final statuses other than `to`, from which an order cannot move to it. */
+function others(to: string): string {
+  return ['completed', 'canceled', 'expired'].filter((status) => status !== to).join(', ')
 }
 
 function orderNotFound(orderId: string): ApiError {

@@ -37,6 +37,13 @@ const INVISIBLE =
  */
 export const VISIBLE_TEXT = `^(?=[\\s\\S]*[^${INVISIBLE}])[^\\u0000]*$`
 
+/**
+ * The example of an id that names an existing resource in a request (a path, a body), which
+ * /docs fills in for "Try it out": no resource has it (ids count up from 1; this is the last one),
+ * so an example executed as it stands changes nothing and is answered 404.
+ */
+export const ABSENT_ID_EXAMPLE = MAX_EXACT_INTEGER
+
 /** An int64 identifier in a body or response: exact in JSON, so at most MAX_EXACT_INTEGER. */
 export const Int64 = (options: { description: string; minimum?: number; examples?: number[] }) =>
   Type.Integer({ format: 'int64', maximum: MAX_EXACT_INTEGER, ...options })
@@ -48,13 +55,22 @@ export const Int64 = (options: { description: string; minimum?: number; examples
 export const Int64Param = (options: { description: string; examples?: number[] }) =>
   Type.Integer({ format: 'int64', minimum: 1, maximum: MAX_EXACT_INTEGER, ...options })
 
-type Headers = Record<string, { type: 'string'; description: string }>
+/** A documented response header; `required` when every such response carries it. */
+type Header = { type: 'string'; description: string; required?: true }
+type Headers = Record<string, Header>
 
-export const header = (description: string) => ({ type: 'string' as const, description })
+/**
+ * A response header as the document describes it. `required: true` stays in the route's schema,
+ * where no one reads it, until src/plugins/openapi.ts moves it onto the document's Header Object.
+ */
+export const header = (description: string, { required = false } = {}): Header =>
+  required ? { type: 'string', description, required: true } : { type: 'string', description }
 
 /** On every response (src/http/index.ts). */
 const REQUEST_ID_HEADER = {
-  'X-Request-Id': header('Identifies this request in our logs: yours when you sent a sane one, else a UUID.'),
+  'X-Request-Id': header('Identifies this request in our logs: yours when you sent a sane one, else a UUID.', {
+    required: true,
+  }),
 }
 
 /**
@@ -109,7 +125,7 @@ export const IDEMPOTENT_HEADERS = {
 
 /** On the 201 of a POST that takes an Idempotency-Key: where the new `what` is. */
 export const createdHeaders = (what: string) => ({
-  Location: header(`The URL of the new ${what}.`),
+  Location: header(`The URL of the new ${what}.`, { required: true }),
   ...IDEMPOTENT_HEADERS,
 })
 

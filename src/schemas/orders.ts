@@ -1,5 +1,5 @@
 import Type from 'typebox'
-import { Cursor, Int64, Int64Param, PageLimit } from './common.ts'
+import { ABSENT_ID_EXAMPLE, Cursor, Int64, Int64Param, PageLimit } from './common.ts'
 
 export const ORDER_STATUSES = ['placed', 'completed', 'canceled', 'expired'] as const
 export const OrderStatusSchema = Type.Enum(ORDER_STATUSES, {
@@ -32,7 +32,13 @@ export type Order = Type.Static<typeof OrderSchema>
 export const OrdersSchema = Type.Array(OrderSchema, { description: "A page of the account's orders, newest first." })
 
 export const NewOrderSchema = Type.Object(
-  { petId: Int64({ minimum: 1, description: 'The animal to reserve: it must be `available`.', examples: [1] }) },
+  {
+    petId: Int64({
+      minimum: 1,
+      description: 'The animal to reserve: it must be `available`.',
+      examples: [ABSENT_ID_EXAMPLE],
+    }),
+  },
   { $id: 'NewOrder', additionalProperties: false, description: 'An order for one animal.' },
 )
 export type NewOrder = Type.Static<typeof NewOrderSchema>

@@ -1,5 +1,14 @@
 import Type from 'typebox'
-import { Cursor, DEFAULT_PAGE_SIZE, header, Int64, Int64Param, PageLimit, VISIBLE_TEXT } from './common.ts'
+import {
+  ABSENT_ID_EXAMPLE,
+  Cursor,
+  DEFAULT_PAGE_SIZE,
+  header,
+  Int64,
+  Int64Param,
+  PageLimit,
+  VISIBLE_TEXT,
+} from './common.ts'
 
 export const PET_STATUSES = ['available', 'pending', 'sold'] as const
 
@@ -80,7 +89,7 @@ export const ListPetsQuerySchema = Type.Object(
 export type ListPetsQuery = Type.Static<typeof ListPetsQuerySchema>
 
 export const PetParamsSchema = Type.Object(
-  { petId: Int64Param({ description: 'The identifier of the animal.', examples: [1] }) },
+  { petId: Int64Param({ description: 'The identifier of the animal.', examples: [ABSENT_ID_EXAMPLE] }) },
   { additionalProperties: false },
 )
 

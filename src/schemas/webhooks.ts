@@ -1,5 +1,5 @@
 import Type, { type TSchema } from 'typebox'
-import { EVENT_TYPES } from '../domain/events.ts'
+import { EVENT_TYPES, type EventType } from '../domain/events.ts'
 import type { Stability } from '../plugins/stability.ts'
 import { PageLimit } from './common.ts'
 
@@ -25,6 +25,8 @@ const nullableTimestamp = (description: string) =>
 
 export const EventTypeSchema = Type.Enum(EVENT_TYPES, { type: 'string', description: 'An event type.' })
 
+/** Under the reserved `.example` domain (RFC 2606): an endpoint made from the example sends events nowhere. */
+const URL_EXAMPLE = 'https://hooks.example/animal-store'
 const SECRET_EXAMPLE = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'
 const webhookFields = {
   url: Type.String({
@@ -32,7 +34,7 @@ const webhookFields = {
     maxLength: 2048,
     description:
       'Where events are POSTed: an absolute `https://` URL on a public address, without a username or password (see WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_URLS).',
-    examples: ['https://example.com/webhooks'],
+    examples: [URL_EXAMPLE],
   }),
   events: Type.Array(EventTypeSchema, {
     minItems: 1,
@@ -58,7 +60,7 @@ export const WebhookStatusSchema = Type.Enum(['enabled', 'disabled'] as const, {
 export const WebhookEndpointSchema = Type.Object(
   {
     id: Type.String({ description: 'Identifier of the endpoint.', examples: ['we_3kTMd9PqLw2xY8aZ'] }),
-    url: Type.String({ description: 'Where events are POSTed.', examples: ['https://example.com/webhooks'] }),
+    url: Type.String({ description: 'Where events are POSTed.', examples: [URL_EXAMPLE] }),
     events: Type.Array(EventTypeSchema, {
       description: 'The event types sent to it.',
       examples: [['order.placed', 'order.completed']],
@@ -175,3 +177,58 @@ export type Delivery = Type.Static<typeof DeliverySchema>
 export const DeliveriesSchema = Type.Array(DeliverySchema, {
   description: "The endpoint's most recent deliveries, newest first.",
 })
+
+/**
+ * What an endpoint receives: the body each event's deliveries POST (src/domain/events.ts,
+ * eventBody), published in the document's top-level `webhooks` so that a receiver can type it.
+ */
+const eventSchema = (type: EventType, $id: string, data: TSchema, when: string, description: string) =>
+  // Object.assign only tells the type what the options already set (for the document's references).
+  Object.assign(
+    Type.Object(
+      {
+        type: Type.Literal(type, { description: 'The event type.', examples: [type] }),
+        timestamp: Type.String({
+          format: 'date-time',
+          description: `When it happened: ${when}. ISO 8601 UTC.`,
+          examples: ['2026-11-22T12:00:00.000Z'],
+        }),
+        data,
+      },
+      { $id, description },
+    ),
+    { $id, description },
+  )
+
+const orderEvent = (type: EventType, $id: string, description: string) =>
+  eventSchema(type, $id, Type.Ref('Order'), "the order's `updatedAt`", description)
+
+export const EVENT_SCHEMAS = {
+  'message.created': eventSchema(
+    'message.created',
+    'MessageCreatedEvent',
+    Type.Ref('Message'),
+    "the message's `createdAt`",
+    'A message was sent: `data` is the message as sendMessage answered it (`queued`).',
+  ),
+  'order.placed': orderEvent(
+    'order.placed',
+    'OrderPlacedEvent',
+    'An order was placed: it holds its animal (`pending`).',
+  ),
+  'order.completed': orderEvent(
+    'order.completed',
+    'OrderCompletedEvent',
+    'An order was completed: its animal is sold.',
+  ),
+  'order.canceled': orderEvent(
+    'order.canceled',
+    'OrderCanceledEvent',
+    'An order was canceled (API or portal): its animal is available again.',
+  ),
+  'order.expired': orderEvent(
+    'order.expired',
+    'OrderExpiredEvent',
+    'A placed order reached its `expiresAt`: its animal is available again.',
+  ),
+} satisfies Record<EventType, TSchema>

@@ -2,9 +2,9 @@
  * The client developer's path in a real browser (headless Chromium) against a real server process,
  * following the portal walkthrough of docs/accounts.md: sign up, create a key and see it once, use it with the
  * typed client, see the message and the orders in the portal (and cancel one), revoke the key and
- * see the API refuse it, then read and try the API reference. Every page is checked at a desktop's
- * width and a phone's: axe, nothing off-screen, and a reload after a form repeats nothing.
- * Screenshots of every page go to test-output/browser/<database>/.
+ * see the API refuse it (the API reference at /docs: test/browser/docs.test.ts). Every page is checked
+ * at a desktop's width and a phone's: axe, nothing off-screen, and a reload after a form repeats
+ * nothing. Screenshots of every page go to test-output/browser/<database>/.
  */
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
@@ -401,80 +401,5 @@ describe('Browser: the webhooks pages (experimental)', () => {
       await page.getByText('is deleted: nothing more is sent to it.').waitFor()
       await checkPage(browser, '36-webhook-deleted')
       assert.deepEqual(await api('/v1/webhook-endpoints'), [])
-    })
-})
-
-describe('Browser: the API reference at /docs', () => {
-  for (const viewport of viewports)
-    it(`renders every operation, passes axe, and "Try it out" is prefilled and calls this server with a key (${viewport})`, {
-      timeout: 120_000,
-      skip: skipUnlessChromium,
-    }, async (t) => {
-      const server = await serve(t)
-      const browser = await launch(t, { viewport })
-      const { page } = browser
-      // A key made in the portal, as the header of the reference tells.
-      await page.goto(`${server.url}/portal/sign-up`)
-      await page.getByLabel('Email').fill(EMAIL)
-      await page.getByLabel('Password', { exact: true }).fill(PASSWORD)
-      await page.getByLabel('Password again').fill(PASSWORD)
-      await page.getByRole('button', { name: 'Create account' }).click()
-      await page.getByLabel('Name').fill('docs')
-      await page.getByRole('button', { name: 'Create key' }).click()
-      const secret = await page.getByLabel('API key').inputValue()
-      await page.getByRole('link', { name: 'API reference' }).first().click()
-
-      await page.locator('.opblock').first().waitFor()
-      for (const [id, method, path] of [
-        ['pets-listPets', 'GET', '/pets'],
-        ['pets-createPet', 'POST', '/pets'],
-        ['pets-getPet', 'GET', '/pets/{petId}'],
-        ['messages-sendMessage', 'POST', '/messages'],
-      ]) {
-        const operation = page.locator(`#operations-${id}`)
-        assert.equal(await operation.locator('.opblock-summary-method').textContent(), method, id)
-        const shown = (
-          await operation.locator('.opblock-summary-path, .opblock-summary-path__deprecated').textContent()
-        )?.replace(/\u200b/g, '')
-        assert.equal(shown, path, id)
-      }
-      assert.match(await page.locator('.servers select').inputValue(), new RegExp(`^${server.url}/v1$`))
-      await checkPage(browser, '20-reference')
-
-      // Authorize with the key (the dialog says where keys come from), open listPets, Execute.
-      await page
-        .getByRole('button', { name: /Authorize/ })
-        .first()
-        .click()
-      const dialog = (await page.locator('.auth-container').first().textContent()) ?? ''
-      assert.match(dialog, /developer portal \(\/portal/)
-      assert.match(dialog, /animal-store keys create/)
-      await page.getByLabel('auth-bearer-value').fill(secret)
-      await page.getByRole('button', { name: 'Apply credentials' }).click()
-      await page.locator('.auth-btn-wrapper').getByRole('button', { name: 'Close' }).click()
-      const listPets = page.locator('#operations-pets-listPets')
-      await listPets.locator('.opblock-summary').click()
-      await listPets.getByRole('button', { name: 'Execute' }).click()
-      const status = listPets.locator('.live-responses-table tbody .response-col_status').first()
-      await status.waitFor()
-      assert.equal((await status.textContent())?.trim(), '200')
-      await browser.screenshot('21-reference-try-it')
-
-      // createPet's "Try it out" body is the schema's readable example, not a string invented from
-      // the name's pattern; executed as it is, it creates Rex.
-      const createPet = page.locator('#operations-pets-createPet')
-      await createPet.locator('.opblock-summary').click()
-      const body = createPet.locator('textarea.body-param__text')
-      assert.deepEqual(JSON.parse(await body.inputValue()), { name: 'Rex', categoryId: 1, status: 'available' })
-      await createPet.getByRole('button', { name: 'Execute' }).click()
-      const created = createPet.locator('.live-responses-table tbody .response-col_status').first()
-      await created.waitFor()
-      assert.equal((await created.textContent())?.trim(), '201')
-      const sendMessage = page.locator('#operations-messages-sendMessage')
-      await sendMessage.locator('.opblock-summary').click()
-      const message = await sendMessage.locator('textarea.body-param__text').inputValue()
-      assert.deepEqual(JSON.parse(message), { message: 'Hello from the quickstart' })
-      await browser.screenshot('22-reference-examples')
-      assert.deepEqual(browser.problems, [], 'console errors (CSP violations included)')
     })
 })

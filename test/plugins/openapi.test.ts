@@ -3,7 +3,11 @@ import { describe, it } from 'node:test'
 import { Validator } from '@seriousme/openapi-schema-validator'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import { ERROR_CODES, ERRORS, type ErrorCode } from '../../src/errors.ts'
-import { suiteApp } from '../helper.ts'
+import { EVENT_TYPES } from '../../src/schemas/webhooks.ts'
+import { newWebhookSecret } from '../../src/webhooks/signing.ts'
+import { bearer, build, errorBody, suiteApp } from '../helper.ts'
+import { until } from '../wait.ts'
+import { receiver } from '../webhooks/receiver.ts'
 
 // One database: the document is built from the schemas, whatever the store.
 
@@ -75,6 +79,7 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     assert.deepEqual(Object.keys(doc.paths).sort(), [
       '/messages',
       '/messages/{messageId}',
+      '/openapi.json',
       '/pets',
       '/pets/{petId}',
       '/store/inventory',
@@ -128,7 +133,7 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     }
   })
 
-  it('declares the bearer scheme and requires it, with the scope it needs, on every operation', async () => {
+  it('declares the bearer scheme and requires it, with the scope it needs, on every operation but the document', async () => {
     const doc = await withWebhooks()
     assert.deepEqual(
       {
@@ -141,6 +146,11 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
       Record<string, { security: unknown; responses: Record<string, unknown> }>
     >(doc.paths)) {
       for (const [method, operation] of Object.entries(item)) {
+        // The document itself is served without a key, and says so.
+        if (path === '/openapi.json') {
+          assert.deepEqual(operation.security, [], `${method} ${path}`)
+          continue
+        }
         const scope = SCOPE_OF[(operation as unknown as { operationId: string }).operationId]
         assert.deepEqual(operation.security, [{ bearerAuth: [scope] }], `${method} ${path}`)
         assert.ok(operation.responses['401'], `${method} ${path} documents 401`)
@@ -167,7 +177,6 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     type Operation = { responses: Record<string, Response> }
     for (const [path, item] of Object.entries(doc.paths as Record<string, Record<string, Operation>>)) {
       for (const [method, operation] of Object.entries(item)) {
-        if (path === '/openapi.json') continue
         const name = `${method.toUpperCase()} ${path}`
         assert.equal(
           operation.responses.default?.content['application/json'].schema.$ref,
@@ -177,8 +186,8 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
         for (const [status, response] of Object.entries(operation.responses)) {
           assert.ok(response.headers?.['X-Request-Id'], `${name} ${status}`)
         }
-        // A request with a valid key is counted, whatever its answer (400 included).
-        assert.ok(operation.responses['400']?.headers?.RateLimit, name)
+        // A request with a valid key is counted, whatever its answer (400 included); the document needs no key.
+        if (path !== '/openapi.json') assert.ok(operation.responses['400']?.headers?.RateLimit, name)
       }
     }
   })
@@ -300,11 +309,16 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
       'Error',
       'Inventory',
       'Message',
+      'MessageCreatedEvent',
       'NewMessage',
       'NewOrder',
       'NewPet',
       'NewWebhookEndpoint',
       'Order',
+      'OrderCanceledEvent',
+      'OrderCompletedEvent',
+      'OrderExpiredEvent',
+      'OrderPlacedEvent',
       'Pet',
       'PetPatch',
       'RotatedWebhookEndpoint',
@@ -313,8 +327,9 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     ])
     for (const [name, schema] of schemas) {
       for (const [field, property] of Object.entries(schema.properties)) {
-        // An enum's first value is already readable: that is what Swagger UI shows.
-        if ('enum' in property) continue
+        // An enum's first value is already readable: that is what Swagger UI shows; a referenced
+        // schema has its own examples.
+        if ('enum' in property || '$ref' in property) continue
         const [example] = property.examples ?? []
         assert.notEqual(example, undefined, `${name}.${field} has no example`)
         assert.ok(ajv.validate(property, example), `${name}.${field}: ${JSON.stringify(example)} is refused`)
@@ -322,9 +337,6 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     }
     assert.deepEqual(doc.components.schemas.NewPet.properties.name.examples, ['Rex'])
     assert.deepEqual(doc.components.schemas.NewMessage.properties.message.examples, ['Hello from the quickstart'])
-    const petId = doc.paths['/pets/{petId}'].get.parameters.find((p: { name: string }) => p.name === 'petId')
-    // Prefilled in "Try it out": the first animal createPet makes.
-    assert.equal(petId.example, 1)
   })
 
   it("shows on each error response the body of a real code of that status, with the code's message", async () => {
@@ -354,5 +366,318 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
     }
     // 34 today over the four operations: a broken walk of the document would check none.
     assert.ok(checked >= 30, `only ${checked} error responses checked`)
+  })
+})
+
+type Parameter = { in: string; name: string; required?: boolean; schema: { enum?: string[] }; example?: unknown }
+type Operation = {
+  operationId: string
+  description: string
+  'x-stability'?: string
+  parameters?: Parameter[]
+  requestBody?: { content: Record<string, { schema: { $ref: string } }> }
+  responses: Record<
+    string,
+    {
+      description: string
+      headers?: Record<string, { required?: boolean }>
+      content?: Record<string, { example?: { code: string } }>
+    }
+  >
+}
+
+/** Every operation of a document, with its method and path. */
+function operations(doc: { paths: Record<string, Record<string, Operation>> }) {
+  return Object.entries(doc.paths).flatMap(([path, item]) =>
+    Object.entries(item).map(([method, operation]) => ({ name: `${method.toUpperCase()} ${path}`, operation })),
+  )
+}
+
+const headerParameter = (operation: Operation, name: string) =>
+  operation.parameters?.find((p) => p.in === 'header' && p.name === name)
+
+/** Loopback receivers, deliveries at once: the webhook events are sent, and can be checked against the document. */
+const WEBHOOK_DELIVERY = {
+  ...WEBHOOKS,
+  WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+  WEBHOOK_ALLOW_HTTP: 'true',
+  WEBHOOK_RETRY_SCHEDULE: '0.1,0.1,0.1,0.1',
+}
+
+describe('OpenAPI: what the document promises, the server keeps (issue 38)', () => {
+  const shared = suiteApp(WEBHOOKS)
+  const withWebhooks = served(WEBHOOKS)
+  const document = served()
+  const onProduction = served({ PRODUCTION_URL: 'https://api.pets.test/v1', DEPLOYMENT: 'production' })
+
+  it('describes GET /v1/openapi.json itself: getOpenApiDocument, without a key, answering the document', async () => {
+    const doc = await document()
+    const operation = doc.paths['/openapi.json'].get
+    assert.equal(operation.operationId, 'getOpenApiDocument')
+    assert.deepEqual(operation.security, [])
+    const schema = operation.responses['200'].content['application/json'].schema
+    const ajv = new Ajv2020({ strict: false, validateFormats: false })
+    assert.ok(ajv.validate(schema, doc), JSON.stringify(ajv.errors))
+    assert.deepEqual(Object.keys(operation.responses).sort(), ['200', '412', 'default'])
+    // Its 412 is real: no entity tag matches a document without an ETag.
+    const { app } = await shared()
+    const refused = await app.inject({ url: '/v1/openapi.json', headers: { 'if-match': '"x"' } })
+    assert.equal(refused.statusCode, 412)
+    assert.equal(errorBody(refused).code, operation.responses['412'].content['application/json'].example.code)
+  })
+
+  it('declares X-Request-Id required on every response, and Location on every 201, as they are always sent', async () => {
+    const doc = await withWebhooks()
+    let created = 0
+    for (const { name, operation } of operations(doc)) {
+      for (const [status, response] of Object.entries(operation.responses)) {
+        assert.equal(response.headers?.['X-Request-Id']?.required, true, `${name} ${status} X-Request-Id`)
+        if (status !== '201') continue
+        assert.equal(response.headers?.Location?.required, true, `${name} 201 Location`)
+        created++
+      }
+      // Only those: a header sent on some answers only stays optional.
+      assert.equal(operation.responses['200']?.headers?.RateLimit?.required, undefined, name)
+    }
+    assert.equal(created, 3)
+    // Said of the header, not of its schema (where `required` is no boolean).
+    const schemas = operations(doc).flatMap(({ operation }) =>
+      Object.values(operation.responses).flatMap((response) => Object.values(response.headers ?? {})),
+    ) as { schema: { required?: unknown } }[]
+    assert.ok(schemas.every((header) => header.schema.required === undefined))
+    // And they are sent: a 201 and an error.
+    const { app, newKey } = await shared()
+    const { secret } = await newKey()
+    const createdPet = await app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers: bearer(secret),
+      payload: { name: 'Rex', categoryId: 1 },
+    })
+    assert.equal(createdPet.statusCode, 201)
+    assert.ok(createdPet.headers.location && createdPet.headers['x-request-id'])
+    assert.ok((await app.inject({ url: '/v1/nowhere' })).headers['x-request-id'])
+  })
+
+  it('declares Animal-Store-Beta required, with its feature as the one value, on every beta and experimental operation', async () => {
+    const doc = await withWebhooks()
+    let optIns = 0
+    for (const { name, operation } of operations(doc)) {
+      const optIn = headerParameter(operation, 'animal-store-beta')
+      if (!operation['x-stability']) {
+        assert.equal(optIn, undefined, name)
+        continue
+      }
+      const feature = /Animal-Store-Beta: ([\w-]+)/.exec(operation.description)?.[1]
+      assert.ok(feature, name)
+      assert.equal(optIn?.required, true, name)
+      assert.deepEqual(optIn?.schema.enum, [feature], name)
+      optIns++
+    }
+    assert.equal(optIns, 14)
+    // As the server holds it: without the header, 400.
+    const { app, newKey } = await shared()
+    const { secret } = await newKey()
+    const without = await app.inject({ url: '/v1/store/inventory', headers: bearer(secret) })
+    assert.equal(errorBody(without).code, 'beta_opt_in_required')
+  })
+
+  it("describes each operation's 409 as the conflicts it can have: idempotency only where it takes a key", async () => {
+    const doc = await withWebhooks()
+    const conflicts = Object.fromEntries(
+      operations(doc)
+        .filter(({ operation }) => operation.responses['409'])
+        .map(({ operation }) => [operation.operationId, operation]),
+    )
+    assert.deepEqual(Object.keys(conflicts).sort(), [
+      'cancelOrder',
+      'completeOrder',
+      'createPet',
+      'createWebhookEndpoint',
+      'placeOrder',
+      'redeliverWebhook',
+      'sendMessage',
+      'updatePet',
+    ])
+    for (const [operationId, operation] of Object.entries(conflicts)) {
+      const takesKey = headerParameter(operation, 'idempotency-key') !== undefined
+      const { description } = operation.responses['409'] as { description: string }
+      assert.equal(/idempotency/i.test(description), takesKey, `${operationId}: ${description}`)
+    }
+    const example = (operationId: string) =>
+      conflicts[operationId]?.responses['409']?.content?.['application/json']?.example
+    assert.equal(example('cancelOrder')?.code, 'order_conflict')
+    assert.equal(example('completeOrder')?.code, 'order_conflict')
+    assert.equal(example('placeOrder')?.code, 'pet_not_available')
+    assert.match(conflicts.placeOrder?.responses['409']?.description ?? '', /`idempotency_conflict`/)
+
+    // The codes the server answers are the ones described: cancel a completed order, order a sold pet.
+    const { app, newKey } = await shared()
+    const { secret } = await newKey()
+    const headers = { ...bearer(secret), 'animal-store-beta': 'orders' }
+    const pet = (
+      await app.inject({ method: 'POST', url: '/v1/pets', headers, payload: { name: 'Tom', categoryId: 2 } })
+    ).json()
+    const order = (
+      await app.inject({ method: 'POST', url: '/v1/store/orders', headers, payload: { petId: pet.id } })
+    ).json()
+    const completed = await app.inject({ method: 'POST', url: `/v1/store/orders/${order.id}/complete`, headers })
+    assert.equal(completed.statusCode, 200)
+    const cancel = await app.inject({ method: 'POST', url: `/v1/store/orders/${order.id}/cancel`, headers })
+    const sold = await app.inject({ method: 'POST', url: '/v1/store/orders', headers, payload: { petId: pet.id } })
+    for (const [operationId, answer] of [
+      ['cancelOrder', cancel],
+      ['placeOrder', sold],
+    ] as const) {
+      assert.equal(answer.statusCode, 409)
+      assert.match(
+        conflicts[operationId]?.responses['409']?.description ?? '',
+        new RegExp(`\`${errorBody(answer).code}\``),
+      )
+    }
+  })
+
+  it('declares If-None-Match on the operations that document a 304, and a 304 is what it gets', async () => {
+    const doc = await withWebhooks()
+    const conditional = operations(doc).filter(({ operation }) => operation.responses['304'])
+    assert.deepEqual(conditional.map(({ operation }) => operation.operationId).sort(), ['getPet', 'listPets'])
+    for (const { name, operation } of conditional) assert.ok(headerParameter(operation, 'if-none-match'), name)
+    const { app, newKey } = await shared()
+    const { secret } = await newKey()
+    const pet = (
+      await app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers: bearer(secret),
+        payload: { name: 'Rex', categoryId: 1 },
+      })
+    ).json()
+    const read = await app.inject({ url: `/v1/pets/${pet.id}`, headers: bearer(secret) })
+    for (const url of ['/v1/pets', `/v1/pets/${pet.id}`]) {
+      const condition = url === '/v1/pets' ? '*' : String(read.headers.etag)
+      const again = await app.inject({ url, headers: { ...bearer(secret), 'if-none-match': condition } })
+      assert.equal(again.statusCode, 304, url)
+    }
+  })
+
+  it('gives the webhook event types in the top-level webhooks, each with the body it is sent, only where offered', async () => {
+    const doc = await withWebhooks()
+    assert.equal((await document()).webhooks, undefined)
+    assert.deepEqual(Object.keys(doc.webhooks), [...EVENT_TYPES])
+    for (const type of EVENT_TYPES) {
+      const operation = doc.webhooks[type].post as Operation
+      const ref = operation.requestBody?.content['application/json']?.schema.$ref ?? ''
+      const schema = doc.components.schemas[ref.replace('#/components/schemas/', '')]
+      assert.deepEqual(schema.properties.type.enum, [type], type)
+      assert.deepEqual(schema.required.sort(), ['data', 'timestamp', 'type'])
+      const data = type === 'message.created' ? 'Message' : 'Order'
+      assert.equal(schema.properties.data.$ref, `#/components/schemas/${data}`, type)
+      for (const name of ['webhook-id', 'webhook-timestamp', 'webhook-signature']) {
+        assert.equal(headerParameter(operation, name)?.required, true, `${type} ${name}`)
+      }
+      assert.ok(operation.responses['410'], type)
+    }
+  })
+
+  it('every event a receiver gets is the body the document gives its type', { timeout: 30_000 }, async (t) => {
+    const test = await build(t, WEBHOOK_DELIVERY)
+    const doc = (await test.app.inject({ url: '/v1/openapi.json' })).json()
+    // The document as one schema, its components reached by their references.
+    const ajv = new Ajv2020({ strict: false, validateFormats: false, validateSchema: false })
+    ajv.addSchema(doc, 'document')
+    const bodyOf = (type: string) =>
+      `document${(doc.webhooks[type].post as Operation).requestBody?.content['application/json']?.schema.$ref}`
+    const { secret, accountId } = await test.newKey()
+    const hook = await receiver(t)
+    const endpoint = await test.app.store.createWebhookEndpoint({
+      accountId,
+      url: hook.url,
+      events: [...EVENT_TYPES],
+      description: '',
+      secret: newWebhookSecret(),
+    })
+    assert.ok(endpoint)
+    const headers = { ...bearer(secret), 'animal-store-beta': 'orders' }
+    const call = async (method: 'GET' | 'POST', url: string, payload?: object) =>
+      (await test.app.inject({ method, url, headers, ...(payload && { payload }) })).json()
+    await call('POST', '/v1/messages', { message: 'hello' })
+    const pets = []
+    for (const name of ['Rex', 'Tom', 'Kit']) pets.push(await call('POST', '/v1/pets', { name, categoryId: 1 }))
+    const orders = []
+    for (const pet of pets) orders.push(await call('POST', '/v1/store/orders', { petId: pet.id }))
+    await call('POST', `/v1/store/orders/${orders[0].id}/complete`)
+    await call('POST', `/v1/store/orders/${orders[1].id}/cancel`)
+    await test.app.store.expireOrders(new Date(Date.now() + 86_400_000).toISOString())
+    await until('every event received', () => hook.received.length === 7)
+    const types = hook.received.map(({ event }) => event.type).sort()
+    assert.deepEqual(new Set(types), new Set(EVENT_TYPES))
+    for (const { event, body } of hook.received) {
+      assert.ok(
+        ajv.validate({ $ref: bodyOf(event.type) }, JSON.parse(body)),
+        `${event.type}: ${JSON.stringify(ajv.errors)}`,
+      )
+      // And no other type's: a receiver tells them apart by the schema alone.
+      for (const other of EVENT_TYPES.filter((type) => type !== event.type)) {
+        assert.equal(ajv.validate({ $ref: bodyOf(other) }, JSON.parse(body)), false, `${event.type} as ${other}`)
+      }
+    }
+  })
+
+  it('introduces the API in a few paragraphs and links the error table instead of listing every code', async () => {
+    const { description } = (await onProduction()).info
+    const paragraphs = description.split('\n\n')
+    assert.ok(paragraphs.length >= 3, description)
+    const listed = ERROR_CODES.filter((code) => description.includes(code))
+    assert.ok(listed.length <= 2, `codes listed inline: ${listed.join(', ')}`)
+    const link = /\[[^\]]+\]\((https:\/\/api\.pets\.test\/docs\/errors)\)/.exec(description)
+    assert.ok(link, description)
+    // The linked page lists every code, with its status, each row its own anchor.
+    const { app } = await shared()
+    const page = await app.inject({ url: new URL(link[1] as string).pathname })
+    assert.equal(page.statusCode, 200)
+    for (const [code, [status]] of Object.entries(ERRORS)) {
+      assert.match(
+        page.body,
+        new RegExp(`<tr id="${code}"><th scope="row"><code>[^<]*(<wbr>[^<]*)*</code></th><td>${status}</td>`),
+      )
+    }
+  })
+
+  it('fills in ids that name nothing, so that executing an example as it stands changes no data', async () => {
+    const doc = await document()
+    const petId = doc.paths['/pets/{petId}'].patch.parameters.find((p: Parameter) => p.name === 'petId')
+    const { NewOrder, PetPatch } = doc.components.schemas
+    const example = (schema: { properties: Record<string, { examples?: unknown[]; enum?: unknown[] }> }) =>
+      Object.fromEntries(
+        Object.entries(schema.properties).map(([field, property]) => [
+          field,
+          (property.examples ?? property.enum)?.[0],
+        ]),
+      )
+    const { app, newKey } = await shared()
+    const { secret } = await newKey()
+    const headers = { ...bearer(secret), 'animal-store-beta': 'orders' }
+    // Pet 1 of a store, sold: what updatePet's example once turned back to available.
+    const pet = (
+      await app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers,
+        payload: { name: 'Max', categoryId: 3, status: 'sold' },
+      })
+    ).json()
+    const patched = await app.inject({
+      method: 'PATCH',
+      url: `/v1/pets/${petId.example}`,
+      headers,
+      payload: example(PetPatch),
+    })
+    assert.equal(patched.statusCode, 404, patched.body)
+    assert.equal(errorBody(patched).code, 'pet_not_found')
+    const ordered = await app.inject({ method: 'POST', url: '/v1/store/orders', headers, payload: example(NewOrder) })
+    assert.equal(errorBody(ordered).code, 'pet_not_found')
+    const after = await app.inject({ url: `/v1/pets?status=sold`, headers })
+    assert.ok(after.json().some((p: { id: number }) => p.id === pet.id))
+    assert.equal((await app.inject({ url: `/v1/store/orders`, headers })).json().length, 0)
   })
 })

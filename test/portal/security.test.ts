@@ -300,6 +300,7 @@ describe('The API under /v1 is untouched by the portal', () => {
     assert.deepEqual(Object.keys(document.paths).sort(), [
       '/messages',
       '/messages/{messageId}',
+      '/openapi.json',
       '/pets',
       '/pets/{petId}',
       '/store/inventory',
