@@ -16,5 +16,6 @@ export default async function* fileTimes(source: AsyncIterable<TestEvent>): Asyn
   }
   const rows = [...seconds].sort((a, b) => b[1] - a[1])
   for (const [file, s] of rows) yield `${s.toFixed(1).padStart(7)} s  ${relative('.', file)}\n`
-  yield `${rows.reduce((sum, [, s]) => sum + s, 0).toFixed(1).padStart(7)} s  in all (files run side by side)\n`
+  const total = rows.reduce((sum, [, s]) => sum + s, 0)
+  yield `${total.toFixed(1).padStart(7)} s  in all (files run side by side)\n`
 }

@@ -282,7 +282,10 @@ describe('Portal: messages', () => {
     // next pass, which the page says with the reason (this sweep makes it so now).
     await app.store.markUndeliveredMessages()
     const swept = await browser.get('/portal/messages')
-    assert.match(swept.body, /<td data-label="Status">undelivered: no enabled endpoint subscribed to message\.created<\/td>/)
+    assert.match(
+      swept.body,
+      /<td data-label="Status">undelivered: no enabled endpoint subscribed to message\.created<\/td>/,
+    )
     assert.doesNotMatch(swept.body, /<td data-label="Status">(queued|failed)<\/td>/)
   })
 })
