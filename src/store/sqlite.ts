@@ -309,14 +309,26 @@ export class SqliteStore implements T.Store {
   }
 
   readonly petFeed = 'on-read'
+  /** PRAGMA data_version when a look from `cursor` found nothing: until it moves, nothing was committed. */
+  #feedQuiet: { dataVersion: number; cursor: string } | null = null
 
   petChanges(cursor: string | null): T.PetFeed {
     const newest = () => String((this.#sql.lastPetChange.get() as { seq: number | null }).seq ?? 0)
     if (cursor === null) return { changes: [], cursor: newest(), reset: false }
+    // data_version moves with every commit of another connection (the writer thread's, another
+    // process's), not with this one's: read before the look, and trusted only with a writer thread.
+    const dataVersion = (this.#sql.dataVersion.get() as { data_version: number }).data_version
+    const quiet = this.#feedQuiet
+    if (quiet !== null && quiet.cursor === cursor && quiet.dataVersion === dataVersion) {
+      return { changes: [], cursor, reset: false }
+    }
     // A look up the primary key from the cursor: a few µs when nothing changed.
     const after = Number(cursor)
     const rows = this.#sql.petChangesAfter.all(after, PET_FEED_PAGE + 1) as unknown as (T.PetChange & { seq: number })[]
-    if (rows.length === 0) return { changes: [], cursor, reset: false }
+    if (rows.length === 0) {
+      this.#feedQuiet = this.#direct ? null : { dataVersion, cursor }
+      return { changes: [], cursor, reset: false }
+    }
     // Commits are serial here, so seq has no gap: one means rows were pruned past this reader.
     if (rows.length > PET_FEED_PAGE || (rows[0] as { seq: number }).seq !== after + 1) {
       return { changes: [], cursor: newest(), reset: true }
@@ -767,6 +779,7 @@ function prepareReads(db: DatabaseSync) {
   return {
     ping: s('SELECT 1'),
     lastPetChange: s('SELECT max(seq) AS seq FROM pet_changes'),
+    dataVersion: s('PRAGMA data_version'),
     petChangesAfter: s(`SELECT seq, pet_id AS petId, old_status AS "from", new_status AS "to" FROM pet_changes
       WHERE seq > ? ORDER BY seq LIMIT ?`),
     getPet: s(`SELECT ${PET_COLUMNS} FROM pets WHERE id = ?`),
