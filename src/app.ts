@@ -61,8 +61,8 @@ async function animalStore(fastify: FastifyInstance, { config }: AppOptions): Pr
   await app.register(scopes)
   // Requests no route takes (404, 405): registered before the routes, so that it sees them all.
   await app.register(unrouted)
-  // Safe retries of writes, claimed in the same transaction as the write.
-  await app.register(idempotency)
+  // Safe retries of writes, claimed in the same transaction as the write; and the housekeeping sweep.
+  await app.register(idempotency, { eventRetentionMs: config.eventRetentionMs })
   // Beta and experimental operations: offered, marked, and opted into per request.
   await app.register(stability, { config })
   // Holds of placed orders end on time, on every instance.

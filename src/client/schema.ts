@@ -843,10 +843,16 @@ export interface components {
        */
       eventId: string
       /**
-       * @description An event type.
+       * @description The event type: one an endpoint subscribes to, or `webhook.test` (sent to one endpoint when asked).
        * @enum {string}
        */
-      eventType: 'message.created' | 'order.placed' | 'order.completed' | 'order.canceled' | 'order.expired'
+      eventType:
+        | 'message.created'
+        | 'order.placed'
+        | 'order.completed'
+        | 'order.canceled'
+        | 'order.expired'
+        | 'webhook.test'
       /**
        * @description `pending` (being tried), `delivered` (a 2xx answer) or `failed` (every attempt ran out).
        * @enum {string}
