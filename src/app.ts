@@ -23,6 +23,7 @@ import tracing from './plugins/tracing.ts'
 import unrouted from './plugins/unrouted.ts'
 import webhookDelivery from './plugins/webhook-delivery.ts'
 import portal from './portal/index.ts'
+import events from './routes/events.ts'
 import health from './routes/health.ts'
 import messages from './routes/messages.ts'
 import orders from './routes/orders.ts'
@@ -81,6 +82,7 @@ async function animalStore(fastify: FastifyInstance, { config }: AppOptions): Pr
     prefix: '/v1',
     urlPolicy: { allowHttp: config.webhookAllowHttp, allowPrivate: config.webhookAllowPrivate },
   })
+  await app.register(events, { prefix: '/v1' })
   await app.register(portal, { config })
 }
 

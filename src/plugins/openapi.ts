@@ -8,6 +8,7 @@ import Type from 'typebox'
 import type { Config } from '../config.ts'
 import { ERROR_CODES } from '../errors.ts'
 import { ErrorSchema, errorResponse, errorResponses, jsonResponse } from '../schemas/common.ts'
+import { EventSchema } from '../schemas/events.ts'
 import { MessageSchema, NewMessageSchema } from '../schemas/messages.ts'
 import { InventorySchema, NewOrderSchema, OrderSchema } from '../schemas/orders.ts'
 import { NewPetSchema, PetPatchSchema, PetSchema } from '../schemas/pets.ts'
@@ -17,6 +18,8 @@ import {
   EVENT_SCHEMAS,
   EVENT_TYPES,
   NewWebhookEndpointSchema,
+  RecoverDeliveriesSchema,
+  RecoverySchema,
   RotatedWebhookEndpointSchema,
   WEBHOOKS_STABILITY,
   WebhookEndpointPatchSchema,
@@ -49,6 +52,9 @@ const WEBHOOK_COMPONENTS = [
   WebhookEndpointPatchSchema,
   DeliverySchema,
   ...Object.values(EVENT_SCHEMAS),
+  RecoverDeliveriesSchema,
+  RecoverySchema,
+  EventSchema,
 ]
 
 /**
@@ -240,6 +246,11 @@ export default fp<{ config: Config }>(
                   name: 'webhooks',
                   description:
                     'Webhook endpoints, and the events POSTed to them (experimental: send `Animal-Store-Beta: webhooks`).',
+                },
+                {
+                  name: 'events',
+                  description:
+                    "The account's events, what webhooks deliver (experimental: send `Animal-Store-Beta: webhooks`).",
                 },
               ]
             : []),

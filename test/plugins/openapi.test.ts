@@ -46,6 +46,10 @@ const SCOPE_OF: Record<string, string> = {
   rotateWebhookSecret: 'webhooks:write',
   listWebhookDeliveries: 'webhooks:read',
   redeliverWebhook: 'webhooks:write',
+  sendWebhookTestEvent: 'webhooks:write',
+  recoverWebhookDeliveries: 'webhooks:write',
+  listEvents: 'webhooks:read',
+  getEvent: 'webhooks:read',
   placeOrder: 'orders:write',
   listOrders: 'orders:read',
   getOrder: 'orders:read',
@@ -307,6 +311,7 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
       'CreatedWebhookEndpoint',
       'Delivery',
       'Error',
+      'Event',
       'Inventory',
       'Message',
       'MessageCreatedEvent',
@@ -321,6 +326,8 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
       'OrderPlacedEvent',
       'Pet',
       'PetPatch',
+      'RecoverDeliveries',
+      'Recovery',
       'RotatedWebhookEndpoint',
       'WebhookEndpoint',
       'WebhookEndpointPatch',
@@ -474,7 +481,7 @@ describe('OpenAPI: what the document promises, the server keeps (issue 38)', () 
       assert.deepEqual(optIn?.schema.enum, [feature], name)
       optIns++
     }
-    assert.equal(optIns, 14)
+    assert.equal(optIns, 18)
     // As the server holds it: without the header, 400.
     const { app, newKey } = await shared()
     const { secret } = await newKey()
@@ -495,8 +502,10 @@ describe('OpenAPI: what the document promises, the server keeps (issue 38)', () 
       'createPet',
       'createWebhookEndpoint',
       'placeOrder',
+      'recoverWebhookDeliveries',
       'redeliverWebhook',
       'sendMessage',
+      'sendWebhookTestEvent',
       'updatePet',
     ])
     for (const [operationId, operation] of Object.entries(conflicts)) {
