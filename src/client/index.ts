@@ -44,6 +44,7 @@ export type WebhookEvent =
   | components['schemas']['OrderCompletedEvent']
   | components['schemas']['OrderCanceledEvent']
   | components['schemas']['OrderExpiredEvent']
+  | components['schemas']['WebhookTestEvent']
 
 /** The answer of recoverWebhookDeliveries: how many failed deliveries are pending again, and whether more remain. */
 export type Recovery = components['schemas']['Recovery']

@@ -515,6 +515,26 @@ export interface webhooks {
     patch?: never
     trace?: never
   }
+  'webhook.test': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * A test event, sent to one endpoint when asked (sendWebhookTestEvent): `data` is the endpoint, without its secret.
+     * @description **Experimental.** POSTed to one endpoint when asked (`POST /v1/webhook-endpoints/{endpointId}/test`), whatever it subscribes to, signed as Standard Webhooks says: verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.
+     */
+    post: operations['webhookTestEvent']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
 }
 export interface components {
   schemas: {
@@ -1054,6 +1074,22 @@ export interface components {
        */
       timestamp: string
       data: components['schemas']['Order']
+    }
+    /** @description A test event, sent to one endpoint when asked (sendWebhookTestEvent): `data` is the endpoint, without its secret. */
+    WebhookTestEvent: {
+      /**
+       * @description The event type.
+       * @example webhook.test
+       * @enum {string}
+       */
+      type: 'webhook.test'
+      /**
+       * Format: date-time
+       * @description When it happened: when it was asked for. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      timestamp: string
+      data: components['schemas']['WebhookEndpoint']
     }
     /** @description Which failed deliveries of the endpoint to send again. */
     RecoverDeliveries: {
@@ -7038,6 +7074,58 @@ export interface operations {
     requestBody: {
       content: {
         'application/json': components['schemas']['OrderExpiredEvent']
+      }
+    }
+    responses: {
+      /** @description Gone: the endpoint is disabled at once, and its pending deliveries fail. */
+      410: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Received: the delivery is done, and not sent again. */
+      '2XX': {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Any other answer, or none within `WEBHOOK_TIMEOUT_SECONDS` (a redirect is not followed): sent again on the retry schedule. */
+      default: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+    }
+  }
+  webhookTestEvent: {
+    parameters: {
+      query?: never
+      header: {
+        /**
+         * @description The event's id: the same on every attempt, so deduplicate on it.
+         * @example evt_3kTMd9PqLw2xY8aZ
+         */
+        'webhook-id': string
+        /**
+         * @description When this attempt was signed, in Unix seconds.
+         * @example 1795521600
+         */
+        'webhook-timestamp': string
+        /**
+         * @description `v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>` with the endpoint secret; two, separated by a space, while a rotated secret still signs.
+         * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+         */
+        'webhook-signature': string
+      }
+      path?: never
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['WebhookTestEvent']
       }
     }
     responses: {

@@ -1,5 +1,5 @@
 import Type, { type TSchema } from 'typebox'
-import { ALL_EVENT_TYPES, EVENT_TYPES, type EventType } from '../domain/events.ts'
+import { ALL_EVENT_TYPES, type AnyEventType, EVENT_TYPES, type EventType } from '../domain/events.ts'
 import type { Stability } from '../plugins/stability.ts'
 import { DateTimeInput, PageLimit } from './common.ts'
 
@@ -187,7 +187,7 @@ export const DeliveriesSchema = Type.Array(DeliverySchema, {
  * What an endpoint receives: the body each event's deliveries POST (src/domain/events.ts,
  * eventBody), published in the document's top-level `webhooks` so that a receiver can type it.
  */
-const eventSchema = (type: EventType, $id: string, data: TSchema, when: string, description: string) =>
+const eventSchema = (type: AnyEventType, $id: string, data: TSchema, when: string, description: string) =>
   // Object.assign only tells the type what the options already set (for the document's references).
   Object.assign(
     Type.Object(
@@ -236,7 +236,14 @@ export const EVENT_SCHEMAS = {
     'OrderExpiredEvent',
     'A placed order reached its `expiresAt`: its animal is available again.',
   ),
-} satisfies Record<EventType, TSchema>
+  'webhook.test': eventSchema(
+    'webhook.test',
+    'WebhookTestEvent',
+    Type.Ref('WebhookEndpoint'),
+    'when it was asked for',
+    'A test event, sent to one endpoint when asked (sendWebhookTestEvent): `data` is the endpoint, without its secret.',
+  ),
+} satisfies Record<AnyEventType, TSchema>
 
 /** Failed deliveries one recovery sends again at most: a bounded write; call again for the rest. */
 export const MAX_RECOVERED = 1000
