@@ -23,6 +23,7 @@ import tracing from './plugins/tracing.ts'
 import unrouted from './plugins/unrouted.ts'
 import webhookDelivery from './plugins/webhook-delivery.ts'
 import portal from './portal/index.ts'
+import events from './routes/events.ts'
 import health from './routes/health.ts'
 import messages from './routes/messages.ts'
 import orders from './routes/orders.ts'
@@ -61,8 +62,8 @@ async function animalStore(fastify: FastifyInstance, { config }: AppOptions): Pr
   await app.register(scopes)
   // Requests no route takes (404, 405): registered before the routes, so that it sees them all.
   await app.register(unrouted)
-  // Safe retries of writes, claimed in the same transaction as the write.
-  await app.register(idempotency)
+  // Safe retries of writes, claimed in the same transaction as the write; and the housekeeping sweep.
+  await app.register(idempotency, { eventRetentionMs: config.eventRetentionMs })
   // Beta and experimental operations: offered, marked, and opted into per request.
   await app.register(stability, { config })
   // Holds of placed orders end on time, on every instance.
@@ -81,6 +82,7 @@ async function animalStore(fastify: FastifyInstance, { config }: AppOptions): Pr
     prefix: '/v1',
     urlPolicy: { allowHttp: config.webhookAllowHttp, allowPrivate: config.webhookAllowPrivate },
   })
+  await app.register(events, { prefix: '/v1' })
   await app.register(portal, { config })
 }
 

@@ -163,6 +163,12 @@ export const EnvSchema = Type.Object({
     default: '5,300,1800,7200,18000,36000,36000',
     description: 'a comma-separated list of 1 to 20 delays in seconds, each from 0 to 86400 (e.g. 5,300,1800)',
   }),
+  EVENT_RETENTION_DAYS: Type.Integer({
+    minimum: 1,
+    maximum: 3650,
+    default: 30,
+    description: 'a whole number of days from 1 to 3650',
+  }),
   // OpenTelemetry's own names, so that an operator's usual settings apply. The SDK reads the other
   // OTEL_* variables (sampler, batch sizes, headers) itself; these three are the ones the app decides on.
   // Of the exporters OpenTelemetry names, those this service has: zipkin's is not installed.
@@ -236,6 +242,8 @@ export interface Config {
   webhookTimeoutMs: number
   /** The waits after the 1st, 2nd, … failed attempt; once they are used up, the delivery is given up. */
   webhookRetryScheduleMs: number[]
+  /** How long the event log keeps an event (GET /v1/events); the housekeeping sweep deletes older ones. */
+  eventRetentionMs: number
   /**
    * Where traces go: `otlp` (to otelTracesUrl), `console` (each span a line on stderr, for
    * development); null, no tracing at all.
@@ -362,6 +370,7 @@ function toConfig(e: Env, trustProxy: Config['trustProxy'], webhookRetrySchedule
     webhookAllowHttp: e.WEBHOOK_ALLOW_HTTP,
     webhookTimeoutMs: e.WEBHOOK_TIMEOUT_SECONDS * 1000,
     webhookRetryScheduleMs,
+    eventRetentionMs: e.EVENT_RETENTION_DAYS * 86_400_000,
     // OTLP, the default exporter, traces nothing until an endpoint is set: tracing stays opt-in.
     otelTracesExporter:
       e.OTEL_TRACES_EXPORTER === 'console'

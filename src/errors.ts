@@ -22,6 +22,7 @@ export const ERRORS = {
   message_not_found: [404, 'No message with this id for this account.'],
   webhook_endpoint_not_found: [404, 'No webhook endpoint with this id for this account.'],
   delivery_not_found: [404, 'No delivery with this id for this webhook endpoint.'],
+  event_not_found: [404, 'No event with this id for this account.'],
   method_not_allowed: [405, 'This method is not allowed on this resource; see the Allow header.'],
   operation_removed: [410, 'This operation was removed on its Sunset date; see the Link header for its successor.'],
   request_timeout: [408, 'The request took too long to arrive.'],

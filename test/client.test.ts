@@ -335,7 +335,7 @@ describe('Typed client: beta operations (orders)', () => {
   })
 })
 
-describe('Typed client: messages and webhook endpoints (experimental)', () => {
+describe('Typed client: messages, webhook endpoints and events (experimental)', () => {
   it('allMessages walks every page newest first, keeping the status filter; getMessage reads one back', async () => {
     const test = await shared()
     const { secret } = await test.newKey()
@@ -364,7 +364,7 @@ describe('Typed client: messages and webhook endpoints (experimental)', () => {
     for (const request of sent) assert.equal(request.beta, null, request.path)
   })
 
-  it('covers every webhook operation and sends Animal-Store-Beta: webhooks for them, and only for them', async (t) => {
+  it('covers every webhook and event operation and sends Animal-Store-Beta: webhooks for them, and only for them', async (t) => {
     const test = await build(t, { EXPERIMENTAL_FEATURES: 'webhooks' })
     const { secret } = await test.newKey()
     const sent: { method: string; path: string; beta: string | null }[] = []
@@ -401,6 +401,24 @@ describe('Typed client: messages and webhook endpoints (experimental)', () => {
       resent.response.status === 202 || resent.error?.code === 'delivery_in_progress',
       `redeliver answered ${resent.response.status}`,
     )
+    const probe = await client.POST('/webhook-endpoints/{endpointId}/test', { params: { path } })
+    assert.equal(probe.response.status, 202)
+    const event = unwrap(probe)
+    assert.equal(event.type, 'webhook.test')
+    const recovery = unwrap(
+      await client.POST('/webhook-endpoints/{endpointId}/recover', {
+        params: { path },
+        body: { since: new Date(Date.now() + 60_000).toISOString() },
+      }),
+    )
+    assert.deepEqual(recovery, { queued: 0, more: false })
+    const events = unwrap(await client.GET('/events', { params: { query: { type: 'webhook.*,message.created' } } }))
+    assert.deepEqual(
+      events.map((e) => e.type),
+      ['webhook.test', 'message.created'],
+    )
+    const eventId = event.id
+    assert.deepEqual(unwrap(await client.GET('/events/{eventId}', { params: { path: { eventId } } })), event)
     const deleted = await client.DELETE('/webhook-endpoints/{endpointId}', { params: { path } })
     assert.equal(deleted.response.status, 204)
     try {
@@ -410,10 +428,11 @@ describe('Typed client: messages and webhook endpoints (experimental)', () => {
       assert.ok(error instanceof AnimalStoreError)
       assert.equal(error.code, 'webhook_endpoint_not_found')
     }
-    const hooks = sent.filter((request) => request.path.startsWith('/v1/webhook-endpoints'))
-    assert.equal(hooks.length, 9)
+    const experimental = (path: string) => path.startsWith('/v1/webhook-endpoints') || path.startsWith('/v1/events')
+    const hooks = sent.filter((request) => experimental(request.path))
+    assert.equal(hooks.length, 13)
     for (const request of hooks) assert.equal(request.beta, 'webhooks', `${request.method} ${request.path}`)
-    for (const request of sent.filter((r) => !r.path.startsWith('/v1/webhook-endpoints')))
+    for (const request of sent.filter((r) => !experimental(r.path)))
       assert.equal(request.beta, null, `${request.method} ${request.path}`)
   })
 })

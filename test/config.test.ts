@@ -78,6 +78,18 @@ describe('Configuration: read and validated once (point 9)', () => {
     ])
   })
 
+  it('EVENT_RETENTION_DAYS: 30 days unless set, 1 to 3650 whole days', () => {
+    assert.equal(loadConfig({}).eventRetentionMs, 30 * 86_400_000)
+    assert.equal(loadConfig({ EVENT_RETENTION_DAYS: '1' }).eventRetentionMs, 86_400_000)
+    for (const value of ['0', '3651', '1.5', '7d']) {
+      assert.throws(
+        () => loadConfig({ EVENT_RETENTION_DAYS: value }),
+        /EVENT_RETENTION_DAYS must be a whole number of days from 1 to 3650/,
+        value,
+      )
+    }
+  })
+
   it('reads the webhook variables: booleans as true or false, the schedule in (decimal) seconds', () => {
     const env = {
       WEBHOOK_ALLOW_PRIVATE_URLS: 'true',

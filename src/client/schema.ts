@@ -333,6 +333,86 @@ export interface paths {
     patch?: never
     trace?: never
   }
+  '/webhook-endpoints/{endpointId}/test': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * Send a test event to a webhook endpoint
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Queues a `webhook.test` event to this endpoint alone, whatever it subscribes to, to try a receiver: it is signed, sent and retried like any event, and listed in the endpoint's deliveries and in `GET /v1/events`. Its `data` is the endpoint as `getWebhookEndpoint` shows it. Not to a disabled endpoint.
+     */
+    post: operations['sendWebhookTestEvent']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  '/webhook-endpoints/{endpointId}/recover': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * Send a webhook endpoint's failed deliveries again
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). After an outage of the receiver: makes the failed deliveries of this endpoint queued at or after `since` pending again, due now, each retried as a new delivery would be (the same `webhook-id` and body). At most the oldest 1000 per call: when `more` is true, call again for the rest. Not for a disabled endpoint: enable it first.
+     */
+    post: operations['recoverWebhookDeliveries']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  '/events': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    /**
+     * List the account's events
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Every event of the account, newest first, whether or not an endpoint was subscribed to it, kept EVENT_RETENTION_DAYS (30 by default). `type` keeps those of some types (`order.*,message.created`), `createdAfter` those that happened after an instant. When more exist, `Link: <…>; rel="next"` gives the next page. Besides `webhooks:read`, an event takes the read scope of what it carries: `messages:read` for `message.created`, `orders:read` for `order.*`. Without a `type`, the list holds the events the key may read.
+     */
+    get: operations['listEvents']
+    put?: never
+    post?: never
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  '/events/{eventId}': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    /**
+     * Get an event
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). One of the account's events; another account's is 404. Besides `webhooks:read`, an event takes the read scope of what it carries: `messages:read` for `message.created`, `orders:read` for `order.*`.
+     */
+    get: operations['getEvent']
+    put?: never
+    post?: never
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
 }
 export interface webhooks {
   'message.created': {
@@ -429,6 +509,26 @@ export interface webhooks {
      * @description **Experimental.** POSTed to each enabled endpoint subscribed to this event type, signed as Standard Webhooks says: verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.
      */
     post: operations['orderExpiredEvent']
+    delete?: never
+    options?: never
+    head?: never
+    patch?: never
+    trace?: never
+  }
+  'webhook.test': {
+    parameters: {
+      query?: never
+      header?: never
+      path?: never
+      cookie?: never
+    }
+    get?: never
+    put?: never
+    /**
+     * A test event, sent to one endpoint when asked (sendWebhookTestEvent): `data` is the endpoint, without its secret.
+     * @description **Experimental.** POSTed to one endpoint when asked (`POST /v1/webhook-endpoints/{endpointId}/test`), whatever it subscribes to, signed as Standard Webhooks says: verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.
+     */
+    post: operations['webhookTestEvent']
     delete?: never
     options?: never
     head?: never
@@ -611,7 +711,7 @@ export interface components {
     }
     Error: {
       /**
-       * @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, invalid_webhook_url, beta_opt_in_required, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, insufficient_scope, not_found, pet_not_found, order_not_found, message_not_found, webhook_endpoint_not_found, delivery_not_found, method_not_allowed, operation_removed, request_timeout, pet_not_available, order_conflict, idempotency_conflict, pet_held, pending_by_order_only, webhook_endpoint_limit, webhook_endpoint_disabled, delivery_in_progress, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported.
+       * @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, invalid_webhook_url, beta_opt_in_required, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, insufficient_scope, not_found, pet_not_found, order_not_found, message_not_found, webhook_endpoint_not_found, delivery_not_found, event_not_found, method_not_allowed, operation_removed, request_timeout, pet_not_available, order_conflict, idempotency_conflict, pet_held, pending_by_order_only, webhook_endpoint_limit, webhook_endpoint_disabled, delivery_in_progress, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported.
        * @example validation_failed
        */
       code: string
@@ -843,10 +943,16 @@ export interface components {
        */
       eventId: string
       /**
-       * @description An event type.
+       * @description The event type: one an endpoint subscribes to, or `webhook.test` (sent to one endpoint when asked).
        * @enum {string}
        */
-      eventType: 'message.created' | 'order.placed' | 'order.completed' | 'order.canceled' | 'order.expired'
+      eventType:
+        | 'message.created'
+        | 'order.placed'
+        | 'order.completed'
+        | 'order.canceled'
+        | 'order.expired'
+        | 'webhook.test'
       /**
        * @description `pending` (being tried), `delivered` (a 2xx answer) or `failed` (every attempt ran out).
        * @enum {string}
@@ -968,6 +1074,77 @@ export interface components {
        */
       timestamp: string
       data: components['schemas']['Order']
+    }
+    /** @description A test event, sent to one endpoint when asked (sendWebhookTestEvent): `data` is the endpoint, without its secret. */
+    WebhookTestEvent: {
+      /**
+       * @description The event type.
+       * @example webhook.test
+       * @enum {string}
+       */
+      type: 'webhook.test'
+      /**
+       * Format: date-time
+       * @description When it happened: when it was asked for. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      timestamp: string
+      data: components['schemas']['WebhookEndpoint']
+    }
+    /** @description Which failed deliveries of the endpoint to send again. */
+    RecoverDeliveries: {
+      /**
+       * Format: date-time
+       * @description Send again the failed deliveries queued at or after this instant. RFC 3339, e.g. 2026-11-22T12:00:00Z or 2026-11-22T13:00:00+01:00 (in a URL, write + as %2B).
+       * @example 2026-11-22T12:00:00Z
+       */
+      since: string
+    }
+    /** @description What a recovery queued. */
+    Recovery: {
+      /**
+       * @description Failed deliveries made pending again, due now: the oldest first, 1000 at most.
+       * @example 12
+       */
+      queued: number
+      /**
+       * @description Whether failed deliveries since then remain, past the 1000 of one call: call again.
+       * @example false
+       */
+      more: boolean
+    }
+    /** @description Something that happened to a resource of the account; what a webhook delivers. */
+    Event: {
+      /**
+       * @description Identifier of the event: the `webhook-id` of each of its deliveries.
+       * @example evt_3kTMd9PqLw2xY8aZ
+       */
+      id: string
+      /**
+       * @description The event type: one an endpoint subscribes to, or `webhook.test` (sent to one endpoint when asked).
+       * @enum {string}
+       */
+      type: 'message.created' | 'order.placed' | 'order.completed' | 'order.canceled' | 'order.expired' | 'webhook.test'
+      /**
+       * Format: date-time
+       * @description When it happened: the `timestamp` of its webhook payload. ISO 8601 UTC.
+       * @example 2026-11-22T12:00:00.000Z
+       */
+      createdAt: string
+      /**
+       * @description The resource as the API returned it when the event happened: the Message (`message.created`), the Order (`order.*`), or the WebhookEndpoint without its secret (`webhook.test`).
+       * @example {
+       *       "id": "ord_3kTMd9PqLw2xY8aZ",
+       *       "petId": 1,
+       *       "status": "placed",
+       *       "createdAt": "2026-11-22T12:00:00.000Z",
+       *       "expiresAt": "2026-11-22T12:30:00.000Z",
+       *       "updatedAt": "2026-11-22T12:00:00.000Z"
+       *     }
+       */
+      data: {
+        [key: string]: unknown
+      }
     }
   }
   responses: never
@@ -5779,6 +5956,890 @@ export interface operations {
       }
     }
   }
+  sendWebhookTestEvent: {
+    parameters: {
+      query?: never
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
+      }
+      path: {
+        /** @description The identifier of the webhook endpoint (`we_…`). */
+        endpointId: string
+      }
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description Accepted: the event, queued to the endpoint, due now. */
+      202: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Event']
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `webhook_endpoint_not_found`: no such endpoint of this account's. */
+      404: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "webhook_endpoint_not_found",
+           *       "message": "No webhook endpoint with this id for this account.",
+           *       "status": 404
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `webhook_endpoint_disabled`: enable the endpoint first. */
+      409: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "webhook_endpoint_disabled",
+           *       "message": "The webhook endpoint is disabled: enable it before redelivering.",
+           *       "status": 409
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  recoverWebhookDeliveries: {
+    parameters: {
+      query?: never
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
+      }
+      path: {
+        /** @description The identifier of the webhook endpoint (`we_…`). */
+        endpointId: string
+      }
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['RecoverDeliveries']
+      }
+    }
+    responses: {
+      /** @description Accepted: how many deliveries are pending again. */
+      202: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Recovery']
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `webhook_endpoint_not_found`: no such endpoint of this account's. */
+      404: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "webhook_endpoint_not_found",
+           *       "message": "No webhook endpoint with this id for this account.",
+           *       "status": 404
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `webhook_endpoint_disabled`: enable the endpoint first. */
+      409: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "webhook_endpoint_disabled",
+           *       "message": "The webhook endpoint is disabled: enable it before redelivering.",
+           *       "status": 409
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The body is larger than the limit (BODY_LIMIT). */
+      413: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "payload_too_large",
+           *       "message": "The request body is too large.",
+           *       "status": 413
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The body is not JSON in UTF-8 (`Content-Type: application/json`, no `Content-Encoding`). */
+      415: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "unsupported_media_type",
+           *       "message": "Send the body as application/json (a PATCH also takes application/merge-patch+json).",
+           *       "status": 415
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  listEvents: {
+    parameters: {
+      query?: {
+        /** @description Maximum number of events returned. */
+        limit?: number
+        /**
+         * @description Only events of these types: one, or several separated by commas; `order.*` names every order event. The types: message.created, order.placed, order.completed, order.canceled, order.expired, webhook.test.
+         * @example order.*,message.created
+         */
+        type?: string
+        /**
+         * @description Only events that happened after this instant. RFC 3339, e.g. 2026-11-22T12:00:00Z or 2026-11-22T13:00:00+01:00 (in a URL, write + as %2B).
+         * @example 2026-11-22T12:00:00Z
+         */
+        createdAfter?: string
+        /** @description Opaque position from the `Link: <…>; rel="next"` header of the previous page. */
+        cursor?: string
+      }
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
+      }
+      path?: never
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description A page of the account's events, newest first. */
+      200: {
+        headers: {
+          /** @description `<…/v1/events?…&cursor=…>; rel="next"` when more events follow (RFC 8288). */
+          Link?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Event'][]
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
+  getEvent: {
+    parameters: {
+      query?: never
+      header: {
+        /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
+        'animal-store-beta': 'webhooks'
+      }
+      path: {
+        /** @description The identifier of the event (`evt_…`), its `webhook-id`. */
+        eventId: string
+      }
+      cookie?: never
+    }
+    requestBody?: never
+    responses: {
+      /** @description The event. */
+      200: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          'application/json': components['schemas']['Event']
+        }
+      }
+      /** @description The request is invalid (see `code` and `message`). */
+      400: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "validation_failed",
+           *       "message": "A parameter or body field is missing or invalid; the message names it.",
+           *       "status": 400
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key is missing or invalid. */
+      401: {
+        headers: {
+          /** @description `Bearer realm="animal-store"`, with `error="invalid_token"` when a key was sent, `error="invalid_request"` when the header is malformed (RFC 6750). */
+          'WWW-Authenticate'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "missing_api_key",
+           *       "message": "Send your API key as \"Authorization: Bearer <API_KEY>\".",
+           *       "status": 401
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The API key lacks the scope this operation needs. */
+      403: {
+        headers: {
+          /** @description `Bearer realm="animal-store", error="insufficient_scope", scope="…"` (RFC 6750 §3.1). */
+          'WWW-Authenticate'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "insufficient_scope",
+           *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
+           *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `event_not_found`: no such event of this account's (or no longer: events are kept EVENT_RETENTION_DAYS). */
+      404: {
+        headers: {
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "event_not_found",
+           *       "message": "No event with this id for this account.",
+           *       "status": 404
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Too many requests for this API key (or bad keys from this address). */
+      429: {
+        headers: {
+          /** @description Seconds until the limit resets. */
+          'Retry-After'?: string
+          /** @description `"default";r=<remaining>;t=<seconds until reset>` (IETF draft). */
+          RateLimit?: string
+          /** @description `"default";q=<requests>;w=<window seconds>` (IETF draft). */
+          'RateLimit-Policy'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "rate_limited",
+           *       "message": "Too many requests; retry after the time in Retry-After.",
+           *       "status": 429
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Unexpected failure; the body carries no internals. Quote `X-Request-Id` when reporting it. */
+      500: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "internal_error",
+           *       "message": "Something went wrong on our side. It has been logged; quote the X-Request-Id if you contact us.",
+           *       "status": 500
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description The database is unreachable; retry after `Retry-After` seconds. */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying. */
+          'Retry-After'?: string
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "service_unavailable",
+           *       "message": "The service is temporarily unavailable; retry after the time in Retry-After.",
+           *       "status": 503
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description Any other error, for any request: 405 (with `Allow`), 408, 412 (`If-Match`, `If-None-Match`), 417, 431, 501 or 505. The body is still the Error object. */
+      default: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "method_not_allowed",
+           *       "message": "This method is not allowed on this resource; see the Allow header.",
+           *       "status": 405
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+    }
+  }
   messageCreatedEvent: {
     parameters: {
       query?: never
@@ -6013,6 +7074,58 @@ export interface operations {
     requestBody: {
       content: {
         'application/json': components['schemas']['OrderExpiredEvent']
+      }
+    }
+    responses: {
+      /** @description Gone: the endpoint is disabled at once, and its pending deliveries fail. */
+      410: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Received: the delivery is done, and not sent again. */
+      '2XX': {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+      /** @description Any other answer, or none within `WEBHOOK_TIMEOUT_SECONDS` (a redirect is not followed): sent again on the retry schedule. */
+      default: {
+        headers: {
+          [name: string]: unknown
+        }
+        content?: never
+      }
+    }
+  }
+  webhookTestEvent: {
+    parameters: {
+      query?: never
+      header: {
+        /**
+         * @description The event's id: the same on every attempt, so deduplicate on it.
+         * @example evt_3kTMd9PqLw2xY8aZ
+         */
+        'webhook-id': string
+        /**
+         * @description When this attempt was signed, in Unix seconds.
+         * @example 1795521600
+         */
+        'webhook-timestamp': string
+        /**
+         * @description `v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>` with the endpoint secret; two, separated by a space, while a rotated secret still signs.
+         * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+         */
+        'webhook-signature': string
+      }
+      path?: never
+      cookie?: never
+    }
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['WebhookTestEvent']
       }
     }
     responses: {

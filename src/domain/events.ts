@@ -1,7 +1,8 @@
 /**
  * Webhook events: the body every delivery of an event sends, fixed when the event is stored so that
  * each retry sends the same bytes. Standard Webhooks' payload shape: `type`, `timestamp`, `data`
- * (the resource as the API returns it) (decision 86).
+ * (the resource as the API returns it) (decision 86). Every event is also kept in the account's
+ * event log, read through GET /v1/events (decision 140).
  */
 import type { Scope } from './scopes.ts'
 
@@ -21,24 +22,47 @@ export type EventType = (typeof EVENT_TYPES)[number]
  */
 export const UNDELIVERED_REASON = 'no enabled endpoint subscribed to message.created'
 
-/** An event carries its resource: subscribing to it reads that resource (decision 97). */
-const SCOPE_TO_RECEIVE: Record<EventType, Scope> = {
+/** Sent to one endpoint when asked (POST …/test), never subscribed to: its `data` is the endpoint. */
+export const TEST_EVENT_TYPE = 'webhook.test'
+
+/** Every type an event of the log can have: those an endpoint subscribes to, and the test event. */
+export const ALL_EVENT_TYPES = [...EVENT_TYPES, TEST_EVENT_TYPE] as const
+export type AnyEventType = (typeof ALL_EVENT_TYPES)[number]
+
+/** An event carries its resource: subscribing to it, or reading it, reads that resource (decision 97). */
+const SCOPE_TO_RECEIVE: Record<AnyEventType, Scope> = {
   'message.created': 'messages:read',
   'order.placed': 'orders:read',
   'order.completed': 'orders:read',
   'order.canceled': 'orders:read',
   'order.expired': 'orders:read',
+  'webhook.test': 'webhooks:read',
 }
 
-export function scopeToReceive(type: EventType): Scope {
+export function scopeToReceive(type: AnyEventType): Scope {
   return SCOPE_TO_RECEIVE[type]
 }
 
-export function eventBody(type: EventType, timestamp: string, data: unknown): string {
+export function eventBody(type: AnyEventType, timestamp: string, data: unknown): string {
   return JSON.stringify({ type, timestamp, data })
 }
 
 /** Whether an endpoint's stored subscription (event types separated by spaces) includes this type. */
 export function subscribes(events: string, type: EventType): boolean {
   return ` ${events} `.includes(` ${type} `)
+}
+
+/** `order.*` and the like: every type of one resource. */
+const WILDCARDS = [...new Set(ALL_EVENT_TYPES.map((type) => `${type.split('.')[0]}.*`))]
+
+/** The names a type filter may list, separated by commas: a type, or a resource's wildcard. */
+export const EVENT_TYPE_FILTERS: readonly string[] = [...ALL_EVENT_TYPES, ...WILDCARDS]
+
+/**
+ * The types a filter such as `order.*,message.created` names, each once, in ALL_EVENT_TYPES order.
+ * The filter's syntax is the schema's (a pattern of EVENT_TYPE_FILTERS): any other name is ignored.
+ */
+export function filteredTypes(filter: string): AnyEventType[] {
+  const names = filter.split(',')
+  return ALL_EVENT_TYPES.filter((type) => names.includes(type) || names.includes(`${type.split('.')[0]}.*`))
 }

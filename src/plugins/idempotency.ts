@@ -53,8 +53,8 @@ export function requestFingerprint(method: string, url: string, body: unknown): 
   return hash('sha256', `${method} ${url} ${canonical(body)}`, 'base64url')
 }
 
-export default fp(
-  async (app) => {
+export default fp<{ eventRetentionMs: number }>(
+  async (app, { eventRetentionMs }) => {
     app.decorateRequest('idempotency', null)
 
     /** Claims the key (false), or replays the stored response (true); 409 and 422 are thrown. */
@@ -104,8 +104,13 @@ export default fp(
       },
     } satisfies FastifyInstance['idempotent'])
 
+    // The housekeeping sweep of every instance: expired records, and events past EVENT_RETENTION_DAYS.
     const purge = setInterval(() => {
-      app.store.purgeExpired(new Date().toISOString()).catch((err) => app.log.warn({ err }, 'purge failed'))
+      const now = Date.now()
+      const eventsBefore = new Date(now - eventRetentionMs).toISOString()
+      app.store
+        .purgeExpired(new Date(now).toISOString(), eventsBefore)
+        .catch((err) => app.log.warn({ err }, 'purge failed'))
     }, PURGE_INTERVAL_MS).unref()
     app.addHook('onClose', async () => clearInterval(purge))
   },

@@ -8,15 +8,18 @@ import Type from 'typebox'
 import type { Config } from '../config.ts'
 import { ERROR_CODES } from '../errors.ts'
 import { ErrorSchema, errorResponse, errorResponses, jsonResponse } from '../schemas/common.ts'
+import { EventSchema } from '../schemas/events.ts'
 import { MessageSchema, NewMessageSchema } from '../schemas/messages.ts'
 import { InventorySchema, NewOrderSchema, OrderSchema } from '../schemas/orders.ts'
 import { NewPetSchema, PetPatchSchema, PetSchema } from '../schemas/pets.ts'
 import {
+  ALL_EVENT_TYPES,
   CreatedWebhookEndpointSchema,
   DeliverySchema,
   EVENT_SCHEMAS,
-  EVENT_TYPES,
   NewWebhookEndpointSchema,
+  RecoverDeliveriesSchema,
+  RecoverySchema,
   RotatedWebhookEndpointSchema,
   WEBHOOKS_STABILITY,
   WebhookEndpointPatchSchema,
@@ -49,6 +52,9 @@ const WEBHOOK_COMPONENTS = [
   WebhookEndpointPatchSchema,
   DeliverySchema,
   ...Object.values(EVENT_SCHEMAS),
+  RecoverDeliveriesSchema,
+  RecoverySchema,
+  EventSchema,
 ]
 
 /**
@@ -134,15 +140,19 @@ const SIGNATURE_PARAMETERS = [
   example,
 }))
 
-/** The document's top-level `webhooks`: what each event type POSTs to an endpoint subscribed to it. */
+/** The document's top-level `webhooks`: what each event type POSTs to an endpoint subscribed to it (or asking for it). */
 function webhookOperations() {
-  const operations = EVENT_TYPES.map((type) => {
+  const operations = ALL_EVENT_TYPES.map((type) => {
     const schema = EVENT_SCHEMAS[type]
+    const sentTo =
+      type === 'webhook.test'
+        ? 'POSTed to one endpoint when asked (`POST /v1/webhook-endpoints/{endpointId}/test`), whatever it subscribes to'
+        : 'POSTed to each enabled endpoint subscribed to this event type'
     const operation = {
       operationId: `${type.replace(/\.(\w)/, (_, letter: string) => letter.toUpperCase())}Event`,
       summary: schema.description,
       description:
-        '**Experimental.** POSTed to each enabled endpoint subscribed to this event type, signed as Standard Webhooks says: ' +
+        `**Experimental.** ${sentTo}, signed as Standard Webhooks says: ` +
         'verify the signature on the raw body before trusting it. Delivered at least once: deduplicate on `webhook-id`.',
       tags: ['webhooks'],
       'x-stability': WEBHOOKS_STABILITY.level,
@@ -240,6 +250,11 @@ export default fp<{ config: Config }>(
                   name: 'webhooks',
                   description:
                     'Webhook endpoints, and the events POSTed to them (experimental: send `Animal-Store-Beta: webhooks`).',
+                },
+                {
+                  name: 'events',
+                  description:
+                    "The account's events, what webhooks deliver (experimental: send `Animal-Store-Beta: webhooks`).",
                 },
               ]
             : []),

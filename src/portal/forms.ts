@@ -68,6 +68,11 @@ export const NewWebhookForm = form({
 
 export const WebhookParams = Type.Object({ endpointId: Type.String({ pattern: '^we_[0-9A-Za-z]{1,64}$' }) })
 
+/** As a `datetime-local` input sends it (seconds optional), or as the portal shows a time (a space for the T): UTC. */
+export const RecoverForm = form({
+  since: Type.String({ maxLength: 40, pattern: '^\\d{4}-\\d{2}-\\d{2}[T ]\\d{2}:\\d{2}(:\\d{2})?$' }),
+})
+
 export const DeliveryParams = Type.Object({
   ...WebhookParams.properties,
   deliveryId: Type.String({ pattern: '^dlv_[0-9A-Za-z]{1,64}$' }),
@@ -81,6 +86,7 @@ export const FIELD_MESSAGES: Record<string, string> = {
   expires: 'Choose one of the offered expiry times.',
   url: 'Enter the address to send events to, such as https://example.com/webhooks.',
   description: `Keep the description to ${WEBHOOK_DESCRIPTION_MAX_LENGTH} characters, without control characters.`,
+  since: 'Enter a date and time in UTC, such as 2026-11-22 12:00.',
 }
 
 /** The options whose boxes a form checked, in the options' order. */

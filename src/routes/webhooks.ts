@@ -23,6 +23,7 @@ import {
   NoQuerySchema,
   RATE_LIMIT_HEADERS,
 } from '../schemas/common.ts'
+import { EventSchema } from '../schemas/events.ts'
 import {
   CreatedWebhookEndpointSchema,
   DeliveriesSchema,
@@ -30,8 +31,11 @@ import {
   DeliverySchema,
   type EventType,
   ListDeliveriesQuerySchema,
+  MAX_RECOVERED,
   MAX_WEBHOOK_ENDPOINTS,
   NewWebhookEndpointSchema,
+  RecoverDeliveriesSchema,
+  RecoverySchema,
   RotatedWebhookEndpointSchema,
   WEBHOOKS_STABILITY,
   type WebhookEndpoint,
@@ -340,6 +344,70 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
       }
       app.webhookDeliveries.nudge()
       return reply.code(202).send(redelivered.delivery)
+    },
+  )
+
+  /** Why the store sent nothing to an endpoint: the account has no such endpoint, or it is disabled. */
+  async function notSendable(accountId: number, endpointId: string): Promise<ApiError> {
+    if ((await app.store.getWebhookEndpoint(accountId, endpointId)) === null) return endpointNotFound(endpointId)
+    return new ApiError('webhook_endpoint_disabled', `Webhook endpoint ${endpointId} is disabled: enable it first.`)
+  }
+  const DISABLED = {
+    409: documented('webhook_endpoint_disabled', '`webhook_endpoint_disabled`: enable the endpoint first.'),
+  }
+
+  app.post(
+    '/webhook-endpoints/:endpointId/test',
+    {
+      schema: {
+        ...ON_ENDPOINT,
+        operationId: 'sendWebhookTestEvent',
+        summary: 'Send a test event to a webhook endpoint',
+        description:
+          'Queues a `webhook.test` event to this endpoint alone, whatever it subscribes to, to try a receiver: ' +
+          "it is signed, sent and retried like any event, and listed in the endpoint's deliveries and in " +
+          '`GET /v1/events`. Its `data` is the endpoint as `getWebhookEndpoint` shows it. Not to a disabled endpoint.',
+        response: {
+          202: jsonResponse('Accepted: the event, queued to the endpoint, due now.', EventSchema, RATE_LIMIT_HEADERS),
+          ...endpointErrors(400, 401, 404, 429, 500, 503),
+          ...DISABLED,
+        },
+      },
+      config: { scope: 'webhooks:write', stability },
+    },
+    async function sendWebhookTestEvent({ caller, params: { endpointId } }, reply) {
+      const event = await app.store.sendTestEvent(caller.accountId, endpointId)
+      if (!event) throw await notSendable(caller.accountId, endpointId)
+      return reply.code(202).send(event)
+    },
+  )
+
+  app.post(
+    '/webhook-endpoints/:endpointId/recover',
+    {
+      schema: {
+        ...ON_ENDPOINT,
+        operationId: 'recoverWebhookDeliveries',
+        summary: "Send a webhook endpoint's failed deliveries again",
+        description:
+          'After an outage of the receiver: makes the failed deliveries of this endpoint queued at or after `since` ' +
+          'pending again, due now, each retried as a new delivery would be (the same `webhook-id` and body). At most ' +
+          `the oldest ${MAX_RECOVERED} per call: when \`more\` is true, call again for the rest. Not for a disabled ` +
+          'endpoint: enable it first.',
+        body: RecoverDeliveriesSchema,
+        response: {
+          202: jsonResponse('Accepted: how many deliveries are pending again.', RecoverySchema, RATE_LIMIT_HEADERS),
+          ...endpointErrors(400, 401, 404, 413, 415, 429, 500, 503),
+          ...DISABLED,
+        },
+      },
+      config: { scope: 'webhooks:write', stability },
+    },
+    async function recoverWebhookDeliveries({ caller, params: { endpointId }, body }, reply) {
+      const since = new Date(body.since).toISOString()
+      const recovered = await app.store.recoverDeliveries(caller.accountId, endpointId, since, MAX_RECOVERED)
+      if (!recovered) throw await notSendable(caller.accountId, endpointId)
+      return reply.code(202).send(recovered)
     },
   )
 }

@@ -232,6 +232,18 @@ export const PageLimit = (what: string) =>
     }),
   )
 
+/**
+ * An instant a client gives (a query parameter, a body field): RFC 3339, with its offset or `Z`,
+ * years 1 to 9999 (src/schemas/validation.ts). Compare it as `new Date(value).toISOString()`.
+ */
+export const DateTimeInput = (description: string) =>
+  Type.String({
+    format: 'date-time',
+    maxLength: 40,
+    description: `${description} RFC 3339, e.g. 2026-11-22T12:00:00Z or 2026-11-22T13:00:00+01:00 (in a URL, write + as %2B).`,
+    examples: ['2026-11-22T12:00:00Z'],
+  })
+
 /** The opaque position of the next page, from the previous page's Link header. */
 export const Cursor = Type.Optional(
   Type.String({

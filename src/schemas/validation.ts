@@ -7,6 +7,8 @@
  *   parameters are range-checked exactly on the text (a double cannot tell 9223372036854775807
  *   from 9223372036854775808).
  * - A parameter given twice (`?limit=1&limit=2`) arrives as an array and is refused.
+ * - A `date-time` is RFC 3339's, a date that exists, within years 1 to 9999 in UTC: what both
+ *   databases take (`Date.parse` alone takes `2026-02-30`, and years PostgreSQL refuses).
  */
 import { Ajv, type ErrorObject, type Options } from 'ajv'
 import type { FastifySchemaCompiler } from 'fastify'
@@ -14,6 +16,20 @@ import type { FastifySchemaCompiler } from 'fastify'
 const INT64_MIN = -(2n ** 63n)
 const INT64_MAX = 2n ** 63n - 1n
 const DECIMAL = /^(?:0|-?[1-9][0-9]*)$/
+const RFC3339 =
+  /^(\d{4})-(\d{2})-(\d{2})T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,9})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)$/
+
+/** Whether `text` is an RFC 3339 date-time of a day that exists, within years 1 to 9999 in UTC. */
+export function isDateTime(text: string): boolean {
+  const match = RFC3339.exec(text)
+  if (!match) return false
+  const [, year, month, day] = match.map(Number) as number[]
+  const date = new Date(0)
+  date.setUTCFullYear(year as number, (month as number) - 1, day)
+  if (date.getUTCMonth() !== (month as number) - 1 || date.getUTCDate() !== day) return false
+  const instant = new Date(text)
+  return !Number.isNaN(instant.getTime()) && /^(?!0000)\d{4}-/.test(instant.toISOString())
+}
 
 const common: Options = { allErrors: false, verbose: true, useDefaults: true, removeAdditional: false, strict: true }
 
@@ -21,7 +37,7 @@ function ajv(options: Options): Ajv {
   const instance = new Ajv({ ...common, ...options })
   // OpenAPI formats used by our schemas; `int64` is range-checked by the parameter wrapper below.
   instance.addFormat('int64', { type: 'number', validate: Number.isInteger })
-  instance.addFormat('date-time', { type: 'string', validate: (s: string) => !Number.isNaN(Date.parse(s)) })
+  instance.addFormat('date-time', { type: 'string', validate: isDateTime })
   return instance
 }
 
@@ -113,6 +129,9 @@ function describe(part: string, error: ErrorObject): string {
       return `${field} must be at least ${p.limit} character${p.limit === 1 ? '' : 's'} long`
     case 'maxLength':
       return `${field} must be at most ${p.limit} characters long`
+    case 'format':
+      if (p.format === 'date-time') return `${field} must be a date and time such as 2026-11-22T12:00:00Z (RFC 3339)`
+      return `${field} ${error.message ?? 'is invalid'}`
     case 'pattern':
       return `${field} is invalid${schema.description ? `: ${schema.description}` : ''}`
     case 'minItems':

@@ -1,9 +1,9 @@
 import Type, { type TSchema } from 'typebox'
-import { EVENT_TYPES, type EventType } from '../domain/events.ts'
+import { ALL_EVENT_TYPES, type AnyEventType, EVENT_TYPES, type EventType } from '../domain/events.ts'
 import type { Stability } from '../plugins/stability.ts'
-import { PageLimit } from './common.ts'
+import { DateTimeInput, PageLimit } from './common.ts'
 
-export { EVENT_TYPES, type EventType } from '../domain/events.ts'
+export { ALL_EVENT_TYPES, type AnyEventType, EVENT_TYPES, type EventType } from '../domain/events.ts'
 
 /** Every webhook operation, and its schemas in the document, exist only where the operator offers them. */
 export const WEBHOOKS_STABILITY: Stability = { level: 'experimental', feature: 'webhooks' }
@@ -24,6 +24,11 @@ const nullableTimestamp = (description: string) =>
   nullable(Type.String({ format: 'date-time' }), `${description} ISO 8601 UTC.`)
 
 export const EventTypeSchema = Type.Enum(EVENT_TYPES, { type: 'string', description: 'An event type.' })
+/** Any event's type: those an endpoint subscribes to, and `webhook.test`, sent only when asked. */
+export const AnyEventTypeSchema = Type.Enum(ALL_EVENT_TYPES, {
+  type: 'string',
+  description: 'The event type: one an endpoint subscribes to, or `webhook.test` (sent to one endpoint when asked).',
+})
 
 /** Under the reserved `.example` domain (RFC 2606): an endpoint made from the example sends events nowhere. */
 const URL_EXAMPLE = 'https://hooks.example/animal-store'
@@ -157,7 +162,7 @@ export const DeliverySchema = Type.Object(
   {
     id: Type.String({ description: 'Identifier of the delivery.', examples: ['dlv_3kTMd9PqLw2xY8aZ'] }),
     eventId: Type.String({ description: 'The event (its `webhook-id`).', examples: ['evt_3kTMd9PqLw2xY8aZ'] }),
-    eventType: EventTypeSchema,
+    eventType: AnyEventTypeSchema,
     status: Type.Enum(DELIVERY_STATUSES, {
       type: 'string',
       description: '`pending` (being tried), `delivered` (a 2xx answer) or `failed` (every attempt ran out).',
@@ -182,7 +187,7 @@ export const DeliveriesSchema = Type.Array(DeliverySchema, {
  * What an endpoint receives: the body each event's deliveries POST (src/domain/events.ts,
  * eventBody), published in the document's top-level `webhooks` so that a receiver can type it.
  */
-const eventSchema = (type: EventType, $id: string, data: TSchema, when: string, description: string) =>
+const eventSchema = (type: AnyEventType, $id: string, data: TSchema, when: string, description: string) =>
   // Object.assign only tells the type what the options already set (for the document's references).
   Object.assign(
     Type.Object(
@@ -231,4 +236,40 @@ export const EVENT_SCHEMAS = {
     'OrderExpiredEvent',
     'A placed order reached its `expiresAt`: its animal is available again.',
   ),
-} satisfies Record<EventType, TSchema>
+  'webhook.test': eventSchema(
+    'webhook.test',
+    'WebhookTestEvent',
+    Type.Ref('WebhookEndpoint'),
+    'when it was asked for',
+    'A test event, sent to one endpoint when asked (sendWebhookTestEvent): `data` is the endpoint, without its secret.',
+  ),
+} satisfies Record<AnyEventType, TSchema>
+
+/** Failed deliveries one recovery sends again at most: a bounded write; call again for the rest. */
+export const MAX_RECOVERED = 1000
+
+export const RecoverDeliveriesSchema = Type.Object(
+  { since: DateTimeInput('Send again the failed deliveries queued at or after this instant.') },
+  {
+    $id: 'RecoverDeliveries',
+    additionalProperties: false,
+    description: 'Which failed deliveries of the endpoint to send again.',
+  },
+)
+
+export const RecoverySchema = Type.Object(
+  {
+    queued: Type.Integer({
+      minimum: 0,
+      maximum: MAX_RECOVERED,
+      description: `Failed deliveries made pending again, due now: the oldest first, ${MAX_RECOVERED} at most.`,
+      examples: [12],
+    }),
+    more: Type.Boolean({
+      description: `Whether failed deliveries since then remain, past the ${MAX_RECOVERED} of one call: call again.`,
+      examples: [false],
+    }),
+  },
+  { $id: 'Recovery', description: 'What a recovery queued.' },
+)
+export type Recovery = Type.Static<typeof RecoverySchema>

@@ -11,11 +11,12 @@
  */
 import type { Pool, PoolClient, QueryConfig } from 'pg'
 import { randomId } from '../domain/api-keys.ts'
-import { eventBody, subscribes, UNDELIVERED_REASON } from '../domain/events.ts'
+import { eventBody, subscribes, TEST_EVENT_TYPE, UNDELIVERED_REASON } from '../domain/events.ts'
+import type { Event } from '../schemas/events.ts'
 import type { Message } from '../schemas/messages.ts'
 import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
-import { type Delivery, EVENT_TYPES, type EventType } from '../schemas/webhooks.ts'
+import { type Delivery, EVENT_TYPES, type EventType, type Recovery } from '../schemas/webhooks.ts'
 import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
 import { latestMigration, newerThanCode, readMigrations } from './migrations.ts'
 import {
@@ -25,9 +26,11 @@ import {
   DatabaseNotSetUpError,
   DatabaseUnavailableError,
   type DeliveryOutcome,
+  type EventPage,
   type IdempotencyClaim,
   type IdempotencyRef,
   type IdempotencyState,
+  type ListEventsOptions,
   type ListMessagesOptions,
   type ListOrdersOptions,
   type ListPetsOptions,
@@ -55,7 +58,16 @@ import {
   type VersionedPet,
   type WebhookEndpointChanges,
 } from './types.ts'
-import { DELIVERY_COLUMNS, ENDPOINT_COLUMNS, type EndpointRow, endpointFromRow } from './webhook-rows.ts'
+import {
+  DELIVERY_COLUMNS,
+  ENDPOINT_COLUMNS,
+  type EndpointRow,
+  EVENT_COLUMNS,
+  type EventRow,
+  endpointData,
+  endpointFromRow,
+  eventFromRow,
+} from './webhook-rows.ts'
 
 export interface PostgresOptions {
   databaseUrl: string
@@ -197,9 +209,12 @@ const SQL = {
   // transaction, and then fails the deliveries it made; one deleted or disabled first is not seen.
   activeEndpoints: `SELECT seq, events FROM webhook_endpoints
     WHERE account_id = $1 AND deleted_at IS NULL AND disabled_at IS NULL ORDER BY seq FOR SHARE`,
-  // The event, a delivery (ids $6) to each endpoint ($5), and the message's fanout, in one statement.
-  insertEvent: `WITH event AS (INSERT INTO events (id, account_id, type, body, created_at, traceparent)
-      VALUES ($1, $2, $3, $4, now(), $8) RETURNING seq),
+  // The event in the log ($9 its data, $10 its time) and, for endpoints ($5), in the outbox with a
+  // delivery (ids $6) to each, and the message's fanout, in one statement.
+  insertEvent: `WITH logged AS (INSERT INTO event_log (id, account_id, type, data, created_at)
+      VALUES ($1, $2, $3, $9, $10)),
+    event AS (INSERT INTO events (id, account_id, type, body, created_at, traceparent)
+      SELECT $1, $2, $3, $4, now(), $8 WHERE cardinality($5::bigint[]) > 0 RETURNING seq),
     fanout AS (UPDATE messages SET fanout = cardinality($5::bigint[]) WHERE seq = $7)
     INSERT INTO deliveries (id, event_seq, endpoint_seq, message_seq, status, next_attempt_at, created_at)
     SELECT t.id, event.seq, t.endpoint, $7, 'pending', now(), now()
@@ -254,6 +269,21 @@ const SQL = {
     RETURNING d.id, d.lease, e.id AS "eventId", e.body, w.url, w.secret,
       CASE WHEN w.previous_secret_until > now() THEN w.previous_secret END AS "previousSecret",
       d.attempts - d.retry_base AS attempts, e.traceparent`,
+  // FOR SHARE: as for activeEndpoints, a delete or a disable waits, then fails what this makes pending.
+  lockEnabledEndpoint: `SELECT seq, ${ENDPOINT_COLUMNS}, now() AS at FROM webhook_endpoints
+    WHERE id = $1 AND account_id = $2 AND deleted_at IS NULL AND disabled_at IS NULL FOR SHARE`,
+  // A failed delivery holds no lease: each is made due again as a resend makes it.
+  recoverDeliveries: `WITH chosen AS (SELECT seq FROM deliveries
+      WHERE endpoint_seq = $1 AND status = 'failed' AND created_at >= $2 ORDER BY seq LIMIT $3 FOR UPDATE)
+    UPDATE deliveries d SET status = 'pending', next_attempt_at = now(), lease = NULL, retry_base = d.attempts
+    FROM chosen WHERE d.seq = chosen.seq AND d.status = 'failed' RETURNING d.message_seq AS "messageSeq"`,
+  failedSince: `SELECT EXISTS (SELECT 1 FROM deliveries
+    WHERE endpoint_seq = $1 AND status = 'failed' AND created_at >= $2) AS more`,
+  requeueMessages: "UPDATE messages SET status = 'queued' WHERE seq = ANY($1::bigint[]) AND status = 'failed'",
+  listEvents: `SELECT ${EVENT_COLUMNS} FROM event_log WHERE account_id = $1 AND seq < $2
+    AND ($3::timestamptz IS NULL OR created_at > $3) AND ($4::text[] IS NULL OR type = ANY($4))
+    ORDER BY seq DESC LIMIT $5`,
+  getEvent: `SELECT ${EVENT_COLUMNS} FROM event_log WHERE id = $1 AND account_id = $2`,
   // A 410 disables the endpoint: its lock first, in the order deleteWebhookEndpoint takes them.
   lockDeliveryEndpoint: `SELECT w.seq FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
     WHERE d.id = $1 AND d.lease = $2 FOR UPDATE OF w`,
@@ -293,6 +323,7 @@ const SQL = {
       WHERE xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, $1::pg_snapshot)
       ORDER BY xid LIMIT $2) c ON true`,
   purgeIdempotency: 'DELETE FROM idempotency_keys WHERE expires_at <= $1',
+  purgeEvents: 'DELETE FROM event_log WHERE created_at < $1',
 } as const
 
 type Statement = keyof typeof SQL
@@ -722,6 +753,52 @@ export class PostgresStore implements Store {
     })
   }
 
+  sendTestEvent(accountId: number, endpointId: string): Promise<Event | null> {
+    return this.#transaction(async (run) => {
+      const [endpoint] = await run<EndpointRow & { seq: number; at: string }>('lockEnabledEndpoint', [
+        endpointId,
+        accountId,
+      ])
+      if (!endpoint) return null
+      const event: Event = {
+        id: randomId('evt'),
+        type: TEST_EVENT_TYPE,
+        createdAt: endpoint.at,
+        data: endpointData(endpoint),
+      }
+      const body = eventBody(event.type, event.createdAt, event.data)
+      const data = JSON.stringify(event.data)
+      const values = [
+        event.id,
+        accountId,
+        event.type,
+        body,
+        [endpoint.seq],
+        [randomId('dlv')],
+        null,
+        this.#traceparent(),
+      ]
+      await run('insertEvent', [...values, data, event.createdAt])
+      return event
+    })
+  }
+
+  recoverDeliveries(accountId: number, endpointId: string, since: string, limit: number): Promise<Recovery | null> {
+    return this.#transaction(async (run) => {
+      const [endpoint] = await run<{ seq: number }>('lockEnabledEndpoint', [endpointId, accountId])
+      if (!endpoint) return null
+      const recovered = await run<{ messageSeq: number | null }>('recoverDeliveries', [endpoint.seq, since, limit])
+      const messages = [...new Set(recovered.flatMap(({ messageSeq }) => (messageSeq === null ? [] : [messageSeq])))]
+      if (messages.length > 0) {
+        // In seq order, as #failPendingDeliveries locks them: two such transactions take turns.
+        await run('lockMessages', [messages])
+        await run('requeueMessages', [messages])
+      }
+      const [{ more } = { more: false }] = await run<{ more: boolean }>('failedSince', [endpoint.seq, since])
+      return { queued: recovered.length, more }
+    })
+  }
+
   async claimDeliveries(limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {
     type Row = Omit<ClaimedDelivery, 'secrets'> & { secret: string; previousSecret: string | null }
     const rows = await this.#query<Row>('claimDeliveries', [limit, randomId('lease'), leaseMs], 'write')
@@ -764,6 +841,21 @@ export class PostgresStore implements Store {
     return (await this.#query<OutboxStats>('outboxStats', []))[0] as OutboxStats
   }
 
+  // ─── EVENTS ────────────────────────────────────────────────────────────────────────────────
+
+  async listEvents({ accountId, limit, types, createdAfter, before }: ListEventsOptions): Promise<EventPage> {
+    const values = [accountId, before ?? Number.MAX_SAFE_INTEGER, createdAfter ?? null, types ?? null, limit + 1]
+    const rows = await this.#query<EventRow & { seq: number }>('listEvents', values)
+    const more = rows.length > limit
+    if (more) rows.pop()
+    return { events: rows.map(eventFromRow), next: more ? (rows.at(-1)?.seq ?? null) : null }
+  }
+
+  async getEvent(accountId: number, id: string): Promise<Event | null> {
+    const [row] = await this.#query<EventRow>('getEvent', [id, accountId])
+    return row ? eventFromRow(row) : null
+  }
+
   // ─── SETTINGS ──────────────────────────────────────────────────────────────────────────────
 
   async secret(name: string, generate: () => string): Promise<string> {
@@ -790,8 +882,9 @@ export class PostgresStore implements Store {
 
   // ─── HOUSEKEEPING ──────────────────────────────────────────────────────────────────────────
 
-  async purgeExpired(now: string): Promise<number> {
+  async purgeExpired(now: string, eventsBefore: string): Promise<number> {
     await this.#result('prunePetChanges', [PET_FEED_KEPT.minutes])
+    await this.#result('purgeEvents', [eventsBefore])
     const sessions = await this.#result('purgeSessions', [now])
     const records = await this.#result('purgeIdempotency', [now])
     return (sessions.rowCount ?? 0) + (records.rowCount ?? 0)
@@ -883,9 +976,9 @@ export class PostgresStore implements Store {
   }
 
   /**
-   * In the caller's transaction: when any of the account's endpoints subscribes to `type`, stores
-   * the event and one delivery of it to each such endpoint; otherwise nothing. `data` is the
-   * resource as returned; its `updatedAt` (an order's) or else `createdAt` is the event's timestamp.
+   * In the caller's transaction: records the event in the account's log and, when any of the
+   * account's endpoints subscribes to `type`, queues it with one delivery to each such endpoint.
+   * `data` is the resource as returned; its `updatedAt` (an order's) or else `createdAt` is the event's timestamp.
    * For a message's event (`messageSeq`) also sets the message's fanout. Returns how many
    * deliveries. `subscribers` shares the endpoint lookups of one transaction among its events.
    */
@@ -903,13 +996,14 @@ export class PostgresStore implements Store {
       subscribers.set(accountId, lookup)
     }
     const endpoints = (await lookup).filter((endpoint) => subscribes(endpoint.events, type)).map((e) => e.seq)
-    if (endpoints.length === 0) return 0
     const timestamp = 'updatedAt' in data ? data.updatedAt : data.createdAt
     const ids = endpoints.map(() => randomId('dlv'))
-    const body = eventBody(type, timestamp, data)
+    const queued = endpoints.length > 0
+    const body = queued ? eventBody(type, timestamp, data) : null
     // The active trace, when tracing is on: the deliveries continue it.
-    const traceparent = this.#traceparent()
-    await run('insertEvent', [randomId('evt'), accountId, type, body, endpoints, ids, messageSeq, traceparent])
+    const traceparent = queued ? this.#traceparent() : null
+    const values = [randomId('evt'), accountId, type, body, endpoints, ids, messageSeq, traceparent]
+    await run('insertEvent', [...values, JSON.stringify(data), timestamp])
     return endpoints.length
   }
 

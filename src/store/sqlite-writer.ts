@@ -11,7 +11,15 @@ import { flushCompileCache } from 'node:module'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { parentPort, workerData } from 'node:worker_threads'
 import { randomId } from '../domain/api-keys.ts'
-import { EVENT_TYPES, type EventType, eventBody, UNDELIVERED_REASON } from '../domain/events.ts'
+import {
+  type AnyEventType,
+  EVENT_TYPES,
+  type EventType,
+  eventBody,
+  TEST_EVENT_TYPE,
+  UNDELIVERED_REASON,
+} from '../domain/events.ts'
+import type { Event } from '../schemas/events.ts'
 import type { Message } from '../schemas/messages.ts'
 import type { Order } from '../schemas/orders.ts'
 import type { Pet } from '../schemas/pets.ts'
@@ -33,7 +41,7 @@ import type {
   WebhookEndpointChanges,
 } from './types.ts'
 import { PET_FEED_KEPT } from './types.ts'
-import { DELIVERY_COLUMNS, ENDPOINT_COLUMNS, type EndpointRow, endpointFromRow } from './webhook-rows.ts'
+import { DELIVERY_COLUMNS, ENDPOINT_COLUMNS, type EndpointRow, endpointData, endpointFromRow } from './webhook-rows.ts'
 
 /** A job from the main thread: [id, operation, arguments]. */
 export type WriteJob = [number, keyof WriteOps, unknown[]]
@@ -103,6 +111,7 @@ function prepareWrites(db: DatabaseSync) {
     // ─── webhooks
     subscribedEndpoints: s(`SELECT seq FROM webhook_endpoints WHERE account_id = ? AND deleted_at IS NULL
       AND disabled_at IS NULL AND instr(' ' || events || ' ', ' ' || ? || ' ') > 0`),
+    logEvent: s('INSERT INTO event_log (id, account_id, type, data, created_at) VALUES (?, ?, ?, ?, ?)'),
     insertEvent: s(`INSERT INTO events (id, account_id, type, body, created_at, traceparent) VALUES (?, ?, ?, ?, ?, ?)
       RETURNING seq`),
     insertDelivery:
@@ -134,6 +143,13 @@ function prepareWrites(db: DatabaseSync) {
     redeliver: s(`UPDATE deliveries SET status = 'pending', next_attempt_at = ?, lease = NULL, retry_base = attempts
       WHERE seq = ? AND NOT (status = 'pending' AND lease IS NOT NULL AND next_attempt_at > ?)`),
     getDelivery: s(`SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = ?`),
+    // A failed delivery holds no lease: each is made due again as a resend makes it.
+    recoverDeliveries:
+      s(`UPDATE deliveries SET status = 'pending', next_attempt_at = ?, lease = NULL, retry_base = attempts
+      WHERE seq IN (SELECT seq FROM deliveries WHERE endpoint_seq = ? AND status = 'failed' AND created_at >= ?
+        ORDER BY seq LIMIT ?)
+      RETURNING message_seq AS messageSeq`),
+    failedSince: s(`SELECT 1 FROM deliveries WHERE endpoint_seq = ? AND status = 'failed' AND created_at >= ? LIMIT 1`),
     claimDeliveries: s(`UPDATE deliveries SET lease = ?, next_attempt_at = ?, attempts = attempts + 1
       WHERE seq IN (SELECT d.seq FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
         WHERE d.status = 'pending' AND d.next_attempt_at <= ? AND w.disabled_at IS NULL AND w.deleted_at IS NULL
@@ -159,6 +175,7 @@ function prepareWrites(db: DatabaseSync) {
     purgeSessions: s('DELETE FROM sessions WHERE expires_at <= ?'),
     prunePetChanges: s('DELETE FROM pet_changes WHERE seq <= (SELECT max(seq) FROM pet_changes) - ?'),
     purgeIdempotency: s('DELETE FROM idempotency_keys WHERE expires_at <= ?'),
+    purgeEvents: s('DELETE FROM event_log WHERE created_at < ?'),
   }
 }
 
@@ -171,9 +188,31 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
   const complete = (ref: IdempotencyRef | null, status: number, body: unknown) => {
     if (ref) sql.completeIdempotency.run(status, JSON.stringify(body), ref.scope, ref.key)
   }
+  /** Records an event in the account's log, in the caller's transaction; returns it. */
+  const record = (accountId: number, type: AnyEventType, at: string, data: unknown): Event => {
+    const id = randomId('evt')
+    sql.logEvent.run(id, accountId, type, JSON.stringify(data), at)
+    return { id, type, createdAt: at, data: data as Event['data'] }
+  }
+  /** Queues a recorded event in the outbox, with one delivery to each of these endpoints. */
+  const queue = (
+    accountId: number,
+    event: Event,
+    endpoints: number[],
+    messageSeq: number | null,
+    traceparent: string | null,
+  ) => {
+    const { id, type, createdAt: at, data } = event
+    // Due at once: `at` says when the change happened, which a sweep may give ahead of the clock.
+    const clock = now()
+    const queued = at < clock ? at : clock
+    const body = eventBody(type, at, data)
+    const { seq } = sql.insertEvent.get(id, accountId, type, body, queued, traceparent) as { seq: number }
+    for (const endpoint of endpoints) sql.insertDelivery.run(randomId('dlv'), seq, endpoint, messageSeq, queued, queued)
+  }
   /**
-   * Stores an event and one delivery per endpoint of the account subscribed to its type, in the
-   * caller's transaction; returns how many endpoints. None: no event is stored at all.
+   * Records an event and, when endpoints of the account subscribe to its type, queues it with one
+   * delivery to each, in the caller's transaction; returns how many endpoints.
    */
   const emit = (
     accountId: number,
@@ -183,16 +222,9 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
     messageSeq: number | null = null,
     traceparent: string | null = null,
   ) => {
-    const endpoints = sql.subscribedEndpoints.all(accountId, type) as { seq: number }[]
-    if (endpoints.length === 0) return 0
-    // Due at once: `at` says when the change happened, which a sweep may give ahead of the clock.
-    const clock = now()
-    const queued = at < clock ? at : clock
-    const body = eventBody(type, at, data)
-    const { seq } = sql.insertEvent.get(randomId('evt'), accountId, type, body, queued, traceparent) as { seq: number }
-    for (const endpoint of endpoints) {
-      sql.insertDelivery.run(randomId('dlv'), seq, endpoint.seq, messageSeq, queued, queued)
-    }
+    const endpoints = (sql.subscribedEndpoints.all(accountId, type) as { seq: number }[]).map(({ seq }) => seq)
+    const event = record(accountId, type, at, data)
+    if (endpoints.length > 0) queue(accountId, event, endpoints, messageSeq, traceparent)
     return endpoints.length
   }
   /** An order's event, for the account that placed it. */
@@ -333,7 +365,7 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
         seq: number
       }
       const { seq, ...message } = row
-      if (fanout > 0) emit(accountId, 'message.created', at, message, seq, traceparent)
+      emit(accountId, 'message.created', at, message, seq, traceparent)
       complete(idempotency, 202, message)
       return message
     },
@@ -400,6 +432,20 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       const resent = sql.redeliver.run(at, row.seq, at).changes > 0
       if (resent && row.messageSeq !== null) sql.requeueMessage.run(row.messageSeq)
       return { delivery: sql.getDelivery.get(deliveryId), resent }
+    },
+    sendTestEvent(accountId: number, endpointId: string, traceparent: string | null = null): Event | null {
+      const endpoint = endpointOf(accountId, endpointId)
+      if (!endpoint || endpoint.disabledAt !== null) return null
+      const event = record(accountId, TEST_EVENT_TYPE, now(), endpointData(endpoint))
+      queue(accountId, event, [endpoint.seq], null, traceparent)
+      return event
+    },
+    recoverDeliveries(accountId: number, endpointId: string, since: string, limit: number) {
+      const endpoint = endpointOf(accountId, endpointId)
+      if (!endpoint || endpoint.disabledAt !== null) return null
+      const recovered = sql.recoverDeliveries.all(now(), endpoint.seq, since, limit) as { messageSeq: number | null }[]
+      for (const { messageSeq } of recovered) if (messageSeq !== null) sql.requeueMessage.run(messageSeq)
+      return { queued: recovered.length, more: sql.failedSince.get(endpoint.seq, since) !== undefined }
     },
     claimDeliveries(limit: number, leaseMs: number): ClaimedDelivery[] {
       const at = now()
@@ -468,8 +514,9 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
     releaseIdempotencyKey(scope: string, key: string): void {
       sql.releaseIdempotency.run(scope, key)
     },
-    purgeExpired(at: string): number {
+    purgeExpired(at: string, eventsBefore: string): number {
       sql.prunePetChanges.run(PET_FEED_KEPT.rows)
+      sql.purgeEvents.run(eventsBefore)
       return Number(sql.purgeSessions.run(at).changes) + Number(sql.purgeIdempotency.run(at).changes)
     },
   }

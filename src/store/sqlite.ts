@@ -14,10 +14,11 @@ import { accessSync, constants, existsSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { Worker } from 'node:worker_threads'
+import type { Event } from '../schemas/events.ts'
 import type { Message } from '../schemas/messages.ts'
 import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
-import type { Delivery } from '../schemas/webhooks.ts'
+import type { Delivery, Recovery } from '../schemas/webhooks.ts'
 import { latestMigration, newerThanCode, readMigrations } from './migrations.ts'
 import { FILE_GONE, filesIdentity, makeFolders, sqlitePath } from './sqlite-file.ts'
 import {
@@ -34,7 +35,15 @@ import {
 // The contract's types, as T.Name: the store's signatures are the contract's.
 import type * as T from './types.ts'
 import { DatabaseNotSetUpError, DatabaseUnavailableError, PET_FEED_PAGE } from './types.ts'
-import { DELIVERY_COLUMNS, ENDPOINT_COLUMNS, type EndpointRow, endpointFromRow } from './webhook-rows.ts'
+import {
+  DELIVERY_COLUMNS,
+  ENDPOINT_COLUMNS,
+  type EndpointRow,
+  EVENT_COLUMNS,
+  type EventRow,
+  endpointFromRow,
+  eventFromRow,
+} from './webhook-rows.ts'
 
 /**
  * How long the writer waits for another process's write lock before failing with SQLITE_BUSY.
@@ -512,6 +521,14 @@ export class SqliteStore implements T.Store {
     return this.#write('redeliver', accountId, deliveryId) as Promise<T.Redelivery | null>
   }
 
+  sendTestEvent(accountId: number, endpointId: string): Promise<Event | null> {
+    return this.#write('sendTestEvent', accountId, endpointId, this.#traceparent())
+  }
+
+  recoverDeliveries(accountId: number, endpointId: string, since: string, limit: number): Promise<Recovery | null> {
+    return this.#write('recoverDeliveries', accountId, endpointId, since, limit)
+  }
+
   claimDeliveries(limit: number, leaseMs: number): Promise<T.ClaimedDelivery[]> {
     return this.#write('claimDeliveries', limit, leaseMs)
   }
@@ -534,6 +551,24 @@ export class SqliteStore implements T.Store {
     return read(() => this.#sql.outboxStats.get() as unknown as T.OutboxStats)
   }
 
+  // ─── EVENTS ────────────────────────────────────────────────────────────────────────────────
+
+  listEvents({ accountId, limit, types, createdAfter, before }: T.ListEventsOptions): Promise<T.EventPage> {
+    return read(() => {
+      // Every ISO timestamp sorts after '', and the types as one JSON array (json_each reads it).
+      const filters = [createdAfter ?? '', types ? JSON.stringify(types) : null, types ? JSON.stringify(types) : null]
+      const { items, next } = newestFirst<EventRow>(this.#sql.listEvents, limit, accountId, before, ...filters)
+      return { events: items.map(eventFromRow), next }
+    })
+  }
+
+  getEvent(accountId: number, id: string): Promise<Event | null> {
+    return read(() => {
+      const row = this.#sql.getEvent.get(id, accountId) as EventRow | undefined
+      return row ? eventFromRow(row) : null
+    })
+  }
+
   // ─── SETTINGS ──────────────────────────────────────────────────────────────────────────────
 
   async secret(name: string, generate: () => string): Promise<string> {
@@ -553,8 +588,8 @@ export class SqliteStore implements T.Store {
 
   // ─── HOUSEKEEPING ──────────────────────────────────────────────────────────────────────────
 
-  purgeExpired(at: string): Promise<number> {
-    return this.#write('purgeExpired', at)
+  purgeExpired(at: string, eventsBefore: string): Promise<number> {
+    return this.#write('purgeExpired', at, eventsBefore)
   }
 
   // ─── INTERNALS ─────────────────────────────────────────────────────────────────────────────
@@ -809,6 +844,9 @@ function prepareReads(db: DatabaseSync) {
     getEndpointSeq: s('SELECT seq FROM webhook_endpoints WHERE id = ? AND account_id = ? AND deleted_at IS NULL'),
     listDeliveries: s(`SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq
       WHERE d.endpoint_seq = ? ORDER BY d.seq DESC LIMIT ?`),
+    listEvents: s(`SELECT ${EVENT_COLUMNS} FROM event_log WHERE account_id = ? AND seq < ? AND created_at > ?
+      AND (? IS NULL OR type IN (SELECT value FROM json_each(?))) ORDER BY seq DESC LIMIT ?`),
+    getEvent: s(`SELECT ${EVENT_COLUMNS} FROM event_log WHERE id = ? AND account_id = ?`),
     deliveryDue: s("SELECT 1 FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ? LIMIT 1"),
     unsubscribedMessage: s("SELECT 1 FROM messages WHERE status = 'queued' AND fanout = 0 LIMIT 1"),
     outboxStats: s(`SELECT count(*) AS depth, min(created_at) AS oldestAt FROM deliveries WHERE status = 'pending'`),

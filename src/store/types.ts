@@ -12,14 +12,16 @@
  * - One placed order per pet, enforced by the database (a guarded update and a unique index), never
  *   by a lock in one process: orders on one pet from any number of instances have one winner.
  * - Events (the webhook outbox): a write that makes an event (a message, an order's transition)
- *   stores it, with one delivery per subscribed endpoint, in the same transaction as the change.
+ *   stores it, with one delivery per subscribed endpoint, in the same transaction as the change;
+ *   and, subscribed or not, its row in the account's event log (the same id), kept until purged.
  *   A delivery is worked on by one holder of its lease at a time; an outcome recorded under a lease
  *   that was lost (it ran out and another instance took it) is ignored.
  */
+import type { Event } from '../schemas/events.ts'
 import type { Message, MessageStatus } from '../schemas/messages.ts'
 import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import type { NewPet, Pet, PetStatus } from '../schemas/pets.ts'
-import type { Delivery, EventType, WebhookEndpoint } from '../schemas/webhooks.ts'
+import type { AnyEventType, Delivery, EventType, Recovery, WebhookEndpoint } from '../schemas/webhooks.ts'
 
 export { DatabaseUnavailableError } from '../errors.ts'
 
@@ -132,6 +134,24 @@ export interface ListMessagesOptions {
 export interface MessagePage {
   messages: Message[]
   /** When more messages match after this page: the position to pass as `before`. */
+  next: number | null
+}
+
+export interface ListEventsOptions {
+  accountId: number
+  /** 1 to 100. */
+  limit: number
+  /** Only events of these types; absent: of every type. */
+  types?: AnyEventType[]
+  /** Only events that happened after this instant (ISO 8601 UTC with milliseconds, as toISOString writes it). */
+  createdAfter?: string
+  /** Return only events recorded before this position (keyset pagination, newest first). */
+  before?: number
+}
+
+export interface EventPage {
+  events: Event[]
+  /** When more events match after this page: the position to pass as `before`. */
   next: number | null
 }
 
@@ -451,11 +471,29 @@ export interface Store {
    * the lease was lost (nothing is recorded).
    */
   recordDelivery(outcome: DeliveryOutcome): Promise<boolean>
+  /**
+   * Queues a `webhook.test` event to this endpoint alone (whatever it subscribes to), recorded like
+   * any event: the event log and one delivery, due now. Its data is the endpoint without its
+   * secret. Null when the account has no such endpoint, or it is disabled (it would never be sent).
+   */
+  sendTestEvent(accountId: number, endpointId: string): Promise<Event | null>
+  /**
+   * Makes the endpoint's failed deliveries queued at or after `since` pending again, due now, their
+   * retries started over (as a resend), the oldest `limit` of them; their messages are queued again.
+   * Null when the account has no such endpoint, or it is disabled.
+   */
+  recoverDeliveries(accountId: number, endpointId: string, since: string, limit: number): Promise<Recovery | null>
   /** Whether a delivery is due, without writing (a cheap check before claimDeliveries). */
   deliveriesDue(): Promise<boolean>
   /** Marks `undelivered` the queued messages that no endpoint was subscribed to; returns how many. */
   markUndeliveredMessages(): Promise<number>
   outboxStats(): Promise<OutboxStats>
+
+  // ─── EVENTS ──────────────────────────────────────────────────────────────────────────────────
+  /** One page of the account's event log, newest first. Never another account's. */
+  listEvents(options: ListEventsOptions): Promise<EventPage>
+  /** The account's event with this id, or null (another account's too). */
+  getEvent(accountId: number, id: string): Promise<Event | null>
 
   // ─── SETTINGS ────────────────────────────────────────────────────────────────────────────────
   /**
@@ -477,8 +515,9 @@ export interface Store {
 
   // ─── HOUSEKEEPING ────────────────────────────────────────────────────────────────────────────
   /**
-   * Deletes expired sessions and idempotency records, and the pet feed's rows no reader can still
-   * need (PET_FEED_KEPT); returns how many sessions and records.
+   * Deletes expired sessions and idempotency records, the pet feed's rows no reader can still need
+   * (PET_FEED_KEPT), and the events of the log that happened before `eventsBefore`
+   * (EVENT_RETENTION_DAYS); returns how many sessions and records.
    */
-  purgeExpired(now: string): Promise<number>
+  purgeExpired(now: string, eventsBefore: string): Promise<number>
 }

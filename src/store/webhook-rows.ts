@@ -1,5 +1,6 @@
 /** Rows of the webhook tables as domain values: the same mapping for every database. */
-import type { EventType } from '../schemas/webhooks.ts'
+import type { Event } from '../schemas/events.ts'
+import type { AnyEventType, EventType, WebhookEndpoint } from '../schemas/webhooks.ts'
 import type { StoredWebhookEndpoint } from './types.ts'
 
 /** The columns both stores select for an endpoint (timestamps already ISO strings). */
@@ -35,3 +36,23 @@ export function endpointFromRow(row: EndpointRow): StoredWebhookEndpoint {
 export const DELIVERY_COLUMNS = `d.id, e.id AS "eventId", e.type AS "eventType", d.status, d.attempts,
   CASE WHEN d.status = 'pending' THEN d.next_attempt_at END AS "nextAttemptAt", d.last_attempt_at AS "lastAttemptAt",
   d.last_status AS "lastStatus", d.last_error AS "lastError", d.delivered_at AS "deliveredAt", d.created_at AS "createdAt"`
+
+/** An event of the log as both stores select it (with its position, `seq`), its data as stored (JSON). */
+export interface EventRow {
+  id: string
+  type: AnyEventType
+  createdAt: string
+  data: string
+}
+
+export const EVENT_COLUMNS = 'seq, id, type, created_at AS "createdAt", data'
+
+export function eventFromRow(row: EventRow): Event {
+  return { id: row.id, type: row.type, createdAt: row.createdAt, data: JSON.parse(row.data) }
+}
+
+/** An endpoint as its `webhook.test` event carries it: as the API shows it, without its secret. */
+export function endpointData(row: EndpointRow): WebhookEndpoint {
+  const { secret: _, ...endpoint } = endpointFromRow(row)
+  return endpoint
+}

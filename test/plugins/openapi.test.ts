@@ -3,7 +3,7 @@ import { describe, it } from 'node:test'
 import { Validator } from '@seriousme/openapi-schema-validator'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import { ERROR_CODES, ERRORS, type ErrorCode } from '../../src/errors.ts'
-import { EVENT_TYPES } from '../../src/schemas/webhooks.ts'
+import { ALL_EVENT_TYPES, EVENT_TYPES } from '../../src/schemas/webhooks.ts'
 import { newWebhookSecret } from '../../src/webhooks/signing.ts'
 import { bearer, build, errorBody, suiteApp } from '../helper.ts'
 import { until } from '../wait.ts'
@@ -46,6 +46,10 @@ const SCOPE_OF: Record<string, string> = {
   rotateWebhookSecret: 'webhooks:write',
   listWebhookDeliveries: 'webhooks:read',
   redeliverWebhook: 'webhooks:write',
+  sendWebhookTestEvent: 'webhooks:write',
+  recoverWebhookDeliveries: 'webhooks:write',
+  listEvents: 'webhooks:read',
+  getEvent: 'webhooks:read',
   placeOrder: 'orders:write',
   listOrders: 'orders:read',
   getOrder: 'orders:read',
@@ -307,6 +311,7 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
       'CreatedWebhookEndpoint',
       'Delivery',
       'Error',
+      'Event',
       'Inventory',
       'Message',
       'MessageCreatedEvent',
@@ -321,9 +326,12 @@ describe('OpenAPI: GET /v1/openapi.json (point 8)', () => {
       'OrderPlacedEvent',
       'Pet',
       'PetPatch',
+      'RecoverDeliveries',
+      'Recovery',
       'RotatedWebhookEndpoint',
       'WebhookEndpoint',
       'WebhookEndpointPatch',
+      'WebhookTestEvent',
     ])
     for (const [name, schema] of schemas) {
       for (const [field, property] of Object.entries(schema.properties)) {
@@ -474,7 +482,7 @@ describe('OpenAPI: what the document promises, the server keeps (issue 38)', () 
       assert.deepEqual(optIn?.schema.enum, [feature], name)
       optIns++
     }
-    assert.equal(optIns, 14)
+    assert.equal(optIns, 18)
     // As the server holds it: without the header, 400.
     const { app, newKey } = await shared()
     const { secret } = await newKey()
@@ -495,8 +503,10 @@ describe('OpenAPI: what the document promises, the server keeps (issue 38)', () 
       'createPet',
       'createWebhookEndpoint',
       'placeOrder',
+      'recoverWebhookDeliveries',
       'redeliverWebhook',
       'sendMessage',
+      'sendWebhookTestEvent',
       'updatePet',
     ])
     for (const [operationId, operation] of Object.entries(conflicts)) {
@@ -563,14 +573,14 @@ describe('OpenAPI: what the document promises, the server keeps (issue 38)', () 
   it('gives the webhook event types in the top-level webhooks, each with the body it is sent, only where offered', async () => {
     const doc = await withWebhooks()
     assert.equal((await document()).webhooks, undefined)
-    assert.deepEqual(Object.keys(doc.webhooks), [...EVENT_TYPES])
-    for (const type of EVENT_TYPES) {
+    assert.deepEqual(Object.keys(doc.webhooks), [...ALL_EVENT_TYPES])
+    for (const type of ALL_EVENT_TYPES) {
       const operation = doc.webhooks[type].post as Operation
       const ref = operation.requestBody?.content['application/json']?.schema.$ref ?? ''
       const schema = doc.components.schemas[ref.replace('#/components/schemas/', '')]
       assert.deepEqual(schema.properties.type.enum, [type], type)
       assert.deepEqual(schema.required.sort(), ['data', 'timestamp', 'type'])
-      const data = type === 'message.created' ? 'Message' : 'Order'
+      const data = type === 'message.created' ? 'Message' : type === 'webhook.test' ? 'WebhookEndpoint' : 'Order'
       assert.equal(schema.properties.data.$ref, `#/components/schemas/${data}`, type)
       for (const name of ['webhook-id', 'webhook-timestamp', 'webhook-signature']) {
         assert.equal(headerParameter(operation, name)?.required, true, `${type} ${name}`)
@@ -608,16 +618,23 @@ describe('OpenAPI: what the document promises, the server keeps (issue 38)', () 
     await call('POST', `/v1/store/orders/${orders[0].id}/complete`)
     await call('POST', `/v1/store/orders/${orders[1].id}/cancel`)
     await test.app.store.expireOrders(new Date(Date.now() + 86_400_000).toISOString())
-    await until('every event received', () => hook.received.length === 7)
+    const probe = { ...headers, 'animal-store-beta': 'webhooks' }
+    const asked = await test.app.inject({
+      method: 'POST',
+      url: `/v1/webhook-endpoints/${endpoint.id}/test`,
+      headers: probe,
+    })
+    assert.equal(asked.statusCode, 202, asked.body)
+    await until('every event received', () => hook.received.length === 8)
     const types = hook.received.map(({ event }) => event.type).sort()
-    assert.deepEqual(new Set(types), new Set(EVENT_TYPES))
+    assert.deepEqual(new Set(types), new Set(ALL_EVENT_TYPES))
     for (const { event, body } of hook.received) {
       assert.ok(
         ajv.validate({ $ref: bodyOf(event.type) }, JSON.parse(body)),
         `${event.type}: ${JSON.stringify(ajv.errors)}`,
       )
       // And no other type's: a receiver tells them apart by the schema alone.
-      for (const other of EVENT_TYPES.filter((type) => type !== event.type)) {
+      for (const other of ALL_EVENT_TYPES.filter((type) => type !== event.type)) {
         assert.equal(ajv.validate({ $ref: bodyOf(other) }, JSON.parse(body)), false, `${event.type} as ${other}`)
       }
     }

@@ -1,9 +1,10 @@
 /**
  * Portal webhooks (experimental): the pages exist only with EXPERIMENTAL_FEATURES=webhooks. With
  * it, the account adds endpoints (the API's URL policy and limit, the secret shown once), disables
- * and enables them, rotates the secret (the old one signs 24 hours more), deletes them, and sees
- * each one's recent deliveries with Send again; only with the page's CSRF token, never another
- * account's endpoint, every value escaped.
+ * and enables them, rotates the secret (the old one signs 24 hours more), deletes them, sends a
+ * test event, sends the failed deliveries since a time again, and sees each one's recent deliveries
+ * with Send again; only with the page's CSRF token, never another account's endpoint, every value
+ * escaped.
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
@@ -269,6 +270,8 @@ describe('Portal: webhook endpoints', () => {
       `/portal/webhooks/${id}/disable`,
       `/portal/webhooks/${id}/rotate`,
       `/portal/webhooks/${id}/delete`,
+      `/portal/webhooks/${id}/test`,
+      `/portal/webhooks/${id}/recover`,
     ]) {
       const response = await browser.post(action, { _csrf: 'forged', url: URL_1, description: '' })
       assert.equal(response.statusCode, 403, action)
@@ -277,6 +280,7 @@ describe('Portal: webhook endpoints', () => {
     assert.equal(endpoint?.status, 'enabled')
     assert.equal(endpoint?.secretRotatedAt, null)
     assert.equal((await app.store.listWebhookEndpoints(accountId)).length, 1)
+    assert.deepEqual((await app.store.listEvents({ accountId, limit: 10 })).events, [])
   })
 })
 
@@ -366,8 +370,9 @@ describe('Portal: manage an endpoint', () => {
       assert.equal(response.statusCode, 404, url)
       assert.equal(heading(response.body), 'Endpoint not found')
     }
-    for (const action of ['disable', 'rotate', 'delete', `deliveries/${delivery.id}/redeliver`]) {
-      const response = await stranger.post(`/portal/webhooks/${id}/${action}`, { _csrf })
+    for (const action of ['disable', 'rotate', 'delete', 'test', 'recover', `deliveries/${delivery.id}/redeliver`]) {
+      const fields: Record<string, string> = action === 'recover' ? { _csrf, since: '2026-01-01T00:00' } : { _csrf }
+      const response = await stranger.post(`/portal/webhooks/${id}/${action}`, fields)
       assert.equal(response.statusCode, 404, action)
       assert.match(response.headers['content-type'] as string, /^text\/html/)
     }
@@ -375,6 +380,90 @@ describe('Portal: manage an endpoint', () => {
     const endpoint = await app.store.getWebhookEndpoint(accountId, id)
     assert.equal(endpoint?.status, 'enabled')
     assert.equal(endpoint?.secretRotatedAt, null)
+  })
+})
+
+describe('Portal: test event and recovery', () => {
+  it('Send test event queues a webhook.test event to this endpoint alone, and the page says so', async () => {
+    const { app, browser, accountId, nudges } = await signedIn(shared())
+    const { id } = await added(browser, URL_1, { events: ['order.placed'] })
+    const { id: other } = await added(browser, 'https://other.example.com/hook')
+    const page = `/portal/webhooks/${id}`
+    const nudged = nudges()
+    const response = await press(browser, `${page}/test`, page)
+    assert.equal(response.statusCode, 303)
+    const [event] = (await app.store.listEvents({ accountId, limit: 10 })).events
+    assert.equal(event?.type, 'webhook.test')
+    assert.equal(event?.data.id, id)
+    assert.equal(response.headers.location, `${page}?tested=${event?.id}`)
+    assert.equal(nudges(), nudged + 1)
+    const after = await browser.get(response.headers.location as string)
+    assert.match(after.body, new RegExp(`Test event <code>${event?.id}</code> is queued`))
+    assert.equal(tableRows(after.body)[0]?.[0], `webhook.test ${event?.id}`)
+    assert.deepEqual(await app.store.listDeliveries(accountId, other, 20), [])
+    // A disabled endpoint: refused, saying why; nothing queued.
+    assert.equal((await press(browser, `${page}/disable`, page)).statusCode, 303)
+    const refused = await press(browser, `${page}/test`, page)
+    assert.equal(refused.statusCode, 409)
+    assert.match(refused.body, /This endpoint is disabled: nothing is sent to it\. Enable it, then send a test event\./)
+    assert.equal((await app.store.listEvents({ accountId, limit: 10 })).events.length, 1)
+  })
+
+  it('Send failed deliveries again sends those failed since the time given (UTC), and says how many', async (t) => {
+    // It claims the first due deliveries of the store, whoever's, and counts every nudge: an app of its own.
+    const { app, browser, accountId, nudges } = await signedIn(ownApp(t))
+    const { id } = await added(browser, URL_1, { events: ['message.created'] })
+    const key = await browser.createKey('laptop')
+    const page = `/portal/webhooks/${id}`
+    const form = await browser.get(page)
+    // Filled in with 24 hours ago, as the field shows a time: to the minute, in UTC.
+    const filled = /<input id="since" name="since" type="datetime-local" value="([^"]+)"/.exec(form.body)?.[1] ?? ''
+    assert.match(filled, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/)
+    assert.ok(Math.abs(Date.parse(`${filled}Z`) - (Date.now() - 86_400_000)) < 120_000, filled)
+    for (const text of ['one', 'two']) await sendMessage(app, key, text)
+    // Each attempt answered 500, with no retry left: the deliveries fail. (The app's own loop may claim
+    // one first, fail to reach the host and schedule a retry: then the claim comes later.)
+    const failed = new Set<string>()
+    await until(
+      'both failed',
+      async () => {
+        for (const claimed of await app.store.claimDeliveries(10, 60_000)) {
+          const at = new Date().toISOString()
+          const outcome = { at, delivered: false, status: 500, error: null, retryAt: null, disableEndpoint: false }
+          if (await app.store.recordDelivery({ id: claimed.id, lease: claimed.lease, ...outcome }))
+            failed.add(claimed.id)
+        }
+        return failed.size === 2
+      },
+      { timeoutMs: 40_000 },
+    )
+    const recover = (since: string) => browser.submit(page, `${page}/recover`, { since })
+    const nudged = nudges()
+    const response = await recover(filled)
+    assert.equal(response.statusCode, 303)
+    assert.equal(response.headers.location, `${page}?recovered=2`)
+    assert.equal(nudges(), nudged + 1)
+    const after = await browser.get(response.headers.location as string)
+    assert.match(after.body, /2 failed deliveries are queued to be sent again now\./)
+    const deliveries = (await app.store.listDeliveries(accountId, id, 20)) ?? []
+    assert.deepEqual(
+      deliveries.map((d) => d.status),
+      ['pending', 'pending'],
+    )
+    // Nothing failed since a later time; a time that is none is refused beside the field, as typed.
+    const none = await recover('9999-12-31 23:59')
+    assert.equal(none.headers.location, `${page}?recovered=0`)
+    assert.match((await browser.follow(none)).body, /No delivery failed since then: nothing was sent again\./)
+    for (const since of ['yesterday', '2026-02-30T10:00', '']) {
+      const refused = await recover(since)
+      assert.equal(refused.statusCode, 400, since)
+      assert.match(refused.body, /<p class="field-error" id="since-error">Enter a date and time in UTC/)
+      assert.match(refused.body, new RegExp(`name="since" type="datetime-local" value="${since}"`))
+    }
+    assert.equal((await press(browser, `${page}/disable`, page)).statusCode, 303)
+    const disabled = await recover(filled)
+    assert.equal(disabled.statusCode, 409)
+    assert.match(disabled.body, /This endpoint is disabled: nothing is sent to it\. Enable it, then send them again\./)
   })
 })
 

@@ -2,12 +2,20 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { bearer, build, errorBody, suiteApp, type TestApp } from '../helper.ts'
 import { until } from '../wait.ts'
+import { receiver } from '../webhooks/receiver.ts'
 
 const BETA = { 'animal-store-beta': 'webhooks' }
 const ON = { EXPERIMENTAL_FEATURES: 'webhooks' }
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
 const SECRET = /^whsec_[A-Za-z0-9+/]{32}$/
 const NEW = { url: 'https://example.com/hooks', events: ['order.placed', 'message.created'] }
+/** Deliveries to loopback receivers, retried once a twentieth of a second later. */
+const LOOPBACK = {
+  ...ON,
+  WEBHOOK_ALLOW_HTTP: 'true',
+  WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+  WEBHOOK_RETRY_SCHEDULE: '0.05',
+}
 
 /** Headers of a key of a new account with these scopes (stored text; null: every scope), opted in. */
 async function keyWith(test: TestApp, scopes: string | null) {
@@ -69,8 +77,10 @@ describe('Webhook endpoints (experimental)', () => {
       'getWebhookEndpoint',
       'listWebhookDeliveries',
       'listWebhookEndpoints',
+      'recoverWebhookDeliveries',
       'redeliverWebhook',
       'rotateWebhookSecret',
+      'sendWebhookTestEvent',
       'updateWebhookEndpoint',
     ])
     for (const operation of operations) assert.equal(operation['x-stability'], 'experimental', operation.operationId)
@@ -263,6 +273,8 @@ describe('Webhook endpoints (experimental)', () => {
       ['POST', `/webhook-endpoints/${created.id}/rotate-secret`],
       ['GET', `/webhook-endpoints/${created.id}/deliveries`],
       ['POST', `/webhook-endpoints/${created.id}/deliveries/dlv_x/redeliver`],
+      ['POST', `/webhook-endpoints/${created.id}/test`],
+      ['POST', `/webhook-endpoints/${created.id}/recover`, { since: '2026-01-01T00:00:00Z' }],
       ['GET', '/webhook-endpoints/we_unknown'],
     ] as const) {
       const response = await call(method, url, body)
@@ -366,6 +378,88 @@ describe('Webhook endpoints (experimental)', () => {
     assert.equal(nudges.length, 1)
   })
 
+  it('sendWebhookTestEvent: 202 with a webhook.test event, sent signed to that endpoint alone, recorded like any', async (t) => {
+    const { call, create } = await setUp(await build(t, LOOPBACK))
+    const hook = await receiver(t)
+    const other = await receiver(t)
+    const endpoint = await create({ url: hook.url, events: ['order.placed'], description: 'probe' })
+    await create({ url: other.url, events: ['order.placed'] })
+    const response = await call('POST', `/webhook-endpoints/${endpoint.id}/test`)
+    assert.equal(response.statusCode, 202, response.body)
+    const event = response.json()
+    const { secret, ...shown } = endpoint
+    assert.deepEqual(Object.keys(event).sort(), ['createdAt', 'data', 'id', 'type'])
+    assert.match(event.id, /^evt_/)
+    assert.equal(event.type, 'webhook.test')
+    assert.match(event.createdAt, ISO)
+    assert.deepEqual(event.data, shown)
+    await until('received', () => hook.received.length === 1)
+    const [got] = hook.received
+    assert.equal(got?.id, event.id)
+    assert.deepEqual(got?.event, { type: 'webhook.test', timestamp: event.createdAt, data: shown })
+    assert.equal(hook.verifiesWith(secret), true)
+    // Listed among its deliveries and the account's events; sent to no other endpoint.
+    const delivered = await until('delivered', async () => {
+      const [delivery] = (await call('GET', `/webhook-endpoints/${endpoint.id}/deliveries`)).json()
+      return delivery?.status === 'delivered' ? delivery : null
+    })
+    assert.deepEqual([delivered.eventId, delivered.eventType], [event.id, 'webhook.test'])
+    assert.deepEqual((await call('GET', `/events/${event.id}`)).json(), event)
+    assert.equal(other.received.length, 0)
+    // A disabled endpoint gets none (409); an unknown one is 404; a body is refused.
+    await call('PATCH', `/webhook-endpoints/${endpoint.id}`, { status: 'disabled' })
+    const disabled = await call('POST', `/webhook-endpoints/${endpoint.id}/test`)
+    assert.equal(disabled.statusCode, 409)
+    assert.equal(errorBody(disabled).code, 'webhook_endpoint_disabled')
+    const unknown = await call('POST', '/webhook-endpoints/we_unknown/test')
+    assert.equal(errorBody(unknown).code, 'webhook_endpoint_not_found')
+    assert.equal((await call('GET', '/events?type=webhook.test')).json().length, 1)
+  })
+
+  it('recoverWebhookDeliveries: the failed deliveries since then are sent again; 202 with how many', async (t) => {
+    const { call, create } = await setUp(await build(t, LOOPBACK))
+    const hook = await receiver(t)
+    hook.answer = () => 503
+    const endpoint = await create({ url: hook.url, events: ['message.created'] })
+    const before = (await call('POST', '/messages', { message: 'before' })).json()
+    const deliveries = async () => (await call('GET', `/webhook-endpoints/${endpoint.id}/deliveries`)).json()
+    await until('failed', async () => (await deliveries())[0]?.status === 'failed')
+    await until('the clock past it', () => Date.now() > Date.parse(before.createdAt) + 1)
+    const since = new Date().toISOString()
+    for (const message of ['one', 'two']) await call('POST', '/messages', { message })
+    await until('all failed', async () => (await deliveries()).every((d: { status: string }) => d.status === 'failed'))
+    assert.equal(hook.received.length, 6)
+
+    // The receiver is back: the two since then are sent again, and delivered; the one before is not.
+    hook.answer = () => 200
+    const recovered = await call('POST', `/webhook-endpoints/${endpoint.id}/recover`, { since })
+    assert.equal(recovered.statusCode, 202, recovered.body)
+    assert.deepEqual(recovered.json(), { queued: 2, more: false })
+    await until(
+      'delivered',
+      async () => (await deliveries()).filter((d: { status: string }) => d.status === 'delivered').length === 2,
+    )
+    const [two, one, old] = await deliveries()
+    assert.deepEqual([two.status, one.status, old.status], ['delivered', 'delivered', 'failed'])
+    assert.equal(hook.received.length, 8)
+    assert.deepEqual((await call('POST', `/webhook-endpoints/${endpoint.id}/recover`, { since })).json(), {
+      queued: 0,
+      more: false,
+    })
+
+    for (const body of [{}, { since: 'yesterday' }, { since: '2026-02-30T00:00:00Z' }, { since, until: since }]) {
+      const refused = await call('POST', `/webhook-endpoints/${endpoint.id}/recover`, body)
+      assert.equal(refused.statusCode, 400, JSON.stringify(body))
+      assert.equal(errorBody(refused).code, 'validation_failed')
+    }
+    const unknown = await call('POST', '/webhook-endpoints/we_unknown/recover', { since })
+    assert.equal(errorBody(unknown).code, 'webhook_endpoint_not_found')
+    await call('PATCH', `/webhook-endpoints/${endpoint.id}`, { status: 'disabled' })
+    const disabled = await call('POST', `/webhook-endpoints/${endpoint.id}/recover`, { since })
+    assert.equal(disabled.statusCode, 409)
+    assert.equal(errorBody(disabled).code, 'webhook_endpoint_disabled')
+  })
+
   it("another account's endpoint is 404 for every operation, and left as it was", async () => {
     const { test, call, create } = await setUp(await shared())
     const mine = await create({ url: 'https://example.com/m', events: ['message.created'] })
@@ -378,6 +472,8 @@ describe('Webhook endpoints (experimental)', () => {
       ['POST', `/v1/webhook-endpoints/${mine.id}/rotate-secret`],
       ['GET', `/v1/webhook-endpoints/${mine.id}/deliveries`],
       ['POST', `/v1/webhook-endpoints/${mine.id}/deliveries/${delivery.id}/redeliver`],
+      ['POST', `/v1/webhook-endpoints/${mine.id}/test`],
+      ['POST', `/v1/webhook-endpoints/${mine.id}/recover`, { since: '2026-01-01T00:00:00Z' }],
       ['DELETE', `/v1/webhook-endpoints/${mine.id}`],
     ] as const) {
       const response = await test.app.inject({ method, url, headers: stranger, ...(payload && { payload }) })
@@ -419,6 +515,8 @@ describe('Webhook endpoints (experimental)', () => {
       ['DELETE', `/v1/webhook-endpoints/${id}`],
       ['POST', `/v1/webhook-endpoints/${id}/rotate-secret`],
       ['POST', `/v1/webhook-endpoints/${id}/deliveries/dlv_x/redeliver`],
+      ['POST', `/v1/webhook-endpoints/${id}/test`],
+      ['POST', `/v1/webhook-endpoints/${id}/recover`],
     ] as const) {
       const response = await test.app.inject({ method, url, headers: reader, payload: {} })
       assert.equal(response.statusCode, 403, `${method} ${url}`)

@@ -8,6 +8,7 @@ import { describe, it } from 'node:test'
 import { generateApiKey } from '../../src/domain/api-keys.ts'
 import type { Store } from '../../src/store/types.ts'
 import { plain } from '../helper.ts'
+import { eventsContract } from './contract-events.ts'
 import { webhooksContract } from './contract-webhooks.ts'
 
 export type OpenStore = (t: TestContext) => Promise<Store>
@@ -245,7 +246,7 @@ export function storeContract(name: string, open: OpenStore): void {
       assert.equal(await store.findSession('h2'), null, 'an expired session is not found')
       await store.deleteSession('h1')
       assert.equal(await store.findSession('h1'), null)
-      assert.equal(await store.purgeExpired(new Date().toISOString()), 1)
+      assert.equal(await store.purgeExpired(new Date().toISOString(), new Date(0).toISOString()), 1)
     })
 
     it('api keys: revocation scoped to an account, and last use recorded', async (t) => {
@@ -495,5 +496,6 @@ export function storeContract(name: string, open: OpenStore): void {
     })
 
     webhooksContract(open)
+    eventsContract(open)
   })
 }

@@ -159,7 +159,7 @@ describe(`Pet cache: it forgets what changed, and only that (${DATABASE})`, () =
     if (DATABASE === 'postgres') {
       await sql(test, "UPDATE pets SET name = 'renamed' WHERE id = 1")
       await sql(test, "UPDATE pet_changes SET changed_at = now() - interval '1 day'")
-      await test.app.store.purgeExpired(new Date().toISOString())
+      await test.app.store.purgeExpired(new Date().toISOString(), new Date(0).toISOString())
     } else {
       // The sweep keeps the newest rows: as if it kept one.
       await sql(

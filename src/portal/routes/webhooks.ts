@@ -2,14 +2,16 @@
  * The signed-in account's webhook endpoints (an experimental feature: these pages exist only where
  * the operator lists `webhooks` in EXPERIMENTAL_FEATURES): list, add (the signing secret shown
  * once, on the page the POST redirects to, as after a rotation), disable and enable, rotate the
- * secret, delete, and each endpoint's recent deliveries with Send again. Through the store, as
- * every portal page is, with the API's URL policy and limit.
+ * secret, delete, send a test event, send the failed deliveries since a time again, and each
+ * endpoint's recent deliveries with Send again. Through the store, as every portal page is, with
+ * the API's URL policy and limits.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
 import Type from 'typebox'
 import type { Config } from '../../config.ts'
-import { EVENT_TYPES, type EventType, MAX_WEBHOOK_ENDPOINTS } from '../../schemas/webhooks.ts'
+import { isDateTime } from '../../schemas/validation.ts'
+import { EVENT_TYPES, type EventType, MAX_RECOVERED, MAX_WEBHOOK_ENDPOINTS } from '../../schemas/webhooks.ts'
 import type { StoredWebhookEndpoint } from '../../store/types.ts'
 import { newWebhookSecret } from '../../webhooks/signing.ts'
 import { webhookUrlProblem } from '../../webhooks/url-policy.ts'
@@ -19,8 +21,10 @@ import {
   checkedBoxes,
   DeliveryParams,
   eventField,
+  FIELD_MESSAGES,
   fieldError,
   NewWebhookForm,
+  RecoverForm,
   WebhookParams,
 } from '../forms.ts'
 import { html } from '../html.ts'
@@ -29,6 +33,7 @@ import type { Notice, PageContext } from '../views/layout.ts'
 import {
   deleteWebhookPage,
   newWebhookPage,
+  type RecoveryFormState,
   rotatedSecretPage,
   type WebhookFormState,
   webhookPage,
@@ -45,6 +50,9 @@ const EndpointQuery = Type.Object({
   resent: Type.Optional(DeliveryParams.properties.deliveryId),
   /** Sent back from the secret's page once the secret was shown (a reload of it, say). */
   notice: Type.Optional(Type.Literal('secret-shown')),
+  tested: Type.Optional(Type.String({ pattern: '^evt_[0-9A-Za-z]{1,64}$' })),
+  recovered: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_RECOVERED })),
+  more: Type.Optional(Type.Boolean()),
 })
 const WebhooksQuery = Type.Object({ deleted: Type.Optional(WebhookParams.properties.endpointId) })
 
@@ -55,6 +63,17 @@ const endpointNotFound = (c: PageContext) =>
   errorPage(c, 'Endpoint not found', 'You have no webhook endpoint with this id. It may belong to another account.')
 const deliveryNotFound = (c: PageContext) =>
   errorPage(c, 'Delivery not found', 'This endpoint has no recent delivery with this id.')
+/** What a refused Send test event or Send again of a disabled endpoint says. */
+const disabledNotice = (then: string): Notice => ({
+  kind: 'error',
+  text: `This endpoint is disabled: nothing is sent to it. Enable it, then ${then}.`,
+})
+
+/** The form's time (UTC, minutes or seconds) as an instant, or null when no such time exists. */
+function sinceOf(text: string): string | null {
+  const iso = `${text.replace(' ', 'T')}${text.length === 16 ? ':00' : ''}Z`
+  return isDateTime(iso) ? new Date(iso).toISOString() : null
+}
 
 const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = async (app, { portal, config }) => {
   // Elsewhere no route at all: a 404 page, as any unknown portal page (and no link in the navigation).
@@ -80,9 +99,12 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
     code: number,
     endpoint: StoredWebhookEndpoint,
     notice?: Notice,
+    recovery?: RecoveryFormState,
   ) {
     const deliveries = (await app.store.listDeliveries(accountId(request), endpoint.id, RECENT_DELIVERIES)) ?? []
-    return portal.send(request, reply, code, (c) => webhookPage(c, endpoint, deliveries, RECENT_DELIVERIES, notice))
+    return portal.send(request, reply, code, (c) =>
+      webhookPage(c, endpoint, deliveries, RECENT_DELIVERIES, notice, recovery),
+    )
   }
 
   app.get(
@@ -174,6 +196,18 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
         notice = { kind: 'success', text: 'The endpoint is disabled: nothing is sent to it until you enable it.' }
       else if (query.resent)
         notice = { kind: 'success', text: html`Delivery <code>${query.resent}</code> is queued to be sent again now.` }
+      else if (query.tested)
+        notice = {
+          kind: 'success',
+          text: html`Test event <code>${query.tested}</code> is queued: it is sent to this endpoint now, and shows in the deliveries below.`,
+        }
+      else if (query.recovered === 0)
+        notice = { kind: 'info', text: 'No delivery failed since then: nothing was sent again.' }
+      else if (query.recovered !== undefined)
+        notice = {
+          kind: 'success',
+          text: `${query.recovered} failed ${query.recovered === 1 ? 'delivery is' : 'deliveries are'} queued to be sent again now.${query.more ? ` More failed since then: send again for the next ${MAX_RECOVERED}.` : ''}`,
+        }
       else if (query.notice === 'secret-shown')
         notice = {
           kind: 'info',
@@ -238,6 +272,48 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
   )
 
   app.post(
+    '/webhooks/:endpointId/test',
+    { schema: { hide: true, params: WebhookParams, body: CsrfOnlyForm }, preValidation: portal.checkCsrf },
+    async (request, reply) => {
+      const { endpointId } = request.params
+      const event = await app.store.sendTestEvent(accountId(request), endpointId)
+      if (!event) {
+        const endpoint = await app.store.getWebhookEndpoint(accountId(request), endpointId)
+        if (!endpoint) return portal.send(request, reply, 404, endpointNotFound)
+        return endpointPage(request, reply, 409, endpoint, disabledNotice('send a test event'))
+      }
+      // A redirect is no 2xx: the delivery loop is woken here, not by the write's own hook.
+      app.webhookDeliveries.nudge()
+      return reply.redirect(`/portal/webhooks/${endpointId}?tested=${event.id}`, 303)
+    },
+  )
+
+  app.post(
+    '/webhooks/:endpointId/recover',
+    {
+      schema: { hide: true, params: WebhookParams, body: RecoverForm },
+      attachValidation: true,
+      preValidation: portal.checkCsrf,
+    },
+    async (request, reply) => {
+      const { endpointId } = request.params
+      const endpoint = await app.store.getWebhookEndpoint(accountId(request), endpointId)
+      if (!endpoint) return portal.send(request, reply, 404, endpointNotFound)
+      const typed = (request.body as { since?: unknown } | undefined)?.since
+      const since = request.validationError ? null : sinceOf(request.body.since)
+      if (since === null) {
+        const form = { since: typeof typed === 'string' ? typed : undefined, error: FIELD_MESSAGES.since }
+        return endpointPage(request, reply, 400, endpoint, undefined, form)
+      }
+      const recovered = await app.store.recoverDeliveries(accountId(request), endpointId, since, MAX_RECOVERED)
+      if (!recovered) return endpointPage(request, reply, 409, endpoint, disabledNotice('send them again'))
+      if (recovered.queued > 0) app.webhookDeliveries.nudge()
+      const more = recovered.more ? '&more=true' : ''
+      return reply.redirect(`/portal/webhooks/${endpointId}?recovered=${recovered.queued}${more}`, 303)
+    },
+  )
+
+  app.post(
     '/webhooks/:endpointId/deliveries/:deliveryId/redeliver',
     { schema: { hide: true, params: DeliveryParams, body: CsrfOnlyForm }, preValidation: portal.checkCsrf },
     async (request, reply) => {
@@ -251,11 +327,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
         return portal.send(request, reply, 404, deliveryNotFound)
       }
       if (endpoint.status === 'disabled') {
-        const notice = {
-          kind: 'error' as const,
-          text: 'This endpoint is disabled: nothing is sent to it. Enable it, then send the delivery again.',
-        }
-        return endpointPage(request, reply, 409, endpoint, notice)
+        return endpointPage(request, reply, 409, endpoint, disabledNotice('send the delivery again'))
       }
       const redelivered = await app.store.redeliver(accountId(request), deliveryId)
       if (!redelivered) return portal.send(request, reply, 404, deliveryNotFound)

@@ -1,4 +1,10 @@
-import { type Delivery, EVENT_TYPES, type EventType, type WebhookEndpoint } from '../../schemas/webhooks.ts'
+import {
+  type Delivery,
+  EVENT_TYPES,
+  type EventType,
+  MAX_RECOVERED,
+  type WebhookEndpoint,
+} from '../../schemas/webhooks.ts'
 import type { UrlPolicy } from '../../webhooks/url-policy.ts'
 import { eventField, type FieldError, WEBHOOK_DESCRIPTION_MAX_LENGTH } from '../forms.ts'
 import { type Html, html } from '../html.ts'
@@ -170,12 +176,22 @@ function deliveryRow(context: PageContext, endpoint: WebhookEndpoint, delivery: 
   </tr>`
 }
 
+/** The recovery form as sent, when refused. */
+export interface RecoveryFormState {
+  since?: string
+  error?: string
+}
+
+/** A time as a `datetime-local` input shows it, in UTC: 24 hours ago unless given. */
+const localInput = (at = new Date(Date.now() - 24 * 3600_000)) => at.toISOString().slice(0, 16)
+
 export function webhookPage(
   context: PageContext,
   endpoint: WebhookEndpoint,
   deliveries: Delivery[],
   limit: number,
   notice?: Notice,
+  recovery: RecoveryFormState = {},
 ): Html {
   const enabled = endpoint.status === 'enabled'
   return layout(
@@ -202,7 +218,20 @@ export function webhookPage(
         <button type="submit" class="secondary">Rotate secret</button>
         <span class="hint">Shows a new secret once; the old one keeps signing for 24 hours.</span>
       </form>
+      <form method="post" action="/portal/webhooks/${endpoint.id}/test" class="actions">
+        ${csrfInput(context)}
+        <button type="submit" class="secondary">Send test event</button>
+        <span class="hint">Sends a <code>webhook.test</code> event to this endpoint now, signed like any event, whatever it subscribes to: its <code>data</code> is the endpoint. It shows in the deliveries below.</span>
+      </form>
       <p class="actions"><a href="/portal/webhooks/${endpoint.id}/delete">Delete this endpoint</a></p>
+    </section>
+    <section aria-labelledby="recover-heading">
+      <h2 id="recover-heading">Send failed deliveries again</h2>
+      <form method="post" action="/portal/webhooks/${endpoint.id}/recover" novalidate>
+        ${csrfInput(context)}
+        ${field({ name: 'since', label: 'Failed since (UTC)', type: 'datetime-local', value: recovery.since ?? localInput(), hint: `After your receiver was down, say: every delivery queued since this time that failed is sent again now, the oldest ${MAX_RECOVERED} at a time.`, error: recovery.error })}
+        <button type="submit" class="secondary">Send failed deliveries again</button>
+      </form>
     </section>
     <section aria-labelledby="deliveries-heading">
       <h2 id="deliveries-heading">Recent deliveries</h2>
