@@ -1,4 +1,4 @@
--- The event log (decision 140): every event of an account, whether or not an endpoint is
+-- The event log (decision 113): every event of an account, whether or not an endpoint is
 -- subscribed to it, written by the transaction of the change it reports, kept EVENT_RETENTION_DAYS.
 -- `id` is the `webhook-id` of its deliveries (the outbox row in `events` has the same id). `data` is
 -- the resource as the API returned it.
@@ -7,7 +7,7 @@
 -- another has been read. Each row keeps its transaction id (`xid`), so that a reader of "the
 -- account's events after X" can follow (xid, seq) order, reading only transactions below the
 -- xmin of its snapshot: every one of those has ended, and any later row has a higher xid, so none
--- appears behind what was read (decision 140).
+-- appears behind what was read (decision 113).
 CREATE TABLE event_log (
   seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   xid xid8 NOT NULL DEFAULT pg_current_xact_id(),

@@ -1,4 +1,4 @@
--- The event log (decision 140): every event of an account, whether or not an endpoint is
+-- The event log (decision 113): every event of an account, whether or not an endpoint is
 -- subscribed to it, written by the transaction of the change it reports, kept EVENT_RETENTION_DAYS.
 -- `id` is the `webhook-id` of its deliveries (the outbox row in `events` has the same id). `data` is
 -- the resource as the API returned it. Commits are serial here, so `seq` is commit order: what a

@@ -2,7 +2,7 @@
  * Webhook events: the body every delivery of an event sends, fixed when the event is stored so that
  * each retry sends the same bytes. Standard Webhooks' payload shape: `type`, `timestamp`, `data`
  * (the resource as the API returns it) (decision 86). Every event is also kept in the account's
- * event log, read through GET /v1/events (decision 140).
+ * event log, read through GET /v1/events (decision 113).
  */
 import type { Scope } from './scopes.ts'
 

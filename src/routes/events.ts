@@ -1,6 +1,6 @@
 /**
  * The account's events (experimental, feature `webhooks`): every event the API made for it, whether
- * or not an endpoint was subscribed, kept EVENT_RETENTION_DAYS (decision 140). An event carries its
+ * or not an endpoint was subscribed, kept EVENT_RETENTION_DAYS (decision 113). An event carries its
  * resource, so reading one takes the read scope of that resource besides `webhooks:read`, as
  * subscribing to it does (decision 97).
  */

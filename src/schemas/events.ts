@@ -1,6 +1,6 @@
 /**
  * The account's events (experimental, feature `webhooks`): each event the API made, whether or not
- * an endpoint was subscribed to it, kept EVENT_RETENTION_DAYS (decision 140).
+ * an endpoint was subscribed to it, kept EVENT_RETENTION_DAYS (decision 113).
  */
 import Type from 'typebox'
 import { ALL_EVENT_TYPES, EVENT_TYPE_FILTERS } from '../domain/events.ts'
