@@ -42,8 +42,11 @@ export interface Browser {
   page: Page
   /** Console errors and page errors seen so far (CSP violations show up here). */
   problems: string[]
-  /** Saves a full-page screenshot as test-output/browser/<database>/<name>[-phone].png. */
-  screenshot(name: string): Promise<void>
+  /**
+   * Saves a full-page screenshot as test-output/browser/<database>/<name>[-phone].png, when
+   * TEST_SCREENSHOTS=1 or `always` (a failed check): a tall page costs a second of CPU to encode.
+   */
+  screenshot(name: string, always?: boolean): Promise<void>
 }
 
 export async function launch(
@@ -75,7 +78,8 @@ export async function launch(
     context,
     page,
     problems,
-    screenshot: async (name) => {
+    screenshot: async (name, always = false) => {
+      if (!always && process.env.TEST_SCREENSHOTS !== '1') return
       const suffix = viewport === 'desktop' ? '' : `-${viewport}`
       await page.screenshot({ path: join(folder, `${name}${suffix}.png`), fullPage: true })
     },

@@ -30,12 +30,17 @@ async function accessibilityViolations(page: Page): Promise<string[]> {
 
 /** A state of a page passes when axe finds nothing and the page does not scroll sideways. */
 async function checkPage(browser: Awaited<ReturnType<typeof launch>>, name: string) {
+  try {
+    assert.deepEqual(await accessibilityViolations(browser.page), [], `${name}: accessibility`)
+    const overflow = await browser.page.evaluate(
+      'document.documentElement.scrollWidth - document.documentElement.clientWidth',
+    )
+    assert.equal(overflow, 0, `${name}: scrolls sideways`)
+  } catch (error) {
+    await browser.screenshot(name, true)
+    throw error
+  }
   await browser.screenshot(name)
-  assert.deepEqual(await accessibilityViolations(browser.page), [], `${name}: accessibility`)
-  const overflow = await browser.page.evaluate(
-    'document.documentElement.scrollWidth - document.documentElement.clientWidth',
-  )
-  assert.equal(overflow, 0, `${name}: scrolls sideways`)
 }
 
 /** The three operations opened together: a write that once overwrote pet 1, a create, and a read. */

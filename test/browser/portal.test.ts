@@ -4,7 +4,7 @@
  * typed client, see the message and the orders in the portal (and cancel one), revoke the key and
  * see the API refuse it (the API reference at /docs: test/browser/docs.test.ts). Every page is checked
  * at a desktop's width and a phone's: axe, nothing off-screen, and a reload after a form repeats
- * nothing. Screenshots of every page go to test-output/browser/<database>/.
+ * nothing. A page that fails a check is saved as a screenshot (every page with TEST_SCREENSHOTS=1).
  */
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
@@ -87,10 +87,15 @@ async function accessibleCells(browser: Awaited<ReturnType<typeof launch>>): Pro
 
 /** A page passes when axe finds nothing, it does not scroll sideways, and its width hides nothing. */
 async function checkPage(browser: Awaited<ReturnType<typeof launch>>, name: string) {
+  try {
+    assert.deepEqual(await accessibilityViolations(browser.page), [], `${name}: accessibility`)
+    assert.equal(await horizontalOverflow(browser.page), 0, `${name}: scrolls sideways`)
+    assert.deepEqual(await layoutProblems(browser.page), [], `${name}: layout`)
+  } catch (error) {
+    await browser.screenshot(name, true)
+    throw error
+  }
   await browser.screenshot(name)
-  assert.deepEqual(await accessibilityViolations(browser.page), [], `${name}: accessibility`)
-  assert.equal(await horizontalOverflow(browser.page), 0, `${name}: scrolls sideways`)
-  assert.deepEqual(await layoutProblems(browser.page), [], `${name}: layout`)
 }
 
 const viewports = Object.keys(VIEWPORTS) as ViewportName[]
