@@ -50,6 +50,8 @@ const coverage = only.length === 0 && !quick && process.env.TEST_COVERAGE !== '0
  * wait on sockets, timers and child processes; more starved the process tests' servers.
  */
 const CONCURRENCY = Number(process.env.TEST_CONCURRENCY) || 2
+/** How long a half may run: several times its length on a busy 2-core machine. */
+const HALF_DEADLINE_MS = 20 * 60_000
 
 const OTHER_STORE: Record<Database, string[]> = {
   sqlite: ['src/store/postgres.ts'],
@@ -163,29 +165,40 @@ function run(database: Database, list: string[], live: boolean): Promise<{ ok: b
   const log = join('coverage', `${database}.log`)
   if (live) console.log(heading)
   else mkdirSync('coverage', { recursive: true })
+  // No --test-force-exit: with files run side by side it drops the last verdicts of a file, failures
+  // included, and the run still passes (nodejs/node#64833; seen here as a file's missing tail). A
+  // file that never ends (something a failed test started still holds its event loop) is stopped by
+  // the half's deadline instead, and the half fails saying so.
   const child = spawn(
     process.execPath,
-    // --test-force-exit: a file whose tests are done ends, even if something it started still holds
-    // the event loop (a failed test's server): a hang would stall the whole run.
-    ['--test', '--test-force-exit', `--test-concurrency=${CONCURRENCY}`, ...coverageArgs(database), ...list],
+    ['--test', `--test-concurrency=${CONCURRENCY}`, ...coverageArgs(database), ...list],
     { env, stdio: live ? 'inherit' : ['ignore', 'pipe', 'pipe'] },
   )
+  let late = false
+  const deadline = setTimeout(() => {
+    late = true
+    child.kill('SIGTERM')
+  }, HALF_DEADLINE_MS)
   if (!live) {
     const out = createWriteStream(log)
     child.stdout?.pipe(out)
     child.stderr?.pipe(out)
   }
   return new Promise((done) => {
-    child.on('close', (code) =>
+    child.on('close', (code) => {
+      clearTimeout(deadline)
+      const lateLine = `\n━━━ ${title(database)}: STOPPED after ${HALF_DEADLINE_MS / 60_000} minutes: a file did not end (see the last ones started above).\n`
+      if (late && live) console.log(lateLine)
       done({
-        ok: code === 0,
+        ok: code === 0 && !late,
         print: () => {
           if (live) return
           console.log(heading)
           process.stdout.write(readFileSync(log))
+          if (late) console.log(lateLine)
         },
-      }),
-    )
+      })
+    })
   })
 }
 
