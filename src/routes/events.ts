@@ -8,7 +8,6 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { ALL_EVENT_TYPES, type AnyEventType, filteredTypes, scopeToReceive } from '../domain/events.ts'
 import { sharedCursorCodec } from '../domain/pagination.ts'
 import { ApiError } from '../errors.ts'
-import { requestOrigin } from '../http/host.ts'
 import { apiRoutes } from '../plugins/auth.ts'
 import { insufficientScope } from '../plugins/scopes.ts'
 import {
@@ -22,6 +21,7 @@ import {
 } from '../schemas/common.ts'
 import { EventParamsSchema, EventSchema, EventsSchema, ListEventsQuerySchema } from '../schemas/events.ts'
 import { WEBHOOKS_STABILITY } from '../schemas/webhooks.ts'
+import { cursorPage } from './next-page.ts'
 
 const stability = WEBHOOKS_STABILITY
 const tags = ['events']
@@ -84,16 +84,11 @@ const events: FastifyPluginAsyncTypebox = async (app) => {
         ...(named && { type: named.join(',') }),
         ...(after !== undefined && { createdAfter: after }),
       })
-      const filterText = filter.size > 0 ? filter.toString() : undefined
-      const before = cursor === undefined ? undefined : cursors.decode(cursor, filterText)
+      const { before, linkNext } = cursorPage(cursors, filter, cursor)
       const types = named ?? readable(granted) ?? undefined
       const { accountId } = request.caller
       const page = await app.store.listEvents({ accountId, limit, types, createdAfter: after, before })
-      if (page.next !== null) {
-        const next = new URLSearchParams({ limit: String(limit), ...Object.fromEntries(filter) })
-        next.set('cursor', cursors.encode(page.next, filterText))
-        reply.header('link', `<${requestOrigin(request)}/v1/events?${next}>; rel="next"`)
-      }
+      linkNext(request, reply, '/v1/events', limit, page.next)
       return page.events
     },
   )

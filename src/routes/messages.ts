@@ -1,7 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { sharedCursorCodec } from '../domain/pagination.ts'
 import { ApiError } from '../errors.ts'
-import { requestOrigin } from '../http/host.ts'
 import { apiRoutes } from '../plugins/auth.ts'
 import {
   DEFAULT_PAGE_SIZE,
@@ -21,6 +20,7 @@ import {
   MessagesSchema,
   NewMessageSchema,
 } from '../schemas/messages.ts'
+import { cursorPage } from './next-page.ts'
 
 const tags = ['messages']
 
@@ -80,14 +80,9 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
     },
     async function listMessages(request, reply) {
       const { limit = DEFAULT_PAGE_SIZE, status, cursor } = request.query
-      const filterText = status && new URLSearchParams({ status }).toString()
-      const before = cursor === undefined ? undefined : cursors.decode(cursor, filterText)
+      const { before, linkNext } = cursorPage(cursors, new URLSearchParams(status && { status }), cursor)
       const page = await app.store.listMessages({ accountId: request.caller.accountId, limit, status, before })
-      if (page.next !== null) {
-        const next = new URLSearchParams({ limit: String(limit), ...(status && { status }) })
-        next.set('cursor', cursors.encode(page.next, filterText))
-        reply.header('link', `<${requestOrigin(request)}/v1/messages?${next}>; rel="next"`)
-      }
+      linkNext(request, reply, '/v1/messages', limit, page.next)
       return page.messages
     },
   )

@@ -27,6 +27,7 @@ import {
   OrdersSchema,
 } from '../schemas/orders.ts'
 import type { TransitionResult } from '../store/types.ts'
+import { cursorPage } from './next-page.ts'
 
 const stability: Stability = { level: 'beta', feature: 'orders' }
 const tags = ['store']
@@ -103,16 +104,11 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
         ...(status && { status }),
         ...(petId !== undefined && { petId: String(petId) }),
       })
-      const filterText = filter.size > 0 ? filter.toString() : undefined
-      const before = cursor === undefined ? undefined : cursors.decode(cursor, filterText)
+      const { before, linkNext } = cursorPage(cursors, filter, cursor)
       // Pet ids run from 1 to MAX_EXACT_INTEGER: no order is for any other (valid int64) id.
       if (petId !== undefined && (petId < 1 || petId > MAX_EXACT_INTEGER)) return []
       const page = await app.store.listOrders({ accountId: request.caller.accountId, limit, status, petId, before })
-      if (page.next !== null) {
-        const next = new URLSearchParams({ limit: String(limit), ...Object.fromEntries(filter) })
-        next.set('cursor', cursors.encode(page.next, filterText))
-        reply.header('link', `<${requestOrigin(request)}/v1/store/orders?${next}>; rel="next"`)
-      }
+      linkNext(request, reply, '/v1/store/orders', limit, page.next)
       return page.orders
     },
   )

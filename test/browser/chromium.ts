@@ -4,7 +4,8 @@
  * locally with a message saying how to install it; under CI (CI=true) they fail instead, since
  * .ci/run installs it.
  */
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { createRequire } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { TestContext } from 'node:test'
@@ -84,4 +85,15 @@ export async function launch(
       await page.screenshot({ path: join(folder, `${name}${suffix}.png`), fullPage: true })
     },
   }
+}
+
+/** Runs axe-core (WCAG 2.x A and AA rules, and best practices) on the page; one line per violation. */
+export async function accessibilityViolations(page: Page): Promise<string[]> {
+  const axe = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8')
+  // Evaluated through the DevTools protocol, which the page's CSP does not govern.
+  await page.evaluate(axe)
+  // A string, run in the page (the tests are type-checked without the DOM's types).
+  return page.evaluate(`axe
+    .run({ runOnly: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice'] })
+    .then(({ violations }) => violations.map((v) => v.id + ': ' + v.nodes.map((n) => n.target.join(' ')).join(', ')))`)
 }

@@ -5,28 +5,15 @@
  * page of this server. Screenshots go to test-output/browser/<database>/.
  */
 import assert from 'node:assert/strict'
-import { readFileSync } from 'node:fs'
-import { createRequire } from 'node:module'
 import { describe, it } from 'node:test'
-import type { Locator, Page } from 'playwright-core'
+import type { Locator } from 'playwright-core'
 import { ERROR_CODES } from '../../src/errors.ts'
 import { MAX_EXACT_INTEGER } from '../../src/schemas/common.ts'
 import { testDatabaseUrl } from '../helper.ts'
 import { cliKey, startServer } from '../processes.ts'
-import { launch, skipUnlessChromium, VIEWPORTS, type ViewportName } from './chromium.ts'
+import { accessibilityViolations, launch, skipUnlessChromium, VIEWPORTS, type ViewportName } from './chromium.ts'
 
 // One database: the reference page is the same on both; test/routes/ runs what it calls on each.
-
-/** Runs axe-core (WCAG 2.x A and AA rules, and best practices) on the page; one line per violation. */
-async function accessibilityViolations(page: Page): Promise<string[]> {
-  const axe = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8')
-  // Evaluated through the DevTools protocol, which the page's CSP does not govern.
-  await page.evaluate(axe)
-  // A string, run in the page (the tests are type-checked without the DOM's types).
-  return page.evaluate(`axe
-    .run({ runOnly: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice'] })
-    .then(({ violations }) => violations.map((v) => v.id + ': ' + v.nodes.map((n) => n.target.join(' ')).join(', ')))`)
-}
 
 /** A state of a page passes when axe finds nothing and the page does not scroll sideways. */
 async function checkPage(browser: Awaited<ReturnType<typeof launch>>, name: string) {

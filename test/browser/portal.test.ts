@@ -7,14 +7,12 @@
  * nothing. A page that fails a check is saved as a screenshot (every page with TEST_SCREENSHOTS=1).
  */
 import assert from 'node:assert/strict'
-import { readFileSync } from 'node:fs'
-import { createRequire } from 'node:module'
 import { describe, it } from 'node:test'
 import { AnimalStoreError, allPets, createAnimalStoreClient, unwrap } from 'animal-store/client'
 import type { Page } from 'playwright-core'
 import { testDatabaseUrl } from '../helper.ts'
 import { startServer } from '../processes.ts'
-import { launch, skipUnlessChromium, VIEWPORTS, type ViewportName } from './chromium.ts'
+import { accessibilityViolations, launch, skipUnlessChromium, VIEWPORTS, type ViewportName } from './chromium.ts'
 
 // One database: the pages and their scripts are the same on both; test/portal/ runs their routes on each.
 
@@ -23,17 +21,6 @@ const PASSWORD = 'correct horse battery staple'
 
 async function serve(t: Parameters<typeof launch>[0]) {
   return startServer(t, { DATABASE_URL: await testDatabaseUrl(t), API_KEY_CACHE_SECONDS: '5' })
-}
-
-/** Runs axe-core (WCAG 2.x A and AA rules) on the page; returns the violations, one line each. */
-async function accessibilityViolations(page: Page): Promise<string[]> {
-  const axe = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8')
-  // Evaluated through the DevTools protocol, which the page's CSP does not govern.
-  await page.evaluate(axe)
-  // A string, run in the page (the tests are type-checked without the DOM's types).
-  return page.evaluate(`axe
-    .run({ runOnly: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice'] })
-    .then(({ violations }) => violations.map((v) => v.id + ': ' + v.nodes.map((n) => n.target.join(' ')).join(', ')))`)
 }
 
 /** How far the page scrolls sideways: 0 when everything fits the viewport's width. */
