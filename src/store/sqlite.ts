@@ -25,6 +25,7 @@ import {
   batchCommitter,
   MESSAGE_COLUMNS,
   ORDER_COLUMNS,
+  PRUNE_CHUNK,
   type WriteJob,
   type WriteOps,
   type WriteResult,
@@ -588,8 +589,11 @@ export class SqliteStore implements T.Store {
 
   // ─── HOUSEKEEPING ──────────────────────────────────────────────────────────────────────────
 
-  purgeExpired(at: string, eventsBefore: string): Promise<number> {
-    return this.#write('purgeExpired', at, eventsBefore)
+  async purgeExpired(at: string, eventsBefore: string): Promise<number> {
+    const purged = await this.#write('purgeExpired', at, eventsBefore)
+    // One chunk per write job, so that the writes queued meanwhile commit between them.
+    while ((await this.#write('prunePetChanges')) === PRUNE_CHUNK) {}
+    return purged
   }
 
   // ─── INTERNALS ─────────────────────────────────────────────────────────────────────────────

@@ -18,7 +18,8 @@ import { describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { readMigrations } from '../../src/store/migrations.ts'
 import { SqliteStore } from '../../src/store/sqlite.ts'
-import { DatabaseNotSetUpError, DatabaseUnavailableError } from '../../src/store/types.ts'
+import { PRUNE_CHUNK } from '../../src/store/sqlite-writer.ts'
+import { DatabaseNotSetUpError, DatabaseUnavailableError, PET_FEED_KEPT } from '../../src/store/types.ts'
 import { plain, tempDir } from '../helper.ts'
 import { until } from '../wait.ts'
 import { storeContract } from './contract.ts'
@@ -73,6 +74,30 @@ storeContract('SQLite, direct writes', async (t) => {
 })
 
 describe('SQLite store: durability and migrations (point 11)', () => {
+  it('prunes a backlog of the pet feed a chunk per transaction, keeping the newest rows', async (t) => {
+    const path = join(tempDir(t), 'db.sqlite')
+    const store = await SqliteStore.open(`sqlite:${path}`)
+    t.after(() => store.close())
+    const db = new DatabaseSync(path)
+    t.after(() => db.close())
+    const backlog = PET_FEED_KEPT.rows + 2 * PRUNE_CHUNK + 123
+    db.exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${backlog})
+      INSERT INTO pet_changes (pet_id, old_status, new_status) SELECT i, NULL, 'available' FROM n`)
+    const batches: number[] = []
+    store.onWriterBatch((writes) => batches.push(writes))
+    await store.purgeExpired(new Date().toISOString(), new Date(0).toISOString())
+    // The sweep's own transaction, then two full chunks and the rest, each committed on its own.
+    assert.deepEqual(batches, [1, 1, 1, 1])
+    assert.deepEqual(
+      plain(db.prepare('SELECT count(*) AS rows, min(seq) AS first, max(seq) AS last FROM pet_changes').get()),
+      {
+        rows: PET_FEED_KEPT.rows,
+        first: backlog - PET_FEED_KEPT.rows + 1,
+        last: backlog,
+      },
+    )
+  })
+
   it('creates the file and its folder, in WAL mode, with the versioned migrations applied once', async (t) => {
     const path = join(tempDir(t), 'nested', 'folder', 'db.sqlite')
     await (await SqliteStore.open(`sqlite:${path}`)).close()
