@@ -1,6 +1,6 @@
 /**
  * The client developer's side, served by the same process as the API: the self-serve portal at
- * /portal (accounts, keys, messages, orders, and webhooks where offered) and the interactive API reference at /docs; `GET /` leads to
+ * /portal (accounts, keys, messages, orders, and webhooks and events where offered) and the interactive API reference at /docs; `GET /` leads to
  * the portal.
  *
  * Everything here is encapsulated: cookies, form bodies and security headers exist only under
@@ -22,6 +22,7 @@ import docs from './docs.ts'
 import { htmlErrors } from './error-pages.ts'
 import { PORTAL_HEADERS, strictTransportSecurity } from './headers.ts'
 import account from './routes/account.ts'
+import events from './routes/events.ts'
 import keys from './routes/keys.ts'
 import messages from './routes/messages.ts'
 import orders from './routes/orders.ts'
@@ -75,6 +76,7 @@ async function pages(app: FastifyInstance, { config }: { config: Config }): Prom
   await app.register(orders, { portal })
   // Experimental: its pages exist only where the operator turned the feature on.
   await app.register(webhooks, { portal, config })
+  await app.register(events, { portal })
 }
 
 export default async function portal(app: FastifyInstance, { config }: { config: Config }): Promise<void> {

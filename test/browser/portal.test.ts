@@ -393,5 +393,12 @@ describe('Browser: the webhooks pages (experimental)', () => {
       await page.getByText('is deleted: nothing more is sent to it.').waitFor()
       await checkPage(browser, '36-webhook-deleted')
       assert.deepEqual(await api('/v1/webhook-endpoints'), [])
+
+      // The account's events, each payload opened: nothing scrolls sideways, on a phone too.
+      await page.getByRole('link', { name: 'Events', exact: true }).click()
+      await page.getByRole('heading', { name: 'Events' }).waitFor()
+      for (const summary of await page.getByText('Show', { exact: true }).all()) await summary.click()
+      assert.match((await page.locator('tbody').textContent()) ?? '', /Hello, webhooks/)
+      await checkPage(browser, '37-events')
     })
 })

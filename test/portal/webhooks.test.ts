@@ -101,11 +101,13 @@ describe('Portal: webhooks without the experimental feature', () => {
     const { browser } = await signedIn(ownApp(t, {}))
     const keys = await browser.get('/portal/keys')
     assert.ok(!keys.body.includes('/portal/webhooks'), 'the navigation links webhooks')
+    assert.ok(!keys.body.includes('/portal/events'), 'the navigation links events')
     const _csrf = csrfOf(keys.body, '/portal/sign-out')
     for (const response of [
       await browser.get('/portal/webhooks'),
       await browser.post('/portal/webhooks', { _csrf, url: URL_1, description: '' }),
       await browser.get('/portal/webhooks/we_abc'),
+      await browser.get('/portal/events'),
     ]) {
       assert.equal(response.statusCode, 404)
       assert.equal(heading(response.body), 'Page not found')
@@ -544,5 +546,37 @@ describe('Portal: recent deliveries', () => {
     )
     assert.equal((await app.store.listDeliveries(accountId, id, 20))?.[0]?.status, 'failed')
     assert.equal(nudges(), nudged)
+  })
+})
+
+describe('Portal: events (experimental)', () => {
+  it("lists the account's recent events, newest first, with what each carried, escaped; none of another account", async () => {
+    const { app, browser } = await signedIn(shared())
+    const keys = await browser.get('/portal/keys')
+    assert.match(keys.body, /href="\/portal\/events"/)
+    const empty = await browser.get('/portal/events')
+    assert.equal(empty.statusCode, 200)
+    assert.match(empty.body, /No events yet/)
+    const secret = await browser.createKey('laptop')
+    await sendMessage(app, secret, 'first <b>hello</b>')
+    await sendMessage(app, secret, 'second')
+    const other = await signedIn(shared())
+    await sendMessage(app, await other.browser.createKey('theirs'), 'not yours')
+
+    const page = await browser.get('/portal/events')
+    assert.equal(page.statusCode, 200)
+    assert.equal(heading(page.body), 'Events')
+    const rows = tableRows(page.body)
+    assert.equal(rows.length, 2)
+    assert.ok(rows.every((row) => row.includes('message.created')))
+    // Newest first; the payload is the message as the API returned it, its text escaped.
+    assert.ok(page.body.indexOf('second') < page.body.indexOf('first &lt;b&gt;hello&lt;/b&gt;'))
+    assert.ok(!page.body.includes('<b>hello</b>'), 'the payload is not escaped')
+    assert.ok(!page.body.includes('not yours'), "another account's event is shown")
+    const listed = await app.inject({
+      url: '/v1/events',
+      headers: { ...bearer(secret), 'animal-store-beta': 'webhooks' },
+    })
+    for (const event of listed.json() as { id: string }[]) assert.ok(page.body.includes(event.id), event.id)
   })
 })

@@ -29,7 +29,7 @@ export function layout(context: PageContext, title: string, body: Html, notice?:
     ? html`<li><a href="/portal/keys">API keys</a></li>
         <li><a href="/portal/messages">Messages</a></li>
         <li><a href="/portal/orders">Orders</a></li>
-        ${context.webhooks && html`<li><a href="/portal/webhooks">Webhooks</a></li>`}
+        ${context.webhooks && html`<li><a href="/portal/webhooks">Webhooks</a></li><li><a href="/portal/events">Events</a></li>`}
         <li><a href="/docs">API reference</a></li>
         <li class="account">
           <form method="post" action="/portal/sign-out">
