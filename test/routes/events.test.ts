@@ -172,9 +172,10 @@ describe('Events (experimental)', () => {
     assert.deepEqual(await types('?type=order.expired,webhook.*'), [])
     assert.deepEqual(await types(`?createdAfter=${cut}`), ['message.created', 'order.completed', 'order.placed'])
     // Any offset, the same instant.
-    const offset = new Date(Date.parse(cut) + 3_600_000).toISOString().replace('Z', '+01:00').replace(/\.\d+/, '')
+    // (With its milliseconds: cut to the second, it would take in the first message or not, by chance.)
+    const offset = new Date(Date.parse(cut) + 3_600_000).toISOString().replace('Z', '+01:00')
     const inParis = `?createdAfter=${encodeURIComponent(offset)}&type=message.created`
-    assert.deepEqual(await types(inParis), ['message.created', 'message.created'])
+    assert.deepEqual(await types(inParis), ['message.created'])
     assert.deepEqual(await types(`?createdAfter=${cut}&type=message.created`), ['message.created'])
     assert.deepEqual(await types('?createdAfter=9999-12-31T23:59:59Z'), [])
   })
