@@ -118,19 +118,15 @@ function usesDatabase(file: string, seen = new Set<string>()): boolean {
 
 /**
  * The files a half runs: those that reach the database, in both; those that never do, in the
- * SQLite half; those that say `// One database:` (either database fits them), in the PostgreSQL
- * half when it runs and they start servers or a browser (test/processes.ts), else in the SQLite
- * half: the split that evens out the two halves' lengths.
+ * SQLite half; those that say `// One database:`, in the PostgreSQL half when it runs (either fits
+ * them, and this evens out the two halves' lengths), else in the SQLite half.
  */
 function files(database: Database, postgresRuns: boolean): string[] {
   const other = ONLY_FOR[database === 'sqlite' ? 'postgres' : 'sqlite']
+  const once: Database = postgresRuns ? 'postgres' : 'sqlite'
   return all.filter((file) => {
     if (other.some((prefix) => file.startsWith(prefix))) return false
-    const source = readFileSync(file, 'utf8')
-    if (ONE_DATABASE.test(source)) {
-      const startsProcesses = /from '(\.\.?\/)+processes\.ts'/.test(source)
-      return database === (postgresRuns && startsProcesses ? 'postgres' : 'sqlite')
-    }
+    if (ONE_DATABASE.test(readFileSync(file, 'utf8'))) return database === once
     return database === 'sqlite' || usesDatabase(file)
   })
 }
