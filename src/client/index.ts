@@ -66,7 +66,8 @@ type OptedIn<Operation> = Operation extends { parameters: { header: infer Header
 
 /** The paths of the document, each operation as the client takes it. */
 export type ClientPaths = { [Path in keyof paths]: { [Method in keyof paths[Path]]: OptedIn<paths[Path][Method]> } }
-export type AnimalStoreClient = Client<ClientPaths>
+// JSON answers only: GET /events also answers text/event-stream, the live stream, which a JSON call never asks for.
+export type AnimalStoreClient = Client<ClientPaths, 'application/json'>
 
 /**
  * The beta and experimental operations, by path, and the feature each needs in `Animal-Store-Beta`:
@@ -103,7 +104,7 @@ export interface AnimalStoreClientOptions {
 }
 
 export function createAnimalStoreClient({ baseUrl, apiKey, fetch }: AnimalStoreClientOptions): AnimalStoreClient {
-  const client = createClient<ClientPaths>({
+  const client = createClient<ClientPaths, 'application/json'>({
     baseUrl: baseUrl.replace(/\/+$/, ''),
     headers: { authorization: `Bearer ${apiKey}` },
     ...(fetch && { fetch }),
