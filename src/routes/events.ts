@@ -16,12 +16,11 @@ import {
   errorResponses,
   jsonResponse,
   NoQuerySchema,
-  pageHeaders,
   RATE_LIMIT_HEADERS,
 } from '../schemas/common.ts'
 import { EventParamsSchema, EventSchema, EventsSchema, ListEventsQuerySchema } from '../schemas/events.ts'
 import { WEBHOOKS_STABILITY } from '../schemas/webhooks.ts'
-import { cursorPage } from './next-page.ts'
+import { cursorPage, pageResponse } from './next-page.ts'
 
 const stability = WEBHOOKS_STABILITY
 const tags = ['events']
@@ -63,11 +62,7 @@ const events: FastifyPluginAsyncTypebox = async (app) => {
         tags,
         querystring: ListEventsQuerySchema,
         response: {
-          200: jsonResponse(
-            "A page of the account's events, newest first.",
-            EventsSchema,
-            pageHeaders('/v1/events', 'events'),
-          ),
+          200: pageResponse('events', EventsSchema, '/v1/events'),
           ...errorResponses(400, 401, 429, 500, 503),
         },
       },
@@ -88,8 +83,7 @@ const events: FastifyPluginAsyncTypebox = async (app) => {
       const types = named ?? readable(granted) ?? undefined
       const { accountId } = request.caller
       const page = await app.store.listEvents({ accountId, limit, types, createdAfter: after, before })
-      linkNext(request, reply, '/v1/events', limit, page.next)
-      return page.events
+      return linkNext(request, reply, '/v1/events', limit, page.next, page.events)
     },
   )
 

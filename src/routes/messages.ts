@@ -10,7 +10,6 @@ import {
   IdempotencyHeadersSchema,
   jsonResponse,
   NoQuerySchema,
-  pageHeaders,
   RATE_LIMIT_HEADERS,
 } from '../schemas/common.ts'
 import {
@@ -20,7 +19,7 @@ import {
   MessagesSchema,
   NewMessageSchema,
 } from '../schemas/messages.ts'
-import { cursorPage } from './next-page.ts'
+import { cursorPage, pageResponse } from './next-page.ts'
 
 const tags = ['messages']
 
@@ -68,11 +67,7 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
         tags,
         querystring: ListMessagesQuerySchema,
         response: {
-          200: jsonResponse(
-            "A page of the account's messages, newest first.",
-            MessagesSchema,
-            pageHeaders('/v1/messages', 'messages'),
-          ),
+          200: pageResponse('messages', MessagesSchema, '/v1/messages'),
           ...errorResponses(400, 401, 429, 500, 503),
         },
       },
@@ -82,8 +77,7 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
       const { limit = DEFAULT_PAGE_SIZE, status, cursor } = request.query
       const { before, linkNext } = cursorPage(cursors, new URLSearchParams(status && { status }), cursor)
       const page = await app.store.listMessages({ accountId: request.caller.accountId, limit, status, before })
-      linkNext(request, reply, '/v1/messages', limit, page.next)
-      return page.messages
+      return linkNext(request, reply, '/v1/messages', limit, page.next, page.messages)
     },
   )
 
