@@ -23,6 +23,8 @@ import { WEBHOOKS_STABILITY } from '../schemas/webhooks.ts'
 import { cursorPage, pageResponse } from './next-page.ts'
 
 const stability = WEBHOOKS_STABILITY
+/** The route config of both operations: the key's scope, and the feature's stability. */
+const config = { scope: 'webhooks:read', stability } as const
 const tags = ['events']
 const SCOPES_NOTE =
   'Besides `webhooks:read`, an event takes the read scope of what it carries: `messages:read` for ' +
@@ -66,7 +68,7 @@ const events: FastifyPluginAsyncTypebox = async (app) => {
           ...errorResponses(400, 401, 429, 500, 503),
         },
       },
-      config: { scope: 'webhooks:read', stability },
+      config,
     },
     async function listEvents(request, reply) {
       const { limit = DEFAULT_PAGE_SIZE, type, createdAfter, cursor } = request.query
@@ -107,7 +109,7 @@ const events: FastifyPluginAsyncTypebox = async (app) => {
           ),
         },
       },
-      config: { scope: 'webhooks:read', stability },
+      config,
     },
     async function getEvent(request) {
       const { eventId } = request.params
