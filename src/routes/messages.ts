@@ -7,7 +7,7 @@ import {
   errorResponse,
   errorResponses,
   IDEMPOTENT_HEADERS,
-  IdempotencyHeadersSchema,
+  IDEMPOTENT_REQUEST,
   jsonResponse,
   NoQuerySchema,
   RATE_LIMIT_HEADERS,
@@ -35,8 +35,7 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
           'It becomes `delivered` once a webhook endpoint subscribed to `message.created` answers 2xx, or `failed`; ' +
           'with no endpoint subscribed, `undelivered` within a second.',
         tags,
-        headers: IdempotencyHeadersSchema,
-        querystring: NoQuerySchema,
+        ...IDEMPOTENT_REQUEST,
         body: NewMessageSchema,
         response: {
           202: jsonResponse('Accepted: stored and queued.', MessageSchema, IDEMPOTENT_HEADERS),

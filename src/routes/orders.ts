@@ -10,7 +10,7 @@ import {
   DEFAULT_PAGE_SIZE,
   errorResponse,
   errorResponses,
-  IdempotencyHeadersSchema,
+  IDEMPOTENT_REQUEST,
   jsonResponse,
   MAX_EXACT_INTEGER,
   NoQuerySchema,
@@ -42,8 +42,7 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
         description:
           'Reserves an `available` animal: it becomes `pending` until the order is completed, canceled or expires.',
         tags,
-        headers: IdempotencyHeadersSchema,
-        querystring: NoQuerySchema,
+        ...IDEMPOTENT_REQUEST,
         body: NewOrderSchema,
         response: {
           201: jsonResponse('The order, placed; the animal is now `pending`.', OrderSchema, createdHeaders('order')),
