@@ -176,6 +176,26 @@ export function errorBody(response: LightMyRequestResponse): { code: string; mes
 /** Store rows may be null-prototype objects; compare them as the JSON a client would see. */
 export const plain = <T>(value: T): T => JSON.parse(JSON.stringify(value))
 
+/** A message's fields, sorted: the schema requires each, and every answer has them all. */
+export const MESSAGE_FIELDS = ['attempts', 'createdAt', 'deliveredAt', 'id', 'message', 'status', 'statusReason']
+
+/**
+ * The OpenAPI document's operations where no experimental feature is offered: path, then method,
+ * then operationId (the portal's and the reference's routes are never in it).
+ */
+export const API_OPERATIONS: Record<string, Record<string, string>> = {
+  '/messages': { get: 'listMessages', post: 'sendMessage' },
+  '/messages/{messageId}': { get: 'getMessage' },
+  '/openapi.json': { get: 'getOpenApiDocument' },
+  '/pets': { get: 'listPets', post: 'createPet' },
+  '/pets/{petId}': { get: 'getPet', patch: 'updatePet' },
+  '/store/inventory': { get: 'getInventory' },
+  '/store/orders': { get: 'listOrders', post: 'placeOrder' },
+  '/store/orders/{orderId}': { get: 'getOrder' },
+  '/store/orders/{orderId}/cancel': { post: 'cancelOrder' },
+  '/store/orders/{orderId}/complete': { post: 'completeOrder' },
+}
+
 /** What a message was when it was sent: its status, attempts and delivery move on afterwards. */
 export const asSent = (message: { id: string; message: string; createdAt: string } | undefined) =>
   message && { id: message.id, message: message.message, createdAt: message.createdAt }

@@ -4,7 +4,7 @@ import Fastify, { type LightMyRequestResponse } from 'fastify'
 import fp from 'fastify-plugin'
 import animalStore, { serverOptions } from '../../src/app.ts'
 import { newWebhookSecret } from '../../src/webhooks/signing.ts'
-import { bearer, build, errorBody, plain, suiteApp, type TestApp } from '../helper.ts'
+import { bearer, build, errorBody, MESSAGE_FIELDS, plain, suiteApp, type TestApp } from '../helper.ts'
 import { until } from '../wait.ts'
 
 describe('Messages: POST /v1/messages (point 7)', () => {
@@ -23,15 +23,7 @@ describe('Messages: POST /v1/messages (point 7)', () => {
     })
     assert.equal(response.statusCode, 202)
     const message = response.json()
-    assert.deepEqual(Object.keys(message).sort(), [
-      'attempts',
-      'createdAt',
-      'deliveredAt',
-      'id',
-      'message',
-      'status',
-      'statusReason',
-    ])
+    assert.deepEqual(Object.keys(message).sort(), MESSAGE_FIELDS)
     assert.equal(message.statusReason, null)
     assert.equal(message.attempts, 0)
     assert.equal(message.deliveredAt, null)
