@@ -3,6 +3,7 @@
  * `build(t)` gives a test an app and a fresh database of its own (see testDatabaseUrl), removed
  * when the test ends; `suiteApp()` gives the tests of a suite one app to share.
  */
+import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
@@ -171,6 +172,12 @@ export function errorBody(response: LightMyRequestResponse): { code: string; mes
     throw new Error(`error body fields have wrong types: ${response.body}`)
   }
   return body
+}
+
+/** Asserts that `response` is the error `status` with exactly this `code` and `message`. */
+export function assertError(response: LightMyRequestResponse, status: number, code: string, message: string): void {
+  assert.equal(response.statusCode, status, message)
+  assert.deepEqual(errorBody(response), { code, message, status })
 }
 
 /** Store rows may be null-prototype objects; compare them as the JSON a client would see. */

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { bearer, build, errorBody, suiteApp, type TestApp } from '../helper.ts'
+import { assertError, bearer, build, errorBody, suiteApp, type TestApp } from '../helper.ts'
 import { sqlRows } from '../sql.ts'
 import { until } from '../wait.ts'
 
@@ -117,12 +117,7 @@ describe('Events (experimental)', () => {
     assert.deepEqual((await stranger.list()).json(), [])
     for (const id of [sent?.id, 'evt_unknown']) {
       const missing = await stranger.call('GET', `/events/${id}`)
-      assert.equal(missing.statusCode, 404)
-      assert.deepEqual(errorBody(missing), {
-        code: 'event_not_found',
-        message: `No event ${id} for this account.`,
-        status: 404,
-      })
+      assertError(missing, 404, 'event_not_found', `No event ${id} for this account.`)
     }
   })
 
