@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import Fastify, { type FastifyInstance, type LightMyRequestResponse } from 'fastify'
+import Fastify, { type FastifyInstance, type InjectOptions, type LightMyRequestResponse } from 'fastify'
 import fp from 'fastify-plugin'
 import pg from 'pg'
 import animalStore, { serverOptions } from '../src/app.ts'
@@ -178,6 +178,21 @@ export function errorBody(response: LightMyRequestResponse): { code: string; mes
 export function assertError(response: LightMyRequestResponse, status: number, code: string, message: string): void {
   assert.equal(response.statusCode, status, message)
   assert.deepEqual(errorBody(response), { code, message, status })
+}
+
+/**
+ * Asserts that `test`'s configuration does not offer a feature: each of its `requests` is 404
+ * `not_found`, and its OpenAPI document has no path starting with `prefix` and no schema `schema`.
+ */
+export async function assertNotOffered(test: TestApp, requests: InjectOptions[], prefix: string, schema: string) {
+  for (const request of requests) {
+    const response = await test.app.inject(request)
+    assert.equal(response.statusCode, 404, `${request.method ?? 'GET'} ${request.url}`)
+    assert.equal(errorBody(response).code, 'not_found')
+  }
+  const document = (await test.app.inject({ url: '/v1/openapi.json' })).json()
+  assert.ok(!Object.keys(document.paths).some((path) => path.startsWith(prefix)))
+  assert.equal(document.components.schemas[schema], undefined)
 }
 
 /** Store rows may be null-prototype objects; compare them as the JSON a client would see. */
