@@ -44,39 +44,28 @@ describe('Typed client: generated from the served OpenAPI document', () => {
   })
 })
 
-describe('Typed client: the quickstart of docs/client.md', () => {
-  it('docs/client.md shows examples/quickstart.ts verbatim', () => {
-    assert.equal(pageQuickstart().code, readFileSync(join(ROOT, 'examples/quickstart.ts'), 'utf8'))
-  })
+// Each example docs/client.md shows: its file, the page's section of its code and output, what it is.
+for (const [example, marker, what] of [
+  ['quickstart', 'client-quickstart', 'the quickstart'],
+  ['orders', 'client-orders', 'the orders example'],
+] as const) {
+  describe(`Typed client: ${what} of docs/client.md`, () => {
+    it(`docs/client.md shows examples/${example}.ts verbatim`, () => {
+      assert.equal(pageQuickstart(marker).code, readFileSync(join(ROOT, `examples/${example}.ts`), 'utf8'))
+    })
 
-  it('runs with npx node examples/quickstart.ts against a fresh server and prints what docs/client.md says', {
-    timeout: 60_000,
-  }, async (t) => {
-    const databaseUrl = await testDatabaseUrl(t)
-    const server = await startServer(t, { DATABASE_URL: databaseUrl })
-    const apiKey = await cliKey({ DATABASE_URL: databaseUrl })
-    const run = await runNode(['examples/quickstart.ts'], { API_KEY: apiKey, ANIMAL_STORE_URL: `${server.url}/v1` })
-    assert.equal(run.code, 0, run.stderr)
-    assertShows(run.stdout, pageQuickstart().output, 'the quickstart')
+    it(`runs with npx node examples/${example}.ts against a fresh server and prints what docs/client.md says`, {
+      timeout: 60_000,
+    }, async (t) => {
+      const databaseUrl = await testDatabaseUrl(t)
+      const server = await startServer(t, { DATABASE_URL: databaseUrl })
+      const apiKey = await cliKey({ DATABASE_URL: databaseUrl })
+      const run = await runNode([`examples/${example}.ts`], { API_KEY: apiKey, ANIMAL_STORE_URL: `${server.url}/v1` })
+      assert.equal(run.code, 0, run.stderr)
+      assertShows(run.stdout, pageQuickstart(marker).output, what)
+    })
   })
-})
-
-describe('Typed client: the orders example of docs/client.md', () => {
-  it('docs/client.md shows examples/orders.ts verbatim', () => {
-    assert.equal(pageQuickstart('client-orders').code, readFileSync(join(ROOT, 'examples/orders.ts'), 'utf8'))
-  })
-
-  it('runs with npx node examples/orders.ts against a fresh server and prints what docs/client.md says', {
-    timeout: 60_000,
-  }, async (t) => {
-    const databaseUrl = await testDatabaseUrl(t)
-    const server = await startServer(t, { DATABASE_URL: databaseUrl })
-    const apiKey = await cliKey({ DATABASE_URL: databaseUrl })
-    const run = await runNode(['examples/orders.ts'], { API_KEY: apiKey, ANIMAL_STORE_URL: `${server.url}/v1` })
-    assert.equal(run.code, 0, run.stderr)
-    assertShows(run.stdout, pageQuickstart('client-orders').output, 'the orders example')
-  })
-})
+}
 
 describe('Typed client: the quickstart without a key', () => {
   it('says what to set (API_KEY, from the portal or keys create) and exits 1, without a stack trace', async () => {

@@ -3,6 +3,7 @@
  * `build(t)` gives a test an app and a fresh database of its own (see testDatabaseUrl), removed
  * when the test ends; `suiteApp()` gives the tests of a suite one app to share.
  */
+import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
@@ -10,7 +11,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import Fastify, { type FastifyInstance, type LightMyRequestResponse } from 'fastify'
+import Fastify, { type FastifyInstance, type InjectOptions, type LightMyRequestResponse } from 'fastify'
 import fp from 'fastify-plugin'
 import pg from 'pg'
 import animalStore, { serverOptions } from '../src/app.ts'
@@ -173,8 +174,49 @@ export function errorBody(response: LightMyRequestResponse): { code: string; mes
   return body
 }
 
+/** Asserts that `response` is the error `status` with exactly this `code` and `message`. */
+export function assertError(response: LightMyRequestResponse, status: number, code: string, message: string): void {
+  assert.equal(response.statusCode, status, message)
+  assert.deepEqual(errorBody(response), { code, message, status })
+}
+
+/**
+ * Asserts that `test`'s configuration does not offer a feature: each of its `requests` is 404
+ * `not_found`, and its OpenAPI document has no path starting with `prefix` and no schema `schema`.
+ */
+export async function assertNotOffered(test: TestApp, requests: InjectOptions[], prefix: string, schema: string) {
+  for (const request of requests) {
+    const response = await test.app.inject(request)
+    assert.equal(response.statusCode, 404, `${request.method ?? 'GET'} ${request.url}`)
+    assert.equal(errorBody(response).code, 'not_found')
+  }
+  const document = (await test.app.inject({ url: '/v1/openapi.json' })).json()
+  assert.ok(!Object.keys(document.paths).some((path) => path.startsWith(prefix)))
+  assert.equal(document.components.schemas[schema], undefined)
+}
+
 /** Store rows may be null-prototype objects; compare them as the JSON a client would see. */
 export const plain = <T>(value: T): T => JSON.parse(JSON.stringify(value))
+
+/** A message's fields, sorted: the schema requires each, and every answer has them all. */
+export const MESSAGE_FIELDS = ['attempts', 'createdAt', 'deliveredAt', 'id', 'message', 'status', 'statusReason']
+
+/**
+ * The OpenAPI document's operations where no experimental feature is offered: path, then method,
+ * then operationId (the portal's and the reference's routes are never in it).
+ */
+export const API_OPERATIONS: Record<string, Record<string, string>> = {
+  '/messages': { get: 'listMessages', post: 'sendMessage' },
+  '/messages/{messageId}': { get: 'getMessage' },
+  '/openapi.json': { get: 'getOpenApiDocument' },
+  '/pets': { get: 'listPets', post: 'createPet' },
+  '/pets/{petId}': { get: 'getPet', patch: 'updatePet' },
+  '/store/inventory': { get: 'getInventory' },
+  '/store/orders': { get: 'listOrders', post: 'placeOrder' },
+  '/store/orders/{orderId}': { get: 'getOrder' },
+  '/store/orders/{orderId}/cancel': { post: 'cancelOrder' },
+  '/store/orders/{orderId}/complete': { post: 'completeOrder' },
+}
 
 /** What a message was when it was sent: its status, attempts and delivery move on afterwards. */
 export const asSent = (message: { id: string; message: string; createdAt: string } | undefined) =>

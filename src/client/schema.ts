@@ -382,7 +382,7 @@ export interface paths {
     }
     /**
      * List the account's events
-     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Every event of the account, newest first, whether or not an endpoint was subscribed to it, kept EVENT_RETENTION_DAYS (30 by default). `type` keeps those of some types (`order.*,message.created`), `createdAfter` those that happened after an instant. When more exist, `Link: <…>; rel="next"` gives the next page. Besides `webhooks:read`, an event takes the read scope of what it carries: `messages:read` for `message.created`, `orders:read` for `order.*`. Without a `type`, the list holds the events the key may read.
+     * @description **Experimental**: send `Animal-Store-Beta: webhooks`; it may still change (see the compatibility policy). Every event of the account, newest first, whether or not an endpoint was subscribed to it, kept EVENT_RETENTION_DAYS (30 by default). `type` keeps those of some types (`order.*,message.created`), `createdAfter` those that happened after an instant. When more exist, `Link: <…>; rel="next"` gives the next page. Besides `webhooks:read`, an event takes the read scope of what it carries: `messages:read` for `message.created`, `orders:read` for `order.*`. Without a `type`, the list holds the events the key may read. With `Accept: text/event-stream`, the live stream of the new events instead (Server-Sent Events; `Last-Event-ID` resumes after an event, 410 `last_event_id_unknown` when it is no longer kept).
      */
     get: operations['listEvents']
     put?: never

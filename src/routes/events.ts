@@ -17,7 +17,6 @@ import {
   errorResponses,
   jsonResponse,
   NoQuerySchema,
-  pageHeaders,
   RATE_LIMIT_HEADERS,
 } from '../schemas/common.ts'
 import {
@@ -28,9 +27,11 @@ import {
   withEventStream,
 } from '../schemas/events.ts'
 import { WEBHOOKS_STABILITY } from '../schemas/webhooks.ts'
-import { cursorPage } from './next-page.ts'
+import { cursorPage, pageResponse } from './next-page.ts'
 
 const stability = WEBHOOKS_STABILITY
+/** The route config of both operations: the key's scope, and the feature's stability. */
+const config = { scope: 'webhooks:read', stability } as const
 const tags = ['events']
 const SCOPES_NOTE =
   'Besides `webhooks:read`, an event takes the read scope of what it carries: `messages:read` for ' +
@@ -76,17 +77,13 @@ const events: FastifyPluginAsyncTypebox = async (app) => {
           'Every event of the account, newest first, whether or not an endpoint was subscribed to it, kept ' +
           'EVENT_RETENTION_DAYS (30 by default). `type` keeps those of some types (`order.*,message.created`), ' +
           '`createdAfter` those that happened after an instant. When more exist, `Link: <…>; rel="next"` gives ' +
-          `the next page. ${SCOPES_NOTE} Without a \`type\`, the list holds the events the key may read.`,
+          `the next page. ${SCOPES_NOTE} Without a \`type\`, the list holds the events the key may read. ` +
+          'With `Accept: text/event-stream`, the live stream of the new events instead (Server-Sent Events; ' +
+          '`Last-Event-ID` resumes after an event, 410 `last_event_id_unknown` when it is no longer kept).',
         tags,
         querystring: ListEventsQuerySchema,
         response: {
-          200: withEventStream(
-            jsonResponse(
-              "A page of the account's events, newest first.",
-              EventsSchema,
-              pageHeaders('/v1/events', 'events'),
-            ),
-          ),
+          200: withEventStream(pageResponse('events', EventsSchema, '/v1/events')),
           ...errorResponses(400, 401, 429, 500, 503),
           410: errorResponse(
             'last_event_id_unknown',
@@ -94,7 +91,7 @@ const events: FastifyPluginAsyncTypebox = async (app) => {
           ),
         },
       },
-      config: { scope: 'webhooks:read', stability },
+      config,
     },
     async function listEvents(request, reply) {
       const { limit = DEFAULT_PAGE_SIZE, type, createdAfter, cursor } = request.query
@@ -115,8 +112,7 @@ const events: FastifyPluginAsyncTypebox = async (app) => {
       const types = named ?? readable(granted) ?? undefined
       const { accountId } = request.caller
       const page = await app.store.listEvents({ accountId, limit, types, createdAfter: after, before })
-      linkNext(request, reply, '/v1/events', limit, page.next)
-      return page.events
+      return linkNext(request, reply, '/v1/events', limit, page.next, page.events)
     },
   )
 
@@ -140,7 +136,7 @@ const events: FastifyPluginAsyncTypebox = async (app) => {
           ),
         },
       },
-      config: { scope: 'webhooks:read', stability },
+      config,
     },
     async function getEvent(request) {
       const { eventId } = request.params

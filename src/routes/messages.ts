@@ -7,10 +7,9 @@ import {
   errorResponse,
   errorResponses,
   IDEMPOTENT_HEADERS,
-  IdempotencyHeadersSchema,
+  IDEMPOTENT_REQUEST,
   jsonResponse,
   NoQuerySchema,
-  pageHeaders,
   RATE_LIMIT_HEADERS,
 } from '../schemas/common.ts'
 import {
@@ -20,7 +19,7 @@ import {
   MessagesSchema,
   NewMessageSchema,
 } from '../schemas/messages.ts'
-import { cursorPage } from './next-page.ts'
+import { cursorPage, pageResponse } from './next-page.ts'
 
 const tags = ['messages']
 
@@ -36,8 +35,7 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
           'It becomes `delivered` once a webhook endpoint subscribed to `message.created` answers 2xx, or `failed`; ' +
           'with no endpoint subscribed, `undelivered` within a second.',
         tags,
-        headers: IdempotencyHeadersSchema,
-        querystring: NoQuerySchema,
+        ...IDEMPOTENT_REQUEST,
         body: NewMessageSchema,
         response: {
           202: jsonResponse('Accepted: stored and queued.', MessageSchema, IDEMPOTENT_HEADERS),
@@ -68,11 +66,7 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
         tags,
         querystring: ListMessagesQuerySchema,
         response: {
-          200: jsonResponse(
-            "A page of the account's messages, newest first.",
-            MessagesSchema,
-            pageHeaders('/v1/messages', 'messages'),
-          ),
+          200: pageResponse('messages', MessagesSchema, '/v1/messages'),
           ...errorResponses(400, 401, 429, 500, 503),
         },
       },
@@ -82,8 +76,7 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
       const { limit = DEFAULT_PAGE_SIZE, status, cursor } = request.query
       const { before, linkNext } = cursorPage(cursors, new URLSearchParams(status && { status }), cursor)
       const page = await app.store.listMessages({ accountId: request.caller.accountId, limit, status, before })
-      linkNext(request, reply, '/v1/messages', limit, page.next)
-      return page.messages
+      return linkNext(request, reply, '/v1/messages', limit, page.next, page.messages)
     },
   )
 

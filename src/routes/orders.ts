@@ -10,11 +10,10 @@ import {
   DEFAULT_PAGE_SIZE,
   errorResponse,
   errorResponses,
-  IdempotencyHeadersSchema,
+  IDEMPOTENT_REQUEST,
   jsonResponse,
   MAX_EXACT_INTEGER,
   NoQuerySchema,
-  pageHeaders,
   RATE_LIMIT_HEADERS,
 } from '../schemas/common.ts'
 import {
@@ -27,7 +26,7 @@ import {
   OrdersSchema,
 } from '../schemas/orders.ts'
 import type { TransitionResult } from '../store/types.ts'
-import { cursorPage } from './next-page.ts'
+import { cursorPage, pageResponse } from './next-page.ts'
 
 const stability: Stability = { level: 'beta', feature: 'orders' }
 const tags = ['store']
@@ -43,8 +42,7 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
         description:
           'Reserves an `available` animal: it becomes `pending` until the order is completed, canceled or expires.',
         tags,
-        headers: IdempotencyHeadersSchema,
-        querystring: NoQuerySchema,
+        ...IDEMPOTENT_REQUEST,
         body: NewOrderSchema,
         response: {
           201: jsonResponse('The order, placed; the animal is now `pending`.', OrderSchema, createdHeaders('order')),
@@ -88,11 +86,7 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
         tags,
         querystring: ListOrdersQuerySchema,
         response: {
-          200: jsonResponse(
-            "A page of the account's orders, newest first.",
-            OrdersSchema,
-            pageHeaders('/v1/store/orders', 'orders'),
-          ),
+          200: pageResponse('orders', OrdersSchema, '/v1/store/orders'),
           ...errorResponses(400, 401, 429, 500, 503),
         },
       },
@@ -108,8 +102,7 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
       // Pet ids run from 1 to MAX_EXACT_INTEGER: no order is for any other (valid int64) id.
       if (petId !== undefined && (petId < 1 || petId > MAX_EXACT_INTEGER)) return []
       const page = await app.store.listOrders({ accountId: request.caller.accountId, limit, status, petId, before })
-      linkNext(request, reply, '/v1/store/orders', limit, page.next)
-      return page.orders
+      return linkNext(request, reply, '/v1/store/orders', limit, page.next, page.orders)
     },
   )
 

@@ -9,7 +9,7 @@ import {
   errorResponse,
   errorResponses,
   header,
-  IdempotencyHeadersSchema,
+  IDEMPOTENT_REQUEST,
   jsonResponse,
   MAX_EXACT_INTEGER,
   NoQuerySchema,
@@ -34,7 +34,6 @@ import {
 
 const DEPRECATION_DOCS = '/docs#/pets/getPet'
 const { default: GET_PET_OTHER_ERRORS, ...GET_PET_ERRORS } = errorResponses(400, 401, 429, 500, 503)
-const security = [{ bearerAuth: [] }]
 
 /** A pet's ETag: strong, moved by every change to the pet (its row's version; decision 80). */
 export const petETag = (id: number, version: number) => `"${id}-${version}"`
@@ -56,7 +55,6 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         description:
           'Animals in id order, `limit` per page. When more exist, `Link: <…>; rel="next"` gives the next page.',
         tags: ['pets'],
-        security,
         querystring: ListPetsQuerySchema,
         response: {
           200: jsonResponse('A page of animals, ordered by id.', PetsSchema, pageHeaders('/v1/pets', 'animals')),
@@ -91,9 +89,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
           'Adds an animal to the catalogue: 201 with the animal as stored and its URL in `Location`. ' +
           'Send an `Idempotency-Key` to retry safely.',
         tags: ['pets'],
-        security,
-        headers: IdempotencyHeadersSchema,
-        querystring: NoQuerySchema,
+        ...IDEMPOTENT_REQUEST,
         body: NewPetSchema,
         response: {
           201: jsonResponse('The animal as stored, with its new id.', PetSchema, createdHeaders('animal')),
@@ -118,7 +114,6 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         description: 'Deprecated, removed on 5 December 2030: use `GET /pets` with the `status` filter.',
         deprecated: true,
         tags: ['pets'],
-        security,
         params: PetParamsSchema,
         querystring: NoQuerySchema,
         response: {
@@ -176,7 +171,6 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
           'placed order keeps its status (409 `pet_held`), and only an order makes a pet `pending` ' +
           '(409 `pending_by_order_only`).',
         tags: ['pets'],
-        security,
         consumes: ['application/merge-patch+json', 'application/json'],
         headers: PetPatchHeadersSchema,
         params: PetParamsSchema,

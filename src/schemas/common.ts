@@ -220,6 +220,9 @@ export const IdempotencyHeadersSchema = Type.Object({
   ),
 })
 
+/** What a POST that takes an Idempotency-Key accepts besides its body: that header, and no query. */
+export const IDEMPOTENT_REQUEST = { headers: IdempotencyHeadersSchema, querystring: NoQuerySchema }
+
 /** How many items a page holds: 1 to 100, 20 when not given (the spec's listPets rule, kept by every list). */
 export const DEFAULT_PAGE_SIZE = 20
 export const PageLimit = (what: string) =>

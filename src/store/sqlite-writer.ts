@@ -74,117 +74,123 @@ export const ORDER_COLUMNS = `id, pet_id AS petId, status, created_at AS created
 /** An order and whose it is (the events it makes go to that account's endpoints). */
 type OwnedOrder = Order & { accountId: number }
 
+/** Each of `sql`'s statements prepared on `db`, by the same name (both threads prepare theirs once, at the start). */
+export function prepareAll<Name extends string>(
+  db: DatabaseSync,
+  sql: Record<Name, string>,
+): Record<Name, StatementSync> {
+  const entries = Object.entries<string>(sql).map(([name, text]) => [name, db.prepare(text)])
+  return Object.fromEntries(entries) as Record<Name, StatementSync>
+}
+
 function prepareWrites(db: DatabaseSync) {
-  const s = (sql: string): StatementSync => db.prepare(sql)
-  return {
-    begin: s('BEGIN IMMEDIATE'),
-    commit: s('COMMIT'),
-    rollback: s('ROLLBACK'),
-    savepoint: s('SAVEPOINT write'),
-    release: s('RELEASE write'),
-    rollbackTo: s('ROLLBACK TO write'),
-    insertPet: s('INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)'),
-    getVersionedPet: s(`SELECT ${PET_COLUMNS}, version FROM pets WHERE id = ?`),
-    updatePet: s(`UPDATE pets SET name = ?, category_id = ?, status = ?, version = version + 1 WHERE id = ?
-      RETURNING ${PET_COLUMNS}, version`),
+  return prepareAll(db, {
+    begin: 'BEGIN IMMEDIATE',
+    commit: 'COMMIT',
+    rollback: 'ROLLBACK',
+    savepoint: 'SAVEPOINT write',
+    release: 'RELEASE write',
+    rollbackTo: 'ROLLBACK TO write',
+    insertPet: 'INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)',
+    getVersionedPet: `SELECT ${PET_COLUMNS}, version FROM pets WHERE id = ?`,
+    updatePet: `UPDATE pets SET name = ?, category_id = ?, status = ?, version = version + 1 WHERE id = ?
+      RETURNING ${PET_COLUMNS}, version`,
     // The guarded updates that make one winner: only an available pet is held, only a held one freed.
-    holdPet: s("UPDATE pets SET status = 'pending', version = version + 1 WHERE id = ? AND status = 'available'"),
-    releasePet: s("UPDATE pets SET status = ?, version = version + 1 WHERE id = ? AND status = 'pending'"),
-    petExists: s('SELECT 1 FROM pets WHERE id = ?'),
-    placedOrderFor: s("SELECT 1 FROM orders WHERE pet_id = ? AND status = 'placed'"),
-    insertOrder: s(`INSERT INTO orders (id, account_id, pet_id, status, created_at, expires_at, updated_at)
-      VALUES (?, ?, ?, 'placed', ?, ?, ?) RETURNING ${ORDER_COLUMNS}`),
-    getOrder: s(`SELECT seq, ${ORDER_COLUMNS} FROM orders WHERE id = ? AND account_id = ?`),
-    setOrderStatus: s(`UPDATE orders SET status = ?, updated_at = ? WHERE seq = ? AND status = 'placed'
-      RETURNING ${ORDER_COLUMNS}`),
-    expireOrders: s(`UPDATE orders SET status = 'expired', updated_at = ?
-      WHERE status = 'placed' AND expires_at <= ? RETURNING ${ORDER_COLUMNS}, account_id AS accountId`),
-    expirePetOrder: s(`UPDATE orders SET status = 'expired', updated_at = ?
-      WHERE pet_id = ? AND status = 'placed' AND expires_at <= ? RETURNING ${ORDER_COLUMNS}, account_id AS accountId`),
-    insertAccount: s(`INSERT INTO accounts (email, password_hash, created_at) VALUES (?, ?, ?)
-      ON CONFLICT (email) DO NOTHING RETURNING id, email, created_at AS createdAt`),
-    setPassword: s('UPDATE accounts SET password_hash = ? WHERE id = ?'),
-    deleteAccountSessions: s('DELETE FROM sessions WHERE account_id = ?'),
-    insertSession: s(`INSERT INTO sessions (id, account_id, created_at, expires_at)
-      SELECT ?, id, ?, ? FROM accounts WHERE id = ? AND password_hash IS ?`),
-    deleteSession: s('DELETE FROM sessions WHERE id = ?'),
-    insertKey: s(`INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at, expires_at, scopes)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING ${KEY_COLUMNS}`),
-    revokeKey: s(`UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?)
-      WHERE id = ? AND (? IS NULL OR account_id = ?) RETURNING ${KEY_COLUMNS}`),
-    touchKey: s('UPDATE api_keys SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)'),
-    insertMessage: s(`INSERT INTO messages (id, account_id, body, status, created_at, fanout)
-      VALUES (?, ?, ?, 'queued', ?, ?) RETURNING seq, ${MESSAGE_COLUMNS}`),
+    holdPet: "UPDATE pets SET status = 'pending', version = version + 1 WHERE id = ? AND status = 'available'",
+    releasePet: "UPDATE pets SET status = ?, version = version + 1 WHERE id = ? AND status = 'pending'",
+    petExists: 'SELECT 1 FROM pets WHERE id = ?',
+    placedOrderFor: "SELECT 1 FROM orders WHERE pet_id = ? AND status = 'placed'",
+    insertOrder: `INSERT INTO orders (id, account_id, pet_id, status, created_at, expires_at, updated_at)
+      VALUES (?, ?, ?, 'placed', ?, ?, ?) RETURNING ${ORDER_COLUMNS}`,
+    getOrder: `SELECT seq, ${ORDER_COLUMNS} FROM orders WHERE id = ? AND account_id = ?`,
+    setOrderStatus: `UPDATE orders SET status = ?, updated_at = ? WHERE seq = ? AND status = 'placed'
+      RETURNING ${ORDER_COLUMNS}`,
+    expireOrders: `UPDATE orders SET status = 'expired', updated_at = ?
+      WHERE status = 'placed' AND expires_at <= ? RETURNING ${ORDER_COLUMNS}, account_id AS accountId`,
+    expirePetOrder: `UPDATE orders SET status = 'expired', updated_at = ?
+      WHERE pet_id = ? AND status = 'placed' AND expires_at <= ? RETURNING ${ORDER_COLUMNS}, account_id AS accountId`,
+    insertAccount: `INSERT INTO accounts (email, password_hash, created_at) VALUES (?, ?, ?)
+      ON CONFLICT (email) DO NOTHING RETURNING id, email, created_at AS createdAt`,
+    setPassword: 'UPDATE accounts SET password_hash = ? WHERE id = ?',
+    deleteAccountSessions: 'DELETE FROM sessions WHERE account_id = ?',
+    insertSession: `INSERT INTO sessions (id, account_id, created_at, expires_at)
+      SELECT ?, id, ?, ? FROM accounts WHERE id = ? AND password_hash IS ?`,
+    deleteSession: 'DELETE FROM sessions WHERE id = ?',
+    insertKey: `INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at, expires_at, scopes)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING ${KEY_COLUMNS}`,
+    revokeKey: `UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?)
+      WHERE id = ? AND (? IS NULL OR account_id = ?) RETURNING ${KEY_COLUMNS}`,
+    touchKey: 'UPDATE api_keys SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)',
+    insertMessage: `INSERT INTO messages (id, account_id, body, status, created_at, fanout)
+      VALUES (?, ?, ?, 'queued', ?, ?) RETURNING seq, ${MESSAGE_COLUMNS}`,
     // ─── webhooks
-    subscribedEndpoints: s(`SELECT seq FROM webhook_endpoints WHERE account_id = ? AND deleted_at IS NULL
-      AND disabled_at IS NULL AND instr(' ' || events || ' ', ' ' || ? || ' ') > 0`),
-    logEvent: s('INSERT INTO event_log (id, account_id, type, data, created_at) VALUES (?, ?, ?, ?, ?)'),
-    insertEvent: s(`INSERT INTO events (id, account_id, type, body, created_at, traceparent) VALUES (?, ?, ?, ?, ?, ?)
-      RETURNING seq`),
-    insertDelivery:
-      s(`INSERT INTO deliveries (id, event_seq, endpoint_seq, message_seq, status, next_attempt_at, created_at)
-      VALUES (?, ?, ?, ?, 'pending', ?, ?)`),
-    countEndpoints: s('SELECT count(*) AS count FROM webhook_endpoints WHERE account_id = ? AND deleted_at IS NULL'),
-    insertEndpoint: s(`INSERT INTO webhook_endpoints (id, account_id, url, events, description, secret, created_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING ${ENDPOINT_COLUMNS}`),
-    getEndpoint: s(`SELECT seq, ${ENDPOINT_COLUMNS} FROM webhook_endpoints
-      WHERE id = ? AND account_id = ? AND deleted_at IS NULL`),
-    updateEndpoint: s(`UPDATE webhook_endpoints SET url = ?, events = ?, description = ?, disabled_at = ?,
-      disabled_reason = ? WHERE seq = ? RETURNING ${ENDPOINT_COLUMNS}`),
-    deleteEndpoint: s('UPDATE webhook_endpoints SET deleted_at = ? WHERE seq = ?'),
-    rotateSecret: s(`UPDATE webhook_endpoints SET previous_secret = secret, previous_secret_until = ?, secret = ?,
-      secret_rotated_at = ? WHERE seq = ? RETURNING ${ENDPOINT_COLUMNS}`),
-    disableEndpoint: s('UPDATE webhook_endpoints SET disabled_at = ?, disabled_reason = ? WHERE seq = ?'),
-    failEndpointDeliveries: s(`UPDATE deliveries SET status = 'failed', next_attempt_at = NULL, lease = NULL,
-      last_error = ? WHERE endpoint_seq = ? AND status = 'pending' RETURNING message_seq AS messageSeq`),
-    failMessage: s(`UPDATE messages SET status = 'failed' WHERE seq = ? AND status = 'queued'
-      AND NOT EXISTS (SELECT 1 FROM deliveries WHERE message_seq = messages.seq AND status = 'pending')`),
-    deliverMessage: s(`UPDATE messages SET status = 'delivered', delivered_at = coalesce(delivered_at, ?),
-      attempts = attempts + 1 WHERE seq = ?`),
-    countMessageAttempt: s('UPDATE messages SET attempts = attempts + 1 WHERE seq = ?'),
-    requeueMessage: s("UPDATE messages SET status = 'queued' WHERE seq = ? AND status = 'failed'"),
-    redeliverable: s(`SELECT d.seq, d.message_seq AS messageSeq FROM deliveries d
+    subscribedEndpoints: `SELECT seq FROM webhook_endpoints WHERE account_id = ? AND deleted_at IS NULL
+      AND disabled_at IS NULL AND instr(' ' || events || ' ', ' ' || ? || ' ') > 0`,
+    logEvent: 'INSERT INTO event_log (id, account_id, type, data, created_at) VALUES (?, ?, ?, ?, ?)',
+    insertEvent: `INSERT INTO events (id, account_id, type, body, created_at, traceparent) VALUES (?, ?, ?, ?, ?, ?)
+      RETURNING seq`,
+    insertDelivery: `INSERT INTO deliveries (id, event_seq, endpoint_seq, message_seq, status, next_attempt_at, created_at)
+      VALUES (?, ?, ?, ?, 'pending', ?, ?)`,
+    countEndpoints: 'SELECT count(*) AS count FROM webhook_endpoints WHERE account_id = ? AND deleted_at IS NULL',
+    insertEndpoint: `INSERT INTO webhook_endpoints (id, account_id, url, events, description, secret, created_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING ${ENDPOINT_COLUMNS}`,
+    getEndpoint: `SELECT seq, ${ENDPOINT_COLUMNS} FROM webhook_endpoints
+      WHERE id = ? AND account_id = ? AND deleted_at IS NULL`,
+    updateEndpoint: `UPDATE webhook_endpoints SET url = ?, events = ?, description = ?, disabled_at = ?,
+      disabled_reason = ? WHERE seq = ? RETURNING ${ENDPOINT_COLUMNS}`,
+    deleteEndpoint: 'UPDATE webhook_endpoints SET deleted_at = ? WHERE seq = ?',
+    rotateSecret: `UPDATE webhook_endpoints SET previous_secret = secret, previous_secret_until = ?, secret = ?,
+      secret_rotated_at = ? WHERE seq = ? RETURNING ${ENDPOINT_COLUMNS}`,
+    disableEndpoint: 'UPDATE webhook_endpoints SET disabled_at = ?, disabled_reason = ? WHERE seq = ?',
+    failEndpointDeliveries: `UPDATE deliveries SET status = 'failed', next_attempt_at = NULL, lease = NULL,
+      last_error = ? WHERE endpoint_seq = ? AND status = 'pending' RETURNING message_seq AS messageSeq`,
+    failMessage: `UPDATE messages SET status = 'failed' WHERE seq = ? AND status = 'queued'
+      AND NOT EXISTS (SELECT 1 FROM deliveries WHERE message_seq = messages.seq AND status = 'pending')`,
+    deliverMessage: `UPDATE messages SET status = 'delivered', delivered_at = coalesce(delivered_at, ?),
+      attempts = attempts + 1 WHERE seq = ?`,
+    countMessageAttempt: 'UPDATE messages SET attempts = attempts + 1 WHERE seq = ?',
+    requeueMessage: "UPDATE messages SET status = 'queued' WHERE seq = ? AND status = 'failed'",
+    redeliverable: `SELECT d.seq, d.message_seq AS messageSeq FROM deliveries d
       JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
-      WHERE d.id = ? AND w.account_id = ? AND w.deleted_at IS NULL AND w.disabled_at IS NULL`),
+      WHERE d.id = ? AND w.account_id = ? AND w.deleted_at IS NULL AND w.disabled_at IS NULL`,
     // Not while an attempt holds a live lease: a second one would send the event twice at once.
-    redeliver: s(`UPDATE deliveries SET status = 'pending', next_attempt_at = ?, lease = NULL, retry_base = attempts
-      WHERE seq = ? AND NOT (status = 'pending' AND lease IS NOT NULL AND next_attempt_at > ?)`),
-    getDelivery: s(`SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = ?`),
+    redeliver: `UPDATE deliveries SET status = 'pending', next_attempt_at = ?, lease = NULL, retry_base = attempts
+      WHERE seq = ? AND NOT (status = 'pending' AND lease IS NOT NULL AND next_attempt_at > ?)`,
+    getDelivery: `SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = ?`,
     // A failed delivery holds no lease: each is made due again as a resend makes it.
-    recoverDeliveries:
-      s(`UPDATE deliveries SET status = 'pending', next_attempt_at = ?, lease = NULL, retry_base = attempts
+    recoverDeliveries: `UPDATE deliveries SET status = 'pending', next_attempt_at = ?, lease = NULL, retry_base = attempts
       WHERE seq IN (SELECT seq FROM deliveries WHERE endpoint_seq = ? AND status = 'failed' AND created_at >= ?
         ORDER BY seq LIMIT ?)
-      RETURNING message_seq AS messageSeq`),
-    failedSince: s(`SELECT 1 FROM deliveries WHERE endpoint_seq = ? AND status = 'failed' AND created_at >= ? LIMIT 1`),
-    claimDeliveries: s(`UPDATE deliveries SET lease = ?, next_attempt_at = ?, attempts = attempts + 1
+      RETURNING message_seq AS messageSeq`,
+    failedSince: `SELECT 1 FROM deliveries WHERE endpoint_seq = ? AND status = 'failed' AND created_at >= ? LIMIT 1`,
+    claimDeliveries: `UPDATE deliveries SET lease = ?, next_attempt_at = ?, attempts = attempts + 1
       WHERE seq IN (SELECT d.seq FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
         WHERE d.status = 'pending' AND d.next_attempt_at <= ? AND w.disabled_at IS NULL AND w.deleted_at IS NULL
         ORDER BY d.next_attempt_at LIMIT ?)
-      RETURNING id, event_seq AS eventSeq, endpoint_seq AS endpointSeq, attempts - retry_base AS attempts`),
-    claimedEvent: s('SELECT id, body, traceparent FROM events WHERE seq = ?'),
-    claimedEndpoint: s(`SELECT url, secret, CASE WHEN previous_secret_until > ? THEN previous_secret END AS previous
-      FROM webhook_endpoints WHERE seq = ?`),
-    recordDelivery: s(`UPDATE deliveries SET lease = NULL, last_attempt_at = ?, last_status = ?, last_error = ?,
+      RETURNING id, event_seq AS eventSeq, endpoint_seq AS endpointSeq, attempts - retry_base AS attempts`,
+    claimedEvent: 'SELECT id, body, traceparent FROM events WHERE seq = ?',
+    claimedEndpoint: `SELECT url, secret, CASE WHEN previous_secret_until > ? THEN previous_secret END AS previous
+      FROM webhook_endpoints WHERE seq = ?`,
+    recordDelivery: `UPDATE deliveries SET lease = NULL, last_attempt_at = ?, last_status = ?, last_error = ?,
       status = ?, next_attempt_at = ?, delivered_at = coalesce(?, delivered_at) WHERE id = ? AND lease = ? AND status = 'pending'
-      RETURNING message_seq AS messageSeq, endpoint_seq AS endpointSeq`),
-    markUndelivered: s("UPDATE messages SET status = 'undelivered' WHERE status = 'queued' AND fanout = 0"),
-    insertSecret: s('INSERT INTO secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING'),
-    dropStaleIdempotency: s(`DELETE FROM idempotency_keys WHERE scope = ? AND key = ?
-      AND (expires_at <= ? OR (state = 'in_progress' AND created_at <= ?))`),
-    claimIdempotency: s(`INSERT INTO idempotency_keys (scope, key, fingerprint, state, created_at, expires_at)
-      VALUES (?, ?, ?, 'in_progress', ?, ?) ON CONFLICT (scope, key) DO NOTHING RETURNING 1 AS claimed`),
-    getIdempotency: s(`SELECT fingerprint, state, response_status AS status, response_body AS body
-      FROM idempotency_keys WHERE scope = ? AND key = ?`),
-    completeIdempotency: s(`UPDATE idempotency_keys SET state = 'done', response_status = ?, response_body = ?
-      WHERE scope = ? AND key = ?`),
-    releaseIdempotency: s("DELETE FROM idempotency_keys WHERE scope = ? AND key = ? AND state = 'in_progress'"),
-    purgeSessions: s('DELETE FROM sessions WHERE expires_at <= ?'),
-    prunePetChanges: s(`DELETE FROM pet_changes WHERE seq IN (SELECT seq FROM pet_changes
-      WHERE seq <= (SELECT max(seq) FROM pet_changes) - ? ORDER BY seq LIMIT ?)`),
-    purgeIdempotency: s('DELETE FROM idempotency_keys WHERE expires_at <= ?'),
-    purgeEvents: s('DELETE FROM event_log WHERE created_at < ?'),
-  }
+      RETURNING message_seq AS messageSeq, endpoint_seq AS endpointSeq`,
+    markUndelivered: "UPDATE messages SET status = 'undelivered' WHERE status = 'queued' AND fanout = 0",
+    insertSecret: 'INSERT INTO secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING',
+    dropStaleIdempotency: `DELETE FROM idempotency_keys WHERE scope = ? AND key = ?
+      AND (expires_at <= ? OR (state = 'in_progress' AND created_at <= ?))`,
+    claimIdempotency: `INSERT INTO idempotency_keys (scope, key, fingerprint, state, created_at, expires_at)
+      VALUES (?, ?, ?, 'in_progress', ?, ?) ON CONFLICT (scope, key) DO NOTHING RETURNING 1 AS claimed`,
+    getIdempotency: `SELECT fingerprint, state, response_status AS status, response_body AS body
+      FROM idempotency_keys WHERE scope = ? AND key = ?`,
+    completeIdempotency: `UPDATE idempotency_keys SET state = 'done', response_status = ?, response_body = ?
+      WHERE scope = ? AND key = ?`,
+    releaseIdempotency: "DELETE FROM idempotency_keys WHERE scope = ? AND key = ? AND state = 'in_progress'",
+    purgeSessions: 'DELETE FROM sessions WHERE expires_at <= ?',
+    prunePetChanges: `DELETE FROM pet_changes WHERE seq IN (SELECT seq FROM pet_changes
+      WHERE seq <= (SELECT max(seq) FROM pet_changes) - ? ORDER BY seq LIMIT ?)`,
+    purgeIdempotency: 'DELETE FROM idempotency_keys WHERE expires_at <= ?',
+    purgeEvents: 'DELETE FROM event_log WHERE created_at < ?',
+  })
 }
 
 function now(): string {

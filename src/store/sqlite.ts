@@ -26,6 +26,7 @@ import {
   MESSAGE_COLUMNS,
   ORDER_COLUMNS,
   PRUNE_CHUNK,
+  prepareAll,
   type WriteJob,
   type WriteOps,
   type WriteResult,
@@ -844,51 +845,49 @@ function newestFirst<Item>(
 }
 
 function prepareReads(db: DatabaseSync) {
-  const s = (sql: string): StatementSync => db.prepare(sql)
-  return {
-    ping: s('SELECT 1'),
-    lastPetChange: s('SELECT max(seq) AS seq FROM pet_changes'),
-    dataVersion: s('PRAGMA data_version'),
-    petChangesAfter: s(`SELECT seq, pet_id AS petId, old_status AS "from", new_status AS "to" FROM pet_changes
-      WHERE seq > ? ORDER BY seq LIMIT ?`),
-    getPet: s(`SELECT ${PET_COLUMNS} FROM pets WHERE id = ?`),
-    getVersionedPet: s(`SELECT ${PET_COLUMNS}, version FROM pets WHERE id = ?`),
-    inventory: s('SELECT status, count(*) AS count FROM pets GROUP BY status'),
-    orderCounts: s('SELECT status, count(*) AS count FROM orders GROUP BY status'),
-    getOrder: s(`SELECT ${ORDER_COLUMNS} FROM orders WHERE id = ? AND account_id = ?`),
-    listOrders: s(`SELECT seq, ${ORDER_COLUMNS} FROM orders WHERE account_id = ? AND seq < ?
-      AND (? IS NULL OR status = ?) AND (? IS NULL OR pet_id = ?) ORDER BY seq DESC LIMIT ?`),
-    listPets: s(`SELECT ${PET_COLUMNS} FROM pets WHERE id > ? ORDER BY id LIMIT ?`),
-    listPetsByStatus: s(`SELECT ${PET_COLUMNS} FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?`),
-    getAccountByEmail: s('SELECT id, email, created_at AS createdAt FROM accounts WHERE email = ?'),
-    getAccountLogin: s(
+  return prepareAll(db, {
+    ping: 'SELECT 1',
+    lastPetChange: 'SELECT max(seq) AS seq FROM pet_changes',
+    dataVersion: 'PRAGMA data_version',
+    petChangesAfter: `SELECT seq, pet_id AS petId, old_status AS "from", new_status AS "to" FROM pet_changes
+      WHERE seq > ? ORDER BY seq LIMIT ?`,
+    getPet: `SELECT ${PET_COLUMNS} FROM pets WHERE id = ?`,
+    getVersionedPet: `SELECT ${PET_COLUMNS}, version FROM pets WHERE id = ?`,
+    inventory: 'SELECT status, count(*) AS count FROM pets GROUP BY status',
+    orderCounts: 'SELECT status, count(*) AS count FROM orders GROUP BY status',
+    getOrder: `SELECT ${ORDER_COLUMNS} FROM orders WHERE id = ? AND account_id = ?`,
+    listOrders: `SELECT seq, ${ORDER_COLUMNS} FROM orders WHERE account_id = ? AND seq < ?
+      AND (? IS NULL OR status = ?) AND (? IS NULL OR pet_id = ?) ORDER BY seq DESC LIMIT ?`,
+    listPets: `SELECT ${PET_COLUMNS} FROM pets WHERE id > ? ORDER BY id LIMIT ?`,
+    listPetsByStatus: `SELECT ${PET_COLUMNS} FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?`,
+    getAccountByEmail: 'SELECT id, email, created_at AS createdAt FROM accounts WHERE email = ?',
+    getAccountLogin:
       'SELECT id, email, created_at AS createdAt, password_hash AS passwordHash FROM accounts WHERE email = ?',
-    ),
-    getSession: s(`SELECT s.account_id AS accountId, a.email, s.expires_at AS expiresAt
-      FROM sessions s JOIN accounts a ON a.id = s.account_id WHERE s.id = ? AND s.expires_at > ?`),
-    listKeys: s(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE account_id = ? ORDER BY created_at DESC, id`),
-    getKeyByHash: s(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE key_hash = ?`),
-    getMessage: s(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE id = ? AND account_id = ?`),
-    listMessages: s(`SELECT seq, ${MESSAGE_COLUMNS} FROM messages WHERE account_id = ? AND seq < ?
-      AND (? IS NULL OR status = ?) ORDER BY seq DESC LIMIT ?`),
-    listEndpoints: s(`SELECT ${ENDPOINT_COLUMNS} FROM webhook_endpoints WHERE account_id = ? AND deleted_at IS NULL
-      ORDER BY seq DESC`),
-    getEndpoint: s(`SELECT ${ENDPOINT_COLUMNS} FROM webhook_endpoints
-      WHERE id = ? AND account_id = ? AND deleted_at IS NULL`),
-    getEndpointSeq: s('SELECT seq FROM webhook_endpoints WHERE id = ? AND account_id = ? AND deleted_at IS NULL'),
-    listDeliveries: s(`SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq
-      WHERE d.endpoint_seq = ? ORDER BY d.seq DESC LIMIT ?`),
-    listEvents: s(`SELECT ${EVENT_COLUMNS} FROM event_log WHERE account_id = ? AND seq < ? AND created_at > ?
-      AND (? IS NULL OR type IN (SELECT value FROM json_each(?))) ORDER BY seq DESC LIMIT ?`),
-    getEvent: s(`SELECT ${EVENT_COLUMNS} FROM event_log WHERE id = ? AND account_id = ?`),
-    eventFeedHead: s('SELECT coalesce(max(seq), 0) AS seq FROM event_log'),
-    eventFeed: s(`SELECT 0 AS tx, ${FEED_COLUMNS} FROM event_log WHERE seq > ? ORDER BY seq LIMIT ?`),
-    accountEvents: s(`SELECT 0 AS tx, ${FEED_COLUMNS} FROM event_log WHERE account_id = ? AND seq > ? AND seq <= ?
-      AND (? IS NULL OR type IN (SELECT value FROM json_each(?))) ORDER BY seq LIMIT ?`),
-    eventPosition: s('SELECT seq FROM event_log WHERE id = ? AND account_id = ?'),
-    deliveryDue: s("SELECT 1 FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ? LIMIT 1"),
-    unsubscribedMessage: s("SELECT 1 FROM messages WHERE status = 'queued' AND fanout = 0 LIMIT 1"),
-    outboxStats: s(`SELECT count(*) AS depth, min(created_at) AS oldestAt FROM deliveries WHERE status = 'pending'`),
-    getSecret: s('SELECT value FROM secrets WHERE name = ?'),
-  }
+    getSession: `SELECT s.account_id AS accountId, a.email, s.expires_at AS expiresAt
+      FROM sessions s JOIN accounts a ON a.id = s.account_id WHERE s.id = ? AND s.expires_at > ?`,
+    listKeys: `SELECT ${KEY_COLUMNS} FROM api_keys WHERE account_id = ? ORDER BY created_at DESC, id`,
+    getKeyByHash: `SELECT ${KEY_COLUMNS} FROM api_keys WHERE key_hash = ?`,
+    getMessage: `SELECT ${MESSAGE_COLUMNS} FROM messages WHERE id = ? AND account_id = ?`,
+    listMessages: `SELECT seq, ${MESSAGE_COLUMNS} FROM messages WHERE account_id = ? AND seq < ?
+      AND (? IS NULL OR status = ?) ORDER BY seq DESC LIMIT ?`,
+    listEndpoints: `SELECT ${ENDPOINT_COLUMNS} FROM webhook_endpoints WHERE account_id = ? AND deleted_at IS NULL
+      ORDER BY seq DESC`,
+    getEndpoint: `SELECT ${ENDPOINT_COLUMNS} FROM webhook_endpoints
+      WHERE id = ? AND account_id = ? AND deleted_at IS NULL`,
+    getEndpointSeq: 'SELECT seq FROM webhook_endpoints WHERE id = ? AND account_id = ? AND deleted_at IS NULL',
+    listDeliveries: `SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq
+      WHERE d.endpoint_seq = ? ORDER BY d.seq DESC LIMIT ?`,
+    listEvents: `SELECT ${EVENT_COLUMNS} FROM event_log WHERE account_id = ? AND seq < ? AND created_at > ?
+      AND (? IS NULL OR type IN (SELECT value FROM json_each(?))) ORDER BY seq DESC LIMIT ?`,
+    getEvent: `SELECT ${EVENT_COLUMNS} FROM event_log WHERE id = ? AND account_id = ?`,
+    eventFeedHead: 'SELECT coalesce(max(seq), 0) AS seq FROM event_log',
+    eventFeed: `SELECT 0 AS tx, ${FEED_COLUMNS} FROM event_log WHERE seq > ? ORDER BY seq LIMIT ?`,
+    accountEvents: `SELECT 0 AS tx, ${FEED_COLUMNS} FROM event_log WHERE account_id = ? AND seq > ? AND seq <= ?
+      AND (? IS NULL OR type IN (SELECT value FROM json_each(?))) ORDER BY seq LIMIT ?`,
+    eventPosition: 'SELECT seq FROM event_log WHERE id = ? AND account_id = ?',
+    deliveryDue: "SELECT 1 FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ? LIMIT 1",
+    unsubscribedMessage: "SELECT 1 FROM messages WHERE status = 'queued' AND fanout = 0 LIMIT 1",
+    outboxStats: `SELECT count(*) AS depth, min(created_at) AS oldestAt FROM deliveries WHERE status = 'pending'`,
+    getSecret: 'SELECT value FROM secrets WHERE name = ?',
+  })
 }

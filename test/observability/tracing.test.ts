@@ -17,7 +17,7 @@ import { REQUEST_ID_ATTRIBUTE, startTracing, tracedStore } from '../../src/obser
 import type { Store } from '../../src/store/types.ts'
 import { newWebhookSecret } from '../../src/webhooks/signing.ts'
 import { bearer, build, testDatabaseUrl } from '../helper.ts'
-import { cliKey, startServer } from '../processes.ts'
+import { cliKey, type ServerProcess, startServer } from '../processes.ts'
 import { until } from '../wait.ts'
 import { receiver } from '../webhooks/receiver.ts'
 
@@ -98,6 +98,22 @@ function remoteParent() {
   const traceId = randomBytes(16).toString('hex')
   const spanId = randomBytes(8).toString('hex')
   return { traceId, spanId, traceparent: `00-${traceId}-${spanId}-01` }
+}
+
+/**
+ * Once `server` serves (the SDK loads on start, which takes a few seconds more than startServer's
+ * wait on a busy machine), adds a pet called `name` under a remote parent: the 201, and that parent.
+ */
+async function postTraced(server: ServerProcess, secret: string, name: string) {
+  await server.waitForLog((line) => line.msg === 'serving', 60_000)
+  const remote = remoteParent()
+  const response = await fetch(`${server.url}/v1/pets`, {
+    method: 'POST',
+    headers: { ...bearer(secret), 'content-type': 'application/json', traceparent: remote.traceparent },
+    body: JSON.stringify({ name, categoryId: 2 }),
+  })
+  assert.equal(response.status, 201)
+  return { remote, response }
 }
 
 /** Whether `span` descends from the span `ancestorId` in `spans`. */
@@ -300,16 +316,8 @@ describe('Traces (OpenTelemetry, OTLP/HTTP)', () => {
       OTEL_BSP_SCHEDULE_DELAY: '60000',
     }
     const secret = await cliKey(env)
-    // The SDK loads on start, which takes a few seconds more than the helper's wait on a busy machine.
     const server = await startServer(t, { ...env, LOG_LEVEL: 'info' }, { ready: false })
-    await server.waitForLog((line) => line.msg === 'serving', 60_000)
-    const remote = remoteParent()
-    const response = await fetch(`${server.url}/v1/pets`, {
-      method: 'POST',
-      headers: { ...bearer(secret), 'content-type': 'application/json', traceparent: remote.traceparent },
-      body: JSON.stringify({ name: 'Over the wire', categoryId: 2 }),
-    })
-    assert.equal(response.status, 201)
+    const { remote, response } = await postTraced(server, secret, 'Over the wire')
     assert.deepEqual(otlp.requests, [])
     assert.equal(await server.stop('SIGTERM'), 0)
     const spans = otlp.spans.filter((s) => s.traceId === remote.traceId)
@@ -329,14 +337,7 @@ describe('Traces (OpenTelemetry, OTLP/HTTP)', () => {
       { ...env, OTEL_TRACES_EXPORTER: 'console', LOG_LEVEL: 'info' },
       { ready: false },
     )
-    await server.waitForLog((line) => line.msg === 'serving', 60_000)
-    const remote = remoteParent()
-    const response = await fetch(`${server.url}/v1/pets`, {
-      method: 'POST',
-      headers: { ...bearer(secret), 'content-type': 'application/json', traceparent: remote.traceparent },
-      body: JSON.stringify({ name: 'Seen on the console', categoryId: 2 }),
-    })
-    assert.equal(response.status, 201)
+    const { remote, response } = await postTraced(server, secret, 'Seen on the console')
     assert.equal(await server.stop('SIGTERM'), 0)
     const spans = server
       .stderr()

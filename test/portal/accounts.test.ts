@@ -119,12 +119,17 @@ describe('Portal sign-up', () => {
     })
   }
 
-  it('refuses a form whose bytes are not UTF-8 with 400, rather than store U+FFFD in their place', async () => {
+  /** A browser that opened the sign-up page, for a body made by hand: the CSRF token and PASSWORD, encoded. */
+  async function handMadeSignUp() {
     const { app } = await shared()
     const browser = browserOf(app)
     const page = await browser.get('/portal/sign-up')
     const csrf = encodeURIComponent(csrfOf(page.body, '/portal/sign-up'))
-    const password = encodeURIComponent(PASSWORD)
+    return { app, browser, csrf, password: encodeURIComponent(PASSWORD) }
+  }
+
+  it('refuses a form whose bytes are not UTF-8 with 400, rather than store U+FFFD in their place', async () => {
+    const { app, browser, csrf, password } = await handMadeSignUp()
     // Browsers percent-encode every byte that is not ASCII; a hand-made client may send them raw.
     const body = Buffer.concat([
       Buffer.from(`_csrf=${csrf}&email=r1`),
@@ -138,11 +143,7 @@ describe('Portal sign-up', () => {
   })
 
   it('refuses a form that gives a field twice with 400, the CSRF token included, and creates nothing', async () => {
-    const { app } = await shared()
-    const browser = browserOf(app)
-    const page = await browser.get('/portal/sign-up')
-    const csrf = encodeURIComponent(csrfOf(page.body, '/portal/sign-up'))
-    const password = encodeURIComponent(PASSWORD)
+    const { app, browser, csrf, password } = await handMadeSignUp()
     for (const [twice, email] of [
       [`_csrf=${csrf}`, 'r2@example.com'],
       ['email=r3@example.com', 'r3@example.com'],

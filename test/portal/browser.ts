@@ -127,6 +127,20 @@ export function csrfOf(html: string, action: string): string {
 /** The text of a page's <h1>. */
 export const heading = (html: string) => /<h1[^>]*>([\s\S]*?)<\/h1>/.exec(html)?.[1]?.trim()
 
+/**
+ * The page at `path`, reached from the navigation (a link called `name` on any portal page) and
+ * answered as every portal page: 200, headed `name`, never stored by a cache.
+ */
+export async function navigateTo(browser: FormBrowser, path: string, name: string) {
+  const keys = await browser.get('/portal/keys')
+  assert.match(keys.body, new RegExp(`<a href="${path}">${name}</a>`))
+  const page = await browser.get(path)
+  assert.equal(page.statusCode, 200)
+  assert.equal(heading(page.body), name)
+  assert.equal(page.headers['cache-control'], 'no-store')
+  return page
+}
+
 let emails = 0
 export const newEmail = () => `dev${++emails}-${process.pid}@example.com`
 

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import type { FastifyInstance } from 'fastify'
 import { bearer, suiteApp } from '../helper.ts'
-import { csrfOf, FormBrowser, heading, signedInBrowser, tableRows } from './browser.ts'
+import { csrfOf, FormBrowser, heading, navigateTo, signedInBrowser, tableRows } from './browser.ts'
 
 const BETA = { 'animal-store-beta': 'orders' }
 
@@ -52,12 +52,7 @@ async function signedIn() {
 describe('Portal: orders', () => {
   it('is linked from the navigation; with no orders it says how to place one', async () => {
     const { browser } = await signedIn()
-    const keys = await browser.get('/portal/keys')
-    assert.match(keys.body, /<a href="\/portal\/orders">Orders<\/a>/)
-    const page = await browser.get('/portal/orders')
-    assert.equal(page.statusCode, 200)
-    assert.equal(heading(page.body), 'Orders')
-    assert.equal(page.headers['cache-control'], 'no-store')
+    const page = await navigateTo(browser, '/portal/orders', 'Orders')
     assert.match(page.body, /No orders yet\. Place one with <code>POST \/v1\/store\/orders<\/code>/)
     assert.match(page.body, /Animal-Store-Beta: orders/)
   })

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { bearer, build, errorBody, suiteApp, type TestApp } from '../helper.ts'
+import { assertError, assertNotOffered, bearer, build, errorBody, suiteApp, type TestApp } from '../helper.ts'
 import { sqlRows } from '../sql.ts'
 import { until } from '../wait.ts'
 
@@ -60,14 +60,8 @@ describe('Events (experimental)', () => {
   it('do not exist unless EXPERIMENTAL_FEATURES names webhooks: 404, and absent from the document', async (t) => {
     const test = await build(t)
     const { secret } = await test.newKey()
-    for (const url of ['/v1/events', '/v1/events/evt_x']) {
-      const response = await test.app.inject({ url, headers: { ...bearer(secret), ...BETA } })
-      assert.equal(response.statusCode, 404, url)
-      assert.equal(errorBody(response).code, 'not_found')
-    }
-    const document = (await test.app.inject({ url: '/v1/openapi.json' })).json()
-    assert.ok(!Object.keys(document.paths).some((path) => path.startsWith('/events')))
-    assert.equal(document.components.schemas.Event, undefined)
+    const requests = ['/v1/events', '/v1/events/evt_x'].map((url) => ({ url, headers: { ...bearer(secret), ...BETA } }))
+    await assertNotOffered(test, requests, '/events', 'Event')
   })
 
   it('where offered, experimental like the webhook operations: the opt-in, and x-stability in the document', async () => {
@@ -117,12 +111,7 @@ describe('Events (experimental)', () => {
     assert.deepEqual((await stranger.list()).json(), [])
     for (const id of [sent?.id, 'evt_unknown']) {
       const missing = await stranger.call('GET', `/events/${id}`)
-      assert.equal(missing.statusCode, 404)
-      assert.deepEqual(errorBody(missing), {
-        code: 'event_not_found',
-        message: `No event ${id} for this account.`,
-        status: 404,
-      })
+      assertError(missing, 404, 'event_not_found', `No event ${id} for this account.`)
     }
   })
 

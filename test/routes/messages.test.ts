@@ -4,7 +4,7 @@ import Fastify, { type LightMyRequestResponse } from 'fastify'
 import fp from 'fastify-plugin'
 import animalStore, { serverOptions } from '../../src/app.ts'
 import { newWebhookSecret } from '../../src/webhooks/signing.ts'
-import { bearer, build, errorBody, plain, suiteApp, type TestApp } from '../helper.ts'
+import { assertError, bearer, build, errorBody, MESSAGE_FIELDS, plain, suiteApp, type TestApp } from '../helper.ts'
 import { until } from '../wait.ts'
 
 describe('Messages: POST /v1/messages (point 7)', () => {
@@ -23,15 +23,7 @@ describe('Messages: POST /v1/messages (point 7)', () => {
     })
     assert.equal(response.statusCode, 202)
     const message = response.json()
-    assert.deepEqual(Object.keys(message).sort(), [
-      'attempts',
-      'createdAt',
-      'deliveredAt',
-      'id',
-      'message',
-      'status',
-      'statusReason',
-    ])
+    assert.deepEqual(Object.keys(message).sort(), MESSAGE_FIELDS)
     assert.equal(message.statusReason, null)
     assert.equal(message.attempts, 0)
     assert.equal(message.deliveredAt, null)
@@ -267,12 +259,7 @@ describe('Messages: GET /v1/messages and /v1/messages/{messageId}', () => {
       ['msg_unknown', bearer(secret)],
     ] as const) {
       const response = await test.app.inject({ url: `/v1/messages/${id}`, headers })
-      assert.equal(response.statusCode, 404)
-      assert.deepEqual(errorBody(response), {
-        code: 'message_not_found',
-        message: `No message ${id} for this account.`,
-        status: 404,
-      })
+      assertError(response, 404, 'message_not_found', `No message ${id} for this account.`)
     }
   })
 

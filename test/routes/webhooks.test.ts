@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { bearer, build, errorBody, suiteApp, type TestApp } from '../helper.ts'
+import { assertNotOffered, bearer, build, errorBody, suiteApp, type TestApp } from '../helper.ts'
 import { until } from '../wait.ts'
 import { receiver } from '../webhooks/receiver.ts'
 
@@ -46,18 +46,14 @@ describe('Webhook endpoints (experimental)', () => {
     // Webhooks off: another configuration than the suite's.
     const test = await build(t)
     const { secret } = await test.newKey()
-    for (const [method, url] of [
-      ['GET', '/v1/webhook-endpoints'],
-      ['POST', '/v1/webhook-endpoints'],
-      ['GET', '/v1/webhook-endpoints/we_x/deliveries'],
-    ] as const) {
-      const response = await test.app.inject({ method, url, headers: { ...bearer(secret), ...BETA }, payload: NEW })
-      assert.equal(response.statusCode, 404, url)
-      assert.equal(errorBody(response).code, 'not_found')
-    }
-    const document = (await test.app.inject({ url: '/v1/openapi.json' })).json()
-    assert.ok(!Object.keys(document.paths).some((path) => path.startsWith('/webhook')))
-    assert.equal(document.components.schemas.WebhookEndpoint, undefined)
+    const requests = (
+      [
+        ['GET', '/v1/webhook-endpoints'],
+        ['POST', '/v1/webhook-endpoints'],
+        ['GET', '/v1/webhook-endpoints/we_x/deliveries'],
+      ] as const
+    ).map(([method, url]) => ({ method, url, headers: { ...bearer(secret), ...BETA }, payload: NEW }))
+    await assertNotOffered(test, requests, '/webhook', 'WebhookEndpoint')
   })
 
   it('where offered, each operation needs Animal-Store-Beta: webhooks (400), after the key (401)', async () => {

@@ -13,6 +13,46 @@ import { webhooksContract } from './contract-webhooks.ts'
 
 export type OpenStore = (t: TestContext) => Promise<Store>
 
+/** The ids of the messages checkUndeliveredUpgrade makes, for `leaveAsBefore` to set back. */
+export interface UpgradedMessages {
+  /** Failed by the sweep of the version before, no endpoint being subscribed: now undelivered. */
+  lonely: string
+  /** Failed at its one endpoint: stays failed. */
+  tried: string
+  /** Still queued (for an endpoint): stays queued. */
+  waiting: string
+}
+
+/**
+ * The upgrade to `undelivered` on either backend: three messages made in `store`, which is then
+ * closed; `leaveAsBefore` puts them and the schema as the version before left them; `reopen`
+ * migrates. Only the message failed for want of an endpoint becomes undelivered, with its reason.
+ */
+export async function checkUndeliveredUpgrade(
+  store: Store,
+  leaveAsBefore: (messages: UpgradedMessages) => unknown,
+  reopen: () => Promise<Store>,
+): Promise<void> {
+  const account = await store.createAccount('a@example.com')
+  assert.ok(account)
+  const lonely = await store.createMessage(account.id, 'nobody listened')
+  const tried = await store.createMessage(account.id, 'its endpoint failed')
+  const waiting = await store.createMessage(account.id, 'still queued')
+  await store.close()
+  await leaveAsBefore({ lonely: lonely.id, tried: tried.id, waiting: waiting.id })
+  const upgraded = await reopen()
+  const statuses = (await upgraded.listMessages({ accountId: account.id, limit: 10 })).messages.map((m) => [
+    m.message,
+    m.status,
+    m.statusReason,
+  ])
+  assert.deepEqual(statuses, [
+    ['still queued', 'queued', null],
+    ['its endpoint failed', 'failed', null],
+    ['nobody listened', 'undelivered', 'no enabled endpoint subscribed to message.created'],
+  ])
+}
+
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
 
 async function newKey(store: Store, accountId: number, expiresAt: string | null = null) {

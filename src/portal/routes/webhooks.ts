@@ -80,6 +80,11 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
   if (!app.offers({ level: 'experimental', feature: 'webhooks' })) return
   app.addHook('preHandler', portal.signedIn)
   const policy = { allowHttp: config.webhookAllowHttp, allowPrivate: config.webhookAllowPrivate }
+  /** A button's form on one endpoint: its id in the path, only the CSRF token in the body. */
+  const buttonForm = {
+    schema: { hide: true, params: WebhookParams, body: CsrfOnlyForm },
+    preValidation: portal.checkCsrf,
+  }
 
   /** The list page with the form as sent, refused for `error`. */
   async function refused(
@@ -221,38 +226,30 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
     ['enable', true],
     ['disable', false],
   ] as const) {
-    app.post(
-      `/webhooks/:endpointId/${action}`,
-      { schema: { hide: true, params: WebhookParams, body: CsrfOnlyForm }, preValidation: portal.checkCsrf },
-      async (request, reply) => {
-        // Scoped to the signed-in account: another account's endpoint is "not found", and stays as it is.
-        const endpoint = await app.store.updateWebhookEndpoint(accountId(request), request.params.endpointId, {
-          enabled,
-        })
-        if (!endpoint) return portal.send(request, reply, 404, endpointNotFound)
-        return reply.redirect(`/portal/webhooks/${endpoint.id}?changed=${enabled ? 'enabled' : 'disabled'}`, 303)
-      },
-    )
+    app.post(`/webhooks/:endpointId/${action}`, buttonForm, async (request, reply) => {
+      // Scoped to the signed-in account: another account's endpoint is "not found", and stays as it is.
+      const endpoint = await app.store.updateWebhookEndpoint(accountId(request), request.params.endpointId, {
+        enabled,
+      })
+      if (!endpoint) return portal.send(request, reply, 404, endpointNotFound)
+      return reply.redirect(`/portal/webhooks/${endpoint.id}?changed=${enabled ? 'enabled' : 'disabled'}`, 303)
+    })
   }
 
-  app.post(
-    '/webhooks/:endpointId/rotate',
-    { schema: { hide: true, params: WebhookParams, body: CsrfOnlyForm }, preValidation: portal.checkCsrf },
-    async (request, reply) => {
-      const secret = newWebhookSecret()
-      const previousUntil = new Date(Date.now() + PREVIOUS_SECRET_MS).toISOString()
-      const endpoint = await app.store.rotateWebhookSecret(
-        accountId(request),
-        request.params.endpointId,
-        secret,
-        previousUntil,
-      )
-      if (!endpoint) return portal.send(request, reply, 404, endpointNotFound)
-      // Redirect after POST: a reload shows the page again, and rotates nothing more.
-      portal.flash.put(request, reply, { kind: 'webhook-secret', id: endpoint.id, secret, previousUntil })
-      return reply.redirect(`/portal/webhooks/${endpoint.id}/secret`, 303)
-    },
-  )
+  app.post('/webhooks/:endpointId/rotate', buttonForm, async (request, reply) => {
+    const secret = newWebhookSecret()
+    const previousUntil = new Date(Date.now() + PREVIOUS_SECRET_MS).toISOString()
+    const endpoint = await app.store.rotateWebhookSecret(
+      accountId(request),
+      request.params.endpointId,
+      secret,
+      previousUntil,
+    )
+    if (!endpoint) return portal.send(request, reply, 404, endpointNotFound)
+    // Redirect after POST: a reload shows the page again, and rotates nothing more.
+    portal.flash.put(request, reply, { kind: 'webhook-secret', id: endpoint.id, secret, previousUntil })
+    return reply.redirect(`/portal/webhooks/${endpoint.id}/secret`, 303)
+  })
 
   app.get('/webhooks/:endpointId/delete', { schema: { hide: true, params: WebhookParams } }, async (request, reply) => {
     const endpoint = await app.store.getWebhookEndpoint(accountId(request), request.params.endpointId)
@@ -260,33 +257,25 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
     return portal.send(request, reply, 200, (c) => deleteWebhookPage(c, endpoint))
   })
 
-  app.post(
-    '/webhooks/:endpointId/delete',
-    { schema: { hide: true, params: WebhookParams, body: CsrfOnlyForm }, preValidation: portal.checkCsrf },
-    async (request, reply) => {
-      const { endpointId } = request.params
-      const deleted = await app.store.deleteWebhookEndpoint(accountId(request), endpointId)
-      if (!deleted) return portal.send(request, reply, 404, endpointNotFound)
-      return reply.redirect(`/portal/webhooks?deleted=${endpointId}`, 303)
-    },
-  )
+  app.post('/webhooks/:endpointId/delete', buttonForm, async (request, reply) => {
+    const { endpointId } = request.params
+    const deleted = await app.store.deleteWebhookEndpoint(accountId(request), endpointId)
+    if (!deleted) return portal.send(request, reply, 404, endpointNotFound)
+    return reply.redirect(`/portal/webhooks?deleted=${endpointId}`, 303)
+  })
 
-  app.post(
-    '/webhooks/:endpointId/test',
-    { schema: { hide: true, params: WebhookParams, body: CsrfOnlyForm }, preValidation: portal.checkCsrf },
-    async (request, reply) => {
-      const { endpointId } = request.params
-      const event = await app.store.sendTestEvent(accountId(request), endpointId)
-      if (!event) {
-        const endpoint = await app.store.getWebhookEndpoint(accountId(request), endpointId)
-        if (!endpoint) return portal.send(request, reply, 404, endpointNotFound)
-        return endpointPage(request, reply, 409, endpoint, disabledNotice('send a test event'))
-      }
-      // A redirect is no 2xx: the delivery loop is woken here, not by the write's own hook.
-      app.webhookDeliveries.nudge()
-      return reply.redirect(`/portal/webhooks/${endpointId}?tested=${event.id}`, 303)
-    },
-  )
+  app.post('/webhooks/:endpointId/test', buttonForm, async (request, reply) => {
+    const { endpointId } = request.params
+    const event = await app.store.sendTestEvent(accountId(request), endpointId)
+    if (!event) {
+      const endpoint = await app.store.getWebhookEndpoint(accountId(request), endpointId)
+      if (!endpoint) return portal.send(request, reply, 404, endpointNotFound)
+      return endpointPage(request, reply, 409, endpoint, disabledNotice('send a test event'))
+    }
+    // A redirect is no 2xx: the delivery loop is woken here, not by the write's own hook.
+    app.webhookDeliveries.nudge()
+    return reply.redirect(`/portal/webhooks/${endpointId}?tested=${event.id}`, 303)
+  })
 
   app.post(
     '/webhooks/:endpointId/recover',
