@@ -17,6 +17,7 @@ import type { Message } from '../schemas/messages.ts'
 import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
 import { type Delivery, EVENT_TYPES, type EventType, type Recovery } from '../schemas/webhooks.ts'
+import { FEED_COLUMNS, type FeedRow, feedEventFromRow } from './feed-rows.ts'
 import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
 import { latestMigration, newerThanCode, readMigrations } from './migrations.ts'
 import {
@@ -71,9 +72,6 @@ import {
   endpointData,
   endpointFromRow,
   eventFromRow,
-  FEED_COLUMNS,
-  type FeedRow,
-  feedEventFromRow,
 } from './webhook-rows.ts'
 
 export interface PostgresOptions {

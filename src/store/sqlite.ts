@@ -19,6 +19,7 @@ import type { Message } from '../schemas/messages.ts'
 import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
 import type { Delivery, Recovery } from '../schemas/webhooks.ts'
+import { FEED_COLUMNS, type FeedRow, feedEventFromRow } from './feed-rows.ts'
 import { latestMigration, newerThanCode, readMigrations } from './migrations.ts'
 import { FILE_GONE, filesIdentity, makeFolders, sqlitePath } from './sqlite-file.ts'
 import {
@@ -45,9 +46,6 @@ import {
   type EventRow,
   endpointFromRow,
   eventFromRow,
-  FEED_COLUMNS,
-  type FeedRow,
-  feedEventFromRow,
 } from './webhook-rows.ts'
 
 /**
