@@ -87,7 +87,7 @@ export async function listen(argv: string[], config: Config, io: ListenIo): Prom
         return
       }
       const seconds = ((performance.now() - lostAt) / 1000).toFixed(1)
-      say(`${clock()}  reconnected after ${seconds} s, resuming after ${lastEventId ?? 'the start'}`)
+      say(`${clock()}  reconnected after ${seconds} s${lastEventId ? `, resuming after ${lastEventId}` : ''}`)
     },
     onLost({ reason }) {
       lostAt = performance.now()
@@ -98,9 +98,10 @@ export async function listen(argv: string[], config: Config, io: ListenIo): Prom
     for await (const event of events) {
       if (forwarded.has(event.id)) continue
       forwarded.set(event.id, true)
-      await say(
-        `${clock()}  ${event.type.padEnd(15)}  ${event.id}  → ${await forward(event, target, secret, io.signal)}`,
-      )
+      const answer = await forward(event, target, secret, io.signal)
+      // Stopped while forwarding: the POST was cut short by the stop, not by the receiver.
+      if (io.signal.aborted) break
+      await say(`${clock()}  ${event.type.padEnd(15)}  ${event.id}  → ${answer}`)
     }
   } catch (error) {
     if (error instanceof AnimalStoreError) throw new CliError(refusal(error, api))
