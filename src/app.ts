@@ -11,6 +11,7 @@ import http from './http/index.ts'
 import metrics from './observability/metrics.ts'
 import auth from './plugins/auth.ts'
 import errorHandler from './plugins/error-handler.ts'
+import eventStream from './plugins/event-stream.ts'
 import idempotency from './plugins/idempotency.ts'
 import openapi from './plugins/openapi.ts'
 import orderExpiry from './plugins/order-expiry.ts'
@@ -70,6 +71,8 @@ async function animalStore(fastify: FastifyInstance, { config }: AppOptions): Pr
   await app.register(orderExpiry)
   // Webhook events leave the outbox, signed, at least once, from every instance.
   await app.register(webhookDelivery, { config })
+  // The live stream of the account's events, fed from the store on every instance.
+  await app.register(eventStream, { config })
   // The OpenAPI document, built from the routes' schemas.
   await app.register(openapi, { config })
 

@@ -169,6 +169,14 @@ export const EnvSchema = Type.Object({
     default: 30,
     description: 'a whole number of days from 1 to 3650',
   }),
+  // The live stream of GET /v1/events (decision 116).
+  EVENT_STREAMS_PER_KEY: Type.Integer({
+    minimum: 1,
+    maximum: 100,
+    default: 5,
+    description: 'a whole number from 1 to 100',
+  }),
+  EVENT_STREAM_HEARTBEAT_SECONDS: Seconds(15, 300, 1),
   // OpenTelemetry's own names, so that an operator's usual settings apply. The SDK reads the other
   // OTEL_* variables (sampler, batch sizes, headers) itself; these three are the ones the app decides on.
   // Of the exporters OpenTelemetry names, those this service has: zipkin's is not installed.
@@ -244,6 +252,10 @@ export interface Config {
   webhookRetryScheduleMs: number[]
   /** How long the event log keeps an event (GET /v1/events); the housekeeping sweep deletes older ones. */
   eventRetentionMs: number
+  /** How many live streams of GET /v1/events one API key may hold open on one instance. */
+  eventStreamsPerKey: number
+  /** How often an idle stream gets a comment line, so that proxies do not close it. */
+  eventStreamHeartbeatMs: number
   /**
    * Where traces go: `otlp` (to otelTracesUrl), `console` (each span a line on stderr, for
    * development); null, no tracing at all.
@@ -371,6 +383,8 @@ function toConfig(e: Env, trustProxy: Config['trustProxy'], webhookRetrySchedule
     webhookTimeoutMs: e.WEBHOOK_TIMEOUT_SECONDS * 1000,
     webhookRetryScheduleMs,
     eventRetentionMs: e.EVENT_RETENTION_DAYS * 86_400_000,
+    eventStreamsPerKey: e.EVENT_STREAMS_PER_KEY,
+    eventStreamHeartbeatMs: e.EVENT_STREAM_HEARTBEAT_SECONDS * 1000,
     // OTLP, the default exporter, traces nothing until an endpoint is set: tracing stays opt-in.
     otelTracesExporter:
       e.OTEL_TRACES_EXPORTER === 'console'

@@ -711,7 +711,7 @@ export interface components {
     }
     Error: {
       /**
-       * @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, invalid_webhook_url, beta_opt_in_required, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, insufficient_scope, not_found, pet_not_found, order_not_found, message_not_found, webhook_endpoint_not_found, delivery_not_found, event_not_found, method_not_allowed, operation_removed, request_timeout, pet_not_available, order_conflict, idempotency_conflict, pet_held, pending_by_order_only, webhook_endpoint_limit, webhook_endpoint_disabled, delivery_in_progress, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported.
+       * @description Machine-readable error code, one of: bad_request, invalid_json, validation_failed, invalid_cursor, invalid_webhook_url, beta_opt_in_required, missing_api_key, invalid_api_key, revoked_api_key, expired_api_key, insufficient_scope, not_found, pet_not_found, order_not_found, message_not_found, webhook_endpoint_not_found, delivery_not_found, event_not_found, method_not_allowed, last_event_id_unknown, operation_removed, request_timeout, pet_not_available, order_conflict, idempotency_conflict, pet_held, pending_by_order_only, webhook_endpoint_limit, webhook_endpoint_disabled, delivery_in_progress, precondition_failed, payload_too_large, unsupported_media_type, expectation_failed, idempotency_key_reused, rate_limited, too_many_streams, headers_too_large, internal_error, not_implemented, service_unavailable, http_version_not_supported.
        * @example validation_failed
        */
       code: string
@@ -6490,6 +6490,7 @@ export interface operations {
         }
         content: {
           'application/json': components['schemas']['Event'][]
+          'text/event-stream': string
         }
       }
       /** @description The request is invalid (see `code` and `message`). */
@@ -6553,6 +6554,24 @@ export interface operations {
            *       "code": "insufficient_scope",
            *       "message": "This API key lacks the scope the operation needs; see WWW-Authenticate.",
            *       "status": 403
+           *     }
+           */
+          'application/json': components['schemas']['Error']
+        }
+      }
+      /** @description `last_event_id_unknown` (a stream): the `Last-Event-ID` is no longer in the event log, or never was. */
+      410: {
+        headers: {
+          /** @description Identifies this request in our logs: yours when you sent a sane one, else a UUID. */
+          'X-Request-Id': string
+          [name: string]: unknown
+        }
+        content: {
+          /**
+           * @example {
+           *       "code": "last_event_id_unknown",
+           *       "message": "The Last-Event-ID is not in the event log (pruned, or never made): catch up with GET /v1/events, then stream without it.",
+           *       "status": 410
            *     }
            */
           'application/json': components['schemas']['Error']

@@ -9,6 +9,7 @@ import { ALL_EVENT_TYPES, type AnyEventType, filteredTypes, scopeToReceive } fro
 import { sharedCursorCodec } from '../domain/pagination.ts'
 import { ApiError } from '../errors.ts'
 import { apiRoutes } from '../plugins/auth.ts'
+import { wantsEventStream } from '../plugins/event-stream.ts'
 import { insufficientScope } from '../plugins/scopes.ts'
 import {
   DEFAULT_PAGE_SIZE,
@@ -19,7 +20,13 @@ import {
   pageHeaders,
   RATE_LIMIT_HEADERS,
 } from '../schemas/common.ts'
-import { EventParamsSchema, EventSchema, EventsSchema, ListEventsQuerySchema } from '../schemas/events.ts'
+import {
+  EventParamsSchema,
+  EventSchema,
+  EventsSchema,
+  ListEventsQuerySchema,
+  withEventStream,
+} from '../schemas/events.ts'
 import { WEBHOOKS_STABILITY } from '../schemas/webhooks.ts'
 import { cursorPage } from './next-page.ts'
 
@@ -46,6 +53,16 @@ const events: FastifyPluginAsyncTypebox = async (app) => {
     throw insufficientScope(scope, `Reading ${type} events takes the scope ${scope}, which this API key lacks.`)
   }
 
+  /** A stream starts now, or after its Last-Event-ID: a page's position means nothing to it (its `limit` is ignored). */
+  function refuseListParameters(query: { createdAfter?: string; cursor?: string }): void {
+    const given = (['createdAfter', 'cursor'] as const).filter((name) => query[name] !== undefined)
+    if (given.length === 0) return
+    throw new ApiError(
+      'validation_failed',
+      `The event stream takes only \`type\` (and the Last-Event-ID header to resume), not ${given.join(', ')}.`,
+    )
+  }
+
   // A key of its own: another list's cursor is refused here, not read as a position.
   const cursors = await sharedCursorCodec(app.store, 'events-cursor')
 
@@ -63,12 +80,18 @@ const events: FastifyPluginAsyncTypebox = async (app) => {
         tags,
         querystring: ListEventsQuerySchema,
         response: {
-          200: jsonResponse(
-            "A page of the account's events, newest first.",
-            EventsSchema,
-            pageHeaders('/v1/events', 'events'),
+          200: withEventStream(
+            jsonResponse(
+              "A page of the account's events, newest first.",
+              EventsSchema,
+              pageHeaders('/v1/events', 'events'),
+            ),
           ),
           ...errorResponses(400, 401, 429, 500, 503),
+          410: errorResponse(
+            'last_event_id_unknown',
+            '`last_event_id_unknown` (a stream): the `Last-Event-ID` is no longer in the event log, or never was.',
+          ),
         },
       },
       config: { scope: 'webhooks:read', stability },
@@ -78,6 +101,10 @@ const events: FastifyPluginAsyncTypebox = async (app) => {
       const granted = request.caller.scopes
       const named = type === undefined ? undefined : filteredTypes(type)
       for (const each of named ?? []) checkType(granted, each)
+      if (wantsEventStream(request.headers.accept)) {
+        refuseListParameters(request.query)
+        return app.eventStreams.open(request, reply, named ?? readable(granted))
+      }
       const after = createdAfter === undefined ? undefined : new Date(createdAfter).toISOString()
       // The cursor is tied to the query as the store reads it: the same types, however they were spelled.
       const filter = new URLSearchParams({

@@ -79,3 +79,17 @@ export const ListEventsQuerySchema = Type.Object(
   },
   { additionalProperties: false },
 )
+
+/** The 200 of GET /v1/events, which also answers `Accept: text/event-stream` with the live stream (decision 116). */
+export function withEventStream<Response extends { content: Record<string, unknown> }>(response: Response) {
+  const stream = Type.String({
+    description:
+      'Server-Sent Events: `retry:` once, then for each new event of the account `id:` (its id, what ' +
+      '`Last-Event-ID` names), `event:` (its type) and `data:` (the Event as JSON); `: heartbeat` comments ' +
+      'while idle (EVENT_STREAM_HEARTBEAT_SECONDS).',
+    examples: [
+      'id: evt_3kTMd9PqLw2xY8aZ\nevent: message.created\ndata: {"id":"evt_3kTMd9PqLw2xY8aZ","type":"message.created","createdAt":"2026-11-22T12:00:00.000Z","data":{}}\n\n',
+    ],
+  })
+  return { ...response, content: { ...response.content, 'text/event-stream': { schema: stream } } }
+}

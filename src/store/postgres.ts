@@ -21,12 +21,16 @@ import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
 import { latestMigration, newerThanCode, readMigrations } from './migrations.ts'
 import {
   type Account,
+  type AccountEventsOptions,
   type ApiKey,
   type ClaimedDelivery,
   DatabaseNotSetUpError,
   DatabaseUnavailableError,
   type DeliveryOutcome,
+  type EventFeedPage,
   type EventPage,
+  type FeedEvent,
+  type FeedPosition,
   type IdempotencyClaim,
   type IdempotencyRef,
   type IdempotencyState,
@@ -67,6 +71,9 @@ import {
   endpointData,
   endpointFromRow,
   eventFromRow,
+  FEED_COLUMNS,
+  type FeedRow,
+  feedEventFromRow,
 } from './webhook-rows.ts'
 
 export interface PostgresOptions {
@@ -284,6 +291,15 @@ const SQL = {
     AND ($3::timestamptz IS NULL OR created_at > $3) AND ($4::text[] IS NULL OR type = ANY($4))
     ORDER BY seq DESC LIMIT $5`,
   getEvent: `SELECT ${EVENT_COLUMNS} FROM event_log WHERE id = $1 AND account_id = $2`,
+  // Only transactions below the snapshot's xmin: all have ended, and any later one has a greater xid.
+  eventFeedHead: 'SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin',
+  eventFeed: `SELECT xid::text AS tx, ${FEED_COLUMNS} FROM event_log
+    WHERE (xid, seq) > ($1::xid8, $2::bigint) AND xid < pg_snapshot_xmin(pg_current_snapshot())
+    ORDER BY xid, seq LIMIT $3`,
+  accountEvents: `SELECT xid::text AS tx, ${FEED_COLUMNS} FROM event_log
+    WHERE account_id = $1 AND (xid, seq) > ($2::xid8, $3::bigint) AND (xid, seq) <= ($4::xid8, $5::bigint)
+    AND ($6::text[] IS NULL OR type = ANY($6)) ORDER BY xid, seq LIMIT $7`,
+  eventPosition: 'SELECT xid::text AS tx, seq FROM event_log WHERE id = $1 AND account_id = $2',
   // A 410 disables the endpoint: its lock first, in the order deleteWebhookEndpoint takes them.
   lockDeliveryEndpoint: `SELECT w.seq FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
     WHERE d.id = $1 AND d.lease = $2 FOR UPDATE OF w`,
@@ -854,6 +870,29 @@ export class PostgresStore implements Store {
   async getEvent(accountId: number, id: string): Promise<Event | null> {
     const [row] = await this.#query<EventRow>('getEvent', [id, accountId])
     return row ? eventFromRow(row) : null
+  }
+
+  // Commit order is (xid, seq) here, and only ended transactions are read (migrations 008, 009).
+  async eventFeedHead(): Promise<FeedPosition> {
+    const [row] = await this.#query<{ xmin: string }>('eventFeedHead', [])
+    // Every ended transaction's events, whatever their seq; none of a transaction still open.
+    return { tx: BigInt((row as { xmin: string }).xmin) - 1n, seq: Number.MAX_SAFE_INTEGER }
+  }
+
+  async eventFeed(after: FeedPosition, limit: number): Promise<EventFeedPage> {
+    const rows = await this.#query<FeedRow>('eventFeed', [String(after.tx), after.seq, limit])
+    const events = rows.map(feedEventFromRow)
+    return { events, position: events.at(-1)?.position ?? after }
+  }
+
+  async accountEvents({ accountId, after, upto, types, limit }: AccountEventsOptions): Promise<FeedEvent[]> {
+    const values = [accountId, String(after.tx), after.seq, String(upto.tx), upto.seq, types ?? null, limit]
+    return (await this.#query<FeedRow>('accountEvents', values)).map(feedEventFromRow)
+  }
+
+  async eventPosition(accountId: number, id: string): Promise<FeedPosition | null> {
+    const [row] = await this.#query<{ tx: string; seq: number }>('eventPosition', [id, accountId])
+    return row ? { tx: BigInt(row.tx), seq: row.seq } : null
   }
 
   // ─── SETTINGS ──────────────────────────────────────────────────────────────────────────────

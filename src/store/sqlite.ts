@@ -44,6 +44,9 @@ import {
   type EventRow,
   endpointFromRow,
   eventFromRow,
+  FEED_COLUMNS,
+  type FeedRow,
+  feedEventFromRow,
 } from './webhook-rows.ts'
 
 /**
@@ -570,6 +573,33 @@ export class SqliteStore implements T.Store {
     })
   }
 
+  // Commits are serial here: `seq` alone is commit order, and `tx` is always 0.
+  eventFeedHead(): Promise<T.FeedPosition> {
+    return read(() => ({ tx: 0n, seq: (this.#sql.eventFeedHead.get() as { seq: number }).seq }))
+  }
+
+  eventFeed(after: T.FeedPosition, limit: number): Promise<T.EventFeedPage> {
+    return read(() => {
+      const events = (this.#sql.eventFeed.all(after.seq, limit) as unknown as FeedRow[]).map(feedEventFromRow)
+      return { events, position: events.at(-1)?.position ?? after }
+    })
+  }
+
+  accountEvents({ accountId, after, upto, types, limit }: T.AccountEventsOptions): Promise<T.FeedEvent[]> {
+    return read(() => {
+      const typeList = types ? JSON.stringify(types) : null
+      const rows = this.#sql.accountEvents.all(accountId, after.seq, upto.seq, typeList, typeList, limit)
+      return (rows as unknown as FeedRow[]).map(feedEventFromRow)
+    })
+  }
+
+  eventPosition(accountId: number, id: string): Promise<T.FeedPosition | null> {
+    return read(() => {
+      const row = this.#sql.eventPosition.get(id, accountId) as { seq: number } | undefined
+      return row ? { tx: 0n, seq: row.seq } : null
+    })
+  }
+
   // ─── SETTINGS ──────────────────────────────────────────────────────────────────────────────
 
   async secret(name: string, generate: () => string): Promise<string> {
@@ -851,6 +881,11 @@ function prepareReads(db: DatabaseSync) {
     listEvents: s(`SELECT ${EVENT_COLUMNS} FROM event_log WHERE account_id = ? AND seq < ? AND created_at > ?
       AND (? IS NULL OR type IN (SELECT value FROM json_each(?))) ORDER BY seq DESC LIMIT ?`),
     getEvent: s(`SELECT ${EVENT_COLUMNS} FROM event_log WHERE id = ? AND account_id = ?`),
+    eventFeedHead: s('SELECT coalesce(max(seq), 0) AS seq FROM event_log'),
+    eventFeed: s(`SELECT 0 AS tx, ${FEED_COLUMNS} FROM event_log WHERE seq > ? ORDER BY seq LIMIT ?`),
+    accountEvents: s(`SELECT 0 AS tx, ${FEED_COLUMNS} FROM event_log WHERE account_id = ? AND seq > ? AND seq <= ?
+      AND (? IS NULL OR type IN (SELECT value FROM json_each(?))) ORDER BY seq LIMIT ?`),
+    eventPosition: s('SELECT seq FROM event_log WHERE id = ? AND account_id = ?'),
     deliveryDue: s("SELECT 1 FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ? LIMIT 1"),
     unsubscribedMessage: s("SELECT 1 FROM messages WHERE status = 'queued' AND fanout = 0 LIMIT 1"),
     outboxStats: s(`SELECT count(*) AS depth, min(created_at) AS oldestAt FROM deliveries WHERE status = 'pending'`),

@@ -155,6 +155,40 @@ export interface EventPage {
   next: number | null
 }
 
+/**
+ * Where a reader of the event feed stands, in commit order: by transaction (`tx`, PostgreSQL's
+ * xid8; always 0 on SQLite, whose commits are serial), then by `seq` (decision 116).
+ */
+export interface FeedPosition {
+  tx: bigint
+  seq: number
+}
+
+/** An event as the live stream reads it: with its account and its position in the feed. */
+export interface FeedEvent {
+  event: Event
+  accountId: number
+  position: FeedPosition
+}
+
+export interface EventFeedPage {
+  /** Every account's events after the position asked for, in commit order. */
+  events: FeedEvent[]
+  /** Where the reader stands after them: the last one's position, or the one asked for when none. */
+  position: FeedPosition
+}
+
+export interface AccountEventsOptions {
+  accountId: number
+  /** Events after this position… */
+  after: FeedPosition
+  /** …up to this one, included: a position the feed has already passed. */
+  upto: FeedPosition
+  types?: AnyEventType[]
+  /** 1 to 1000. */
+  limit: number
+}
+
 export interface NewWebhookEndpoint {
   accountId: number
   url: string
@@ -494,6 +528,21 @@ export interface Store {
   listEvents(options: ListEventsOptions): Promise<EventPage>
   /** The account's event with this id, or null (another account's too). */
   getEvent(accountId: number, id: string): Promise<Event | null>
+  /**
+   * The feed's head: a position at or after every event committed so far, so that a reader starting
+   * there sees only what commits next. Every event committed later has a greater position.
+   */
+  eventFeedHead(): Promise<FeedPosition>
+  /**
+   * Every account's events committed after `after`, in commit order, at most `limit`. No event ever
+   * appears behind a position already returned: an event whose transaction is still open is left
+   * for a later read, with every event that commits after it.
+   */
+  eventFeed(after: FeedPosition, limit: number): Promise<EventFeedPage>
+  /** The account's events between two positions the feed has passed, in commit order (a stream's replay). */
+  accountEvents(options: AccountEventsOptions): Promise<FeedEvent[]>
+  /** The position of the account's event with this id, or null (pruned, never made, another account's). */
+  eventPosition(accountId: number, id: string): Promise<FeedPosition | null>
 
   // ─── SETTINGS ────────────────────────────────────────────────────────────────────────────────
   /**

@@ -1,7 +1,7 @@
 /** Rows of the webhook tables as domain values: the same mapping for every database. */
 import type { Event } from '../schemas/events.ts'
 import type { AnyEventType, EventType, WebhookEndpoint } from '../schemas/webhooks.ts'
-import type { StoredWebhookEndpoint } from './types.ts'
+import type { FeedEvent, StoredWebhookEndpoint } from './types.ts'
 
 /** The columns both stores select for an endpoint (timestamps already ISO strings). */
 export interface EndpointRow {
@@ -49,6 +49,21 @@ export const EVENT_COLUMNS = 'seq, id, type, created_at AS "createdAt", data'
 
 export function eventFromRow(row: EventRow): Event {
   return { id: row.id, type: row.type, createdAt: row.createdAt, data: JSON.parse(row.data) }
+}
+
+/** An event of the log as the live stream's reads select it: with its account and its transaction. */
+export interface FeedRow extends EventRow {
+  /** PostgreSQL's xid8, as text; 0 on SQLite. */
+  tx: string | number
+  seq: number
+  accountId: number
+}
+
+/** The columns of a FeedRow but `tx`, which each store selects its own way. */
+export const FEED_COLUMNS = `account_id AS "accountId", ${EVENT_COLUMNS}`
+
+export function feedEventFromRow(row: FeedRow): FeedEvent {
+  return { event: eventFromRow(row), accountId: row.accountId, position: { tx: BigInt(row.tx), seq: row.seq } }
 }
 
 /** An endpoint as its `webhook.test` event carries it: as the API shows it, without its secret. */

@@ -21,6 +21,7 @@ import { describe, it, type TestContext } from 'node:test'
 import { setTimeout as pause } from 'node:timers/promises'
 import { postgres, testDatabaseUrl } from '../helper.ts'
 import { cliKey, freePort, ROOT, type ServerProcess, startServer } from '../processes.ts'
+import { nextEvent, openStream } from '../sse.ts'
 import { until } from '../wait.ts'
 
 const CONF = join(ROOT, 'deploy/nginx/animal-store.conf')
@@ -148,6 +149,7 @@ async function deployment(t: TestContext) {
     LOG_LEVEL: 'info',
     AUTH_FAILURE_LIMIT: String(AUTH_FAILURE_LIMIT),
     RATE_LIMIT: '0',
+    EXPERIMENTAL_FEATURES: 'webhooks',
   }
   const key = await cliKey(env)
   const start = (port: number) => startServer(t, { ...env, PORT: String(port) })
@@ -219,6 +221,20 @@ describe('Behind nginx (deploy/nginx/animal-store.conf), two instances on one Po
     const second = await fromA('GET', (next as string).slice(nginx.origin.length), json(key))
     assert.equal(second.status, 200)
     assert.equal((JSON.parse(second.body) as unknown[]).length, 1)
+
+    // The live event stream passes through as it is written: each event at once, not once a buffer fills.
+    const beta = { ...json(key), 'animal-store-beta': 'webhooks' }
+    const stream = await openStream(`${nginx.origin}/v1/events`, beta)
+    try {
+      assert.equal(stream.status, 200)
+      assert.deepEqual(await stream.next(), { retry: '2000' })
+      const sent = await fromB('POST', '/v1/messages', beta, JSON.stringify({ message: 'through nginx' }))
+      assert.equal(sent.status, 202, sent.body)
+      const event = await nextEvent(stream, 2000)
+      assert.equal(event.data.data.id, JSON.parse(sent.body).id)
+    } finally {
+      stream.close()
+    }
 
     // The request line of whichever instance served the POST names the client, not nginx.
     const line = await Promise.any(

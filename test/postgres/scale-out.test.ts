@@ -9,6 +9,7 @@ import { FRESH_MS } from '../../src/store/pet-cache.ts'
 import { PostgresStore } from '../../src/store/postgres.ts'
 import { postgres, testDatabaseUrl } from '../helper.ts'
 import { type Cleanup, cli, cliKey, type ServerProcess, startServer, suiteCleanup } from '../processes.ts'
+import { nextEvent, openStream } from '../sse.ts'
 import { until } from '../wait.ts'
 
 const INSTANCES = 3
@@ -16,7 +17,11 @@ const CACHE_SECONDS = 1
 
 /** The instances and a key, started once for the suite: its tests run one after another, the first on an empty catalogue. */
 async function cluster(t: Cleanup) {
-  const env = { DATABASE_URL: await testDatabaseUrl(t), API_KEY_CACHE_SECONDS: String(CACHE_SECONDS) }
+  const env = {
+    DATABASE_URL: await testDatabaseUrl(t),
+    API_KEY_CACHE_SECONDS: String(CACHE_SECONDS),
+    EXPERIMENTAL_FEATURES: 'webhooks',
+  }
   const key = await cliKey(env)
   const servers = await Promise.all(Array.from({ length: INSTANCES }, () => startServer(t, env)))
   return { env, key, servers }
@@ -206,6 +211,51 @@ describe(`Scale-out: ${INSTANCES} instances on one PostgreSQL database`, () => {
       assert.equal(messages.length, 15)
       assert.ok(messages.every((m) => m.message.startsWith(`${name} `)))
     }
+  })
+
+  it('an event committed on one instance reaches a stream held on another within 1 s; a resume elsewhere skips none', async (t) => {
+    const { env, servers } = await shared
+    const key = await cliKey(env, 'streams@example.com')
+    const beta = { ...headers(key), 'animal-store-beta': 'webhooks' }
+    const [a, b, c] = servers as [ServerProcess, ServerProcess, ServerProcess]
+    const send = async (server: ServerProcess, message: string) => {
+      const response = await fetch(`${server.url}/v1/messages`, {
+        method: 'POST',
+        headers: beta,
+        body: JSON.stringify({ message }),
+      })
+      assert.equal(response.status, 202)
+      return { id: ((await response.json()) as { id: string }).id, ackedAt: Date.now() }
+    }
+    const stream = await openStream(`${a.url}/v1/events`, beta)
+    await stream.next()
+    const delays: number[] = []
+    const seen: string[] = []
+    for (let i = 0; i < 5; i++) {
+      const sent = await send(b, `from b ${i}`)
+      const event = await nextEvent(stream, 3000)
+      delays.push(Date.now() - sent.ackedAt)
+      assert.equal(event.data.data.id, sent.id)
+      seen.push(event.id as string)
+    }
+    stream.close()
+    assert.ok(Math.max(...delays) <= 1000, `commit on B → stream on A, ms: ${delays}`)
+    // Events made while no stream was open, then a resume on a third instance from the last one seen.
+    const missed = [await send(b, 'missed 1'), await send(a, 'missed 2')]
+    const resumed = await openStream(`${c.url}/v1/events`, { ...beta, 'last-event-id': seen.at(-1) as string })
+    try {
+      await resumed.next()
+      const replayed = [await nextEvent(resumed), await nextEvent(resumed)]
+      assert.deepEqual(
+        replayed.map((event) => event.data.data.id),
+        missed.map(({ id }) => id),
+      )
+      const live = await send(a, 'live again')
+      assert.equal((await nextEvent(resumed)).data.data.id, live.id)
+    } finally {
+      resumed.close()
+    }
+    t.diagnostic(`commit on one instance → event on another's stream, ms: ${delays.join(' ')}`)
   })
 
   it(`a PATCH on one instance is seen by GET on the others within the freshness bound (${FRESH_MS} ms)`, async (t) => {

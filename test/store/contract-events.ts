@@ -162,6 +162,57 @@ export function eventsContract(open: OpenStore): void {
     )
   })
 
+  it('events: the feed reads every account’s events after a position, in commit order, from the head on', async (t) => {
+    const store = await open(t)
+    const alice = await account(store, 'alice@example.com')
+    const bob = await account(store, 'bob@example.com')
+    await store.createMessage(alice, 'before the head')
+    const head = await store.eventFeedHead()
+    assert.deepEqual((await store.eventFeed(head, 10)).events, [])
+    const sent = [
+      await store.createMessage(alice, 'one'),
+      await store.createMessage(bob, 'two'),
+      await store.createMessage(alice, 'three'),
+    ]
+    const first = await store.eventFeed(head, 2)
+    const rest = await store.eventFeed(first.position, 10)
+    const read = [...first.events, ...rest.events]
+    assert.deepEqual(
+      read.map(({ accountId, event }) => [accountId, event.type, (event.data as { id: string }).id]),
+      sent.map((message, i) => [i === 1 ? bob : alice, 'message.created', message.id]),
+    )
+    assert.deepEqual(plain(read[0]?.event), plain(await store.getEvent(alice, read[0]?.event.id ?? '')))
+    // Nothing after the last one, and the position stays where it was.
+    const none = await store.eventFeed(rest.position, 10)
+    assert.deepEqual([none.events, none.position], [[], rest.position])
+
+    // One account's, between two positions: what a resuming stream replays.
+    const [one, , three] = read
+    assert.ok(one && three)
+    const position = await store.eventPosition(alice, one.event.id)
+    assert.deepEqual(position, one.position)
+    assert.equal(await store.eventPosition(bob, one.event.id), null)
+    assert.equal(await store.eventPosition(alice, 'evt_never'), null)
+    const between = await store.accountEvents({ accountId: alice, after: one.position, upto: rest.position, limit: 10 })
+    assert.deepEqual(
+      between.map(({ event }) => event.id),
+      [three.event.id],
+    )
+    const upToOne = await store.accountEvents({ accountId: alice, after: head, upto: one.position, limit: 10 })
+    assert.deepEqual(
+      upToOne.map(({ event }) => event.id),
+      [one.event.id],
+    )
+    const filtered = await store.accountEvents({
+      accountId: alice,
+      after: head,
+      upto: rest.position,
+      types: ['order.placed'],
+      limit: 10,
+    })
+    assert.deepEqual(filtered, [])
+  })
+
   it('webhooks: a test event goes to its endpoint alone, recorded and delivered like any other', async (t) => {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')

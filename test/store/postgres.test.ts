@@ -94,6 +94,35 @@ describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () 
     assert.deepEqual(await store.getPet(9007199254740990), pet)
   })
 
+  it('the event feed holds back what commits after an open transaction that wrote first: nothing is read out of order', async (t) => {
+    const url = await testDatabaseUrl(t)
+    const store = await open(t, url)
+    const account = await store.createAccount('feed@example.com')
+    assert.ok(account)
+    const head = await store.eventFeedHead()
+    // A transaction that takes its seq first and commits last.
+    const slow = new pg.Client({ connectionString: url })
+    await slow.connect()
+    t.after(() => slow.end())
+    await slow.query('BEGIN')
+    await slow.query(
+      `INSERT INTO event_log (id, account_id, type, data, created_at) VALUES ('evt_slow', $1, 'message.created', '{}', now())`,
+      [account.id],
+    )
+    const fast = await store.createMessage(account.id, 'committed first')
+    // Read now, the fast event would put the reader past the slow one's seq for good: it waits instead.
+    assert.deepEqual((await store.eventFeed(head, 10)).events, [])
+    await slow.query('COMMIT')
+    const read = await store.eventFeed(head, 10)
+    assert.deepEqual(
+      read.events.map(({ event }) => (event.id === 'evt_slow' ? 'slow' : (event.data as { id: string }).id)),
+      ['slow', fast.id],
+    )
+    // By seq alone a reader would have passed the slow event before it was visible, and missed it.
+    const [slowAt, fastAt] = read.events.map(({ position }) => position)
+    assert.ok(slowAt && fastAt && slowAt.seq < fastAt.seq && slowAt.tx < fastAt.tx)
+  })
+
   it("opens a schema that is current without the migrators' lock: another instance migrating does not hold it up", async (t) => {
     const url = await testDatabaseUrl(t)
     await (await open(t, url)).close()

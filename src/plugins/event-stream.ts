@@ -1,0 +1,235 @@
+/**
+ * The live stream of GET /v1/events (decision 116): Server-Sent Events of an account's events as
+ * they commit, on whichever instance. While a stream is open, one feed per instance reads every
+ * account's new events from the store in commit order (FeedPosition) and hands each to the streams
+ * of its account. A stream that resumes from a Last-Event-ID first replays from the store, up to
+ * where the feed stands, then joins it: no event twice, none skipped.
+ */
+import { PassThrough } from 'node:stream'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import type { Config } from '../config.ts'
+import type { AnyEventType } from '../domain/events.ts'
+import { ApiError } from '../errors.ts'
+import type { FeedEvent, FeedPosition } from '../store/types.ts'
+
+/** How often the feed reads the store: an event reaches every instance's streams within this and a read. */
+const POLL_MS = 200
+const FEED_PAGE = 500
+const REPLAY_PAGE = 200
+/** How long a client waits before it reconnects, told once at the start of the stream. */
+const RETRY_MS = 2000
+/** A client that does not read: past this much unsent, its stream is cut, and it resumes by Last-Event-ID. */
+const MAX_BACKLOG_BYTES = 1 << 20
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    eventStreams: EventStreams
+  }
+}
+
+export interface EventStreams {
+  /** Answers the request with a stream of the caller's account's events (of `types`, or of all). */
+  open(request: FastifyRequest, reply: FastifyReply, types: readonly AnyEventType[] | null): Promise<FastifyReply>
+}
+
+interface Stream {
+  accountId: number
+  types: ReadonlySet<AnyEventType> | null
+  body: PassThrough
+  /** The last event written, or where the stream started. */
+  position: FeedPosition
+  /** Following the feed; until then, replaying from the store. */
+  live: boolean
+}
+
+/** Whether the client asks for the stream (an EventSource sends `Accept: text/event-stream`). */
+export function wantsEventStream(accept: string | undefined): boolean {
+  return accept !== undefined && /(?:^|,)\s*text\/event-stream\s*(?:[;,]|$)/i.test(accept)
+}
+
+function isAfter(a: FeedPosition, b: FeedPosition): boolean {
+  return a.tx > b.tx || (a.tx === b.tx && a.seq > b.seq)
+}
+
+/** One event as the stream sends it: its id (what Last-Event-ID names), its type, the event as GET returns it. */
+function frame({ event }: FeedEvent): string {
+  return `id: ${event.id}\nevent: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`
+}
+
+export default fp<{ config: Config }>(
+  async (app, { config }) => {
+    const { store } = app
+    const streams = new Set<Stream>()
+    const perKey = new Map<string, number>()
+    // Where the feed stands: every event at or before it was handed to the live streams. Null while no stream is open.
+    let position: FeedPosition | null = null
+    let reading = false
+    let timers: NodeJS.Timeout[] = []
+
+    /** Writes, or cuts a stream whose client has stopped reading (it resumes where it got to). */
+    function write(stream: Stream, text: string): void {
+      if (stream.body.destroyed) return
+      stream.body.write(text)
+      const backlog = stream.body.writableLength + stream.body.readableLength
+      if (backlog > MAX_BACKLOG_BYTES) stream.body.destroy()
+    }
+
+    function send(stream: Stream, event: FeedEvent, text = frame(event)): void {
+      stream.position = event.position
+      if (stream.types === null || stream.types.has(event.event.type)) write(stream, text)
+    }
+
+    async function readFeed(): Promise<void> {
+      for (;;) {
+        if (position === null) return
+        const page = await store.eventFeed(position, FEED_PAGE)
+        if (position === null) return
+        for (const event of page.events) {
+          let text: string | undefined
+          for (const stream of streams) {
+            if (!stream.live || stream.accountId !== event.accountId || !isAfter(event.position, stream.position))
+              continue
+            text ??= frame(event)
+            send(stream, event, text)
+          }
+        }
+        position = page.position
+        if (page.events.length < FEED_PAGE) return
+      }
+    }
+
+    function poll(): void {
+      if (reading) return
+      reading = true
+      readFeed()
+        .catch((err) => app.log.warn({ err }, 'event stream: reading the feed failed'))
+        .finally(() => {
+          reading = false
+        })
+    }
+
+    /** Starts the feed at the store's head when the first stream opens; where it stands. */
+    async function join(): Promise<FeedPosition> {
+      if (position === null) {
+        const head = await store.eventFeedHead()
+        if (position === null) {
+          position = head
+          timers = [
+            setInterval(poll, POLL_MS).unref(),
+            setInterval(() => {
+              for (const stream of streams) write(stream, ': heartbeat\n\n')
+            }, config.eventStreamHeartbeatMs).unref(),
+          ]
+        }
+      }
+      return position
+    }
+
+    function stopFeed(): void {
+      for (const timer of timers) clearInterval(timer)
+      timers = []
+      position = null
+    }
+
+    /** Replays from the store up to where the feed stands, then follows the feed (without a turn in between). */
+    async function catchUp(stream: Stream): Promise<void> {
+      const types = stream.types && [...stream.types]
+      for (;;) {
+        const upto = position
+        if (upto === null || stream.body.destroyed) return
+        if (!isAfter(upto, stream.position)) {
+          stream.live = true
+          return
+        }
+        const options = { accountId: stream.accountId, after: stream.position, upto, limit: REPLAY_PAGE }
+        const events = await store.accountEvents(types ? { ...options, types } : options)
+        for (const event of events) send(stream, event)
+        if (events.length < REPLAY_PAGE && isAfter(upto, stream.position)) stream.position = upto
+      }
+    }
+
+    /** Where a new stream starts: where the feed stands, or after the event a reconnecting client names. */
+    async function startAt(accountId: number, lastEventId: string | string[] | undefined): Promise<FeedPosition> {
+      const head = await join()
+      if (typeof lastEventId !== 'string' || lastEventId === '') return head
+      const found = await store.eventPosition(accountId, lastEventId)
+      if (found !== null) return found
+      throw new ApiError(
+        'last_event_id_unknown',
+        `Last-Event-ID ${JSON.stringify(lastEventId.slice(0, 100))} is not in this account's event log: it was pruned (events are kept EVENT_RETENTION_DAYS) or never existed. Catch up with GET /v1/events?createdAfter=…, then open a stream without Last-Event-ID.`,
+      )
+    }
+
+    async function open(request: FastifyRequest, reply: FastifyReply, types: readonly AnyEventType[] | null) {
+      const { accountId, keyId } = request.caller
+      const held = perKey.get(keyId) ?? 0
+      if (held >= config.eventStreamsPerKey) {
+        throw new ApiError(
+          'too_many_streams',
+          `This API key already holds ${held} event streams on this instance, the most it may (EVENT_STREAMS_PER_KEY): close one first.`,
+        )
+      }
+      // The slot is taken before the first wait, so that streams opened at once cannot pass the bound together.
+      perKey.set(keyId, held + 1)
+      const release = () => {
+        const left = (perKey.get(keyId) ?? 1) - 1
+        if (left === 0) perKey.delete(keyId)
+        else perKey.set(keyId, left)
+        if (streams.size === 0) stopFeed()
+      }
+      let start: FeedPosition
+      try {
+        start = await startAt(accountId, request.headers['last-event-id'])
+      } catch (error) {
+        release()
+        throw error
+      }
+      const stream: Stream = {
+        accountId,
+        types: types && new Set(types),
+        body: new PassThrough(),
+        position: start,
+        live: false,
+      }
+      streams.add(stream)
+      const done = () => {
+        socket.off('end', cut)
+        if (streams.delete(stream)) release()
+      }
+      const { socket } = request.raw
+      const cut = () => {
+        stream.body.destroy()
+        done()
+      }
+      reply.raw.once('close', cut)
+      stream.body.once('close', done)
+      // A client that goes away half-closes: the server's side stays open (HTTP's allowHalfOpen) until a write fails.
+      socket.once('end', cut)
+      // The heartbeat keeps the connection alive: the idle timeout is for requests, not for streams.
+      socket.setTimeout(0)
+      stream.body.write(`retry: ${RETRY_MS}\n\n`)
+      catchUp(stream).catch((err) => {
+        request.log.warn({ err }, 'event stream: replay failed')
+        stream.body.destroy()
+      })
+      return (
+        reply
+          .header('content-type', 'text/event-stream; charset=utf-8')
+          .header('cache-control', 'no-store')
+          // nginx passes it on as it comes, whatever its proxy_buffering.
+          .header('x-accel-buffering', 'no')
+          .send(stream.body)
+      )
+    }
+
+    app.decorate('eventStreams', { open })
+    // Streams end cleanly when the instance stops: clients reconnect, elsewhere, with Last-Event-ID.
+    app.addHook('preClose', (done) => {
+      for (const stream of streams) stream.body.end()
+      stopFeed()
+      done()
+    })
+  },
+  { name: 'event-stream', dependencies: ['store'] },
+)

@@ -1,0 +1,210 @@
+import assert from 'node:assert/strict'
+import { connect } from 'node:net'
+import { describe, it } from 'node:test'
+import { bearer, build, suiteApp, type TestApp } from '../helper.ts'
+import { nextEvent, openStream } from '../sse.ts'
+import { until } from '../wait.ts'
+
+const ON = { EXPERIMENTAL_FEATURES: 'webhooks' }
+const BETA = { 'animal-store-beta': 'webhooks, orders' }
+
+/** The app listening on a loopback port (once per app), and a new account's key on it. */
+const listening = new WeakMap<TestApp, Promise<string>>()
+async function setUp(test: TestApp, scopes: string | null = null) {
+  if (!listening.has(test)) listening.set(test, test.app.listen({ port: 0, host: '127.0.0.1' }))
+  const base = await (listening.get(test) as Promise<string>)
+  const email = `stream${Math.random()}@example.com`
+  const { secret, keyId } = await test.newKey({ scopes, email })
+  const headers = { ...bearer(secret), ...BETA }
+  const open = (query = '', extra: Record<string, string> = {}) =>
+    openStream(`${base}/v1/events${query}`, { ...headers, ...extra })
+  const send = async (message: string) => {
+    const response = await test.app.inject({ method: 'POST', url: '/v1/messages', headers, payload: { message } })
+    assert.equal(response.statusCode, 202, response.body)
+    return response.json() as { id: string }
+  }
+  /** The event a message made, as GET /v1/events/{id} returns it. */
+  const eventOf = async (messageId: string) => {
+    const list = await test.app.inject({ url: '/v1/events?type=message.created', headers })
+    return list.json().find((event: { data: { id: string } }) => event.data.id === messageId)
+  }
+  return { test, base, email, secret, keyId, headers, open, send, eventOf }
+}
+
+describe('The live event stream (GET /v1/events, Accept: text/event-stream)', () => {
+  const shared = suiteApp({ ...ON, EVENT_STREAM_HEARTBEAT_SECONDS: '1' })
+
+  it("streams the account's new events as they commit, as GET /v1/events/{id} shows them", async () => {
+    const test = await shared()
+    const you = await setUp(test)
+    const other = await setUp(test)
+    const stream = await you.open()
+    try {
+      assert.equal(stream.status, 200)
+      assert.match(stream.headers.get('content-type') ?? '', /^text\/event-stream/)
+      assert.equal(stream.headers.get('cache-control'), 'no-store')
+      assert.equal(stream.headers.get('x-accel-buffering'), 'no')
+      assert.deepEqual(await stream.next(), { retry: '2000' })
+      await other.send('not yours')
+      const sent = await you.send('hello stream')
+      const event = await nextEvent(stream)
+      const listed = await you.eventOf(sent.id)
+      assert.equal(event.event, 'message.created')
+      assert.equal(event.id, listed.id)
+      assert.deepEqual(event.data, listed)
+      assert.equal(event.data.data.message, 'hello stream')
+    } finally {
+      stream.close()
+    }
+  })
+
+  it('resumes after Last-Event-ID: every later event in commit order, none twice, then the new ones', async () => {
+    const test = await shared()
+    const you = await setUp(test)
+    const sent = []
+    for (let i = 0; i < 5; i++) sent.push(await you.send(`before ${i}`))
+    const first = await you.eventOf(sent[0].id)
+    const stream = await you.open('', { 'last-event-id': first.id })
+    try {
+      const seen = []
+      for (let i = 1; i < 5; i++) seen.push((await nextEvent(stream)).data.data.message)
+      assert.deepEqual(seen, ['before 1', 'before 2', 'before 3', 'before 4'])
+      await you.send('after')
+      assert.equal((await nextEvent(stream)).data.data.message, 'after')
+      // Nothing else came: the replay and the live feed did not both send one.
+      await you.send('last')
+      assert.equal((await nextEvent(stream)).data.data.message, 'last')
+    } finally {
+      stream.close()
+    }
+  })
+
+  it('refuses a Last-Event-ID no longer in the log (pruned) or never made: 410 last_event_id_unknown', async (t) => {
+    // An app of its own: the purge would take the other tests' events too.
+    const you = await setUp(await build(t, ON))
+    const sent = await you.send('soon pruned')
+    const { id } = await you.eventOf(sent.id)
+    const unknown = await you.open('', { 'last-event-id': 'evt_never' })
+    assert.equal(unknown.status, 410)
+    assert.equal(JSON.parse(unknown.error).code, 'last_event_id_unknown')
+    await you.test.app.store.purgeExpired(new Date().toISOString(), new Date(Date.now() + 1000).toISOString())
+    const pruned = await you.open('', { 'last-event-id': id })
+    assert.equal(pruned.status, 410)
+    const body = JSON.parse(pruned.error)
+    assert.deepEqual([body.code, body.status], ['last_event_id_unknown', 410])
+    assert.match(body.message, /EVENT_RETENTION_DAYS/)
+  })
+
+  it('filters by type, and sends only the types the key may read', async () => {
+    const test = await shared()
+    const you = await setUp(test)
+    const orders = await you.open('?type=order.*')
+    // A key of the same account that may read webhooks but not messages.
+    const { secret } = await test.newKey({ email: you.email, scopes: 'webhooks:read' })
+    const narrow = (query = '') =>
+      openStream(`${you.base}/v1/events${query}`, { ...bearer(secret), 'animal-store-beta': 'webhooks' })
+    const unscoped = await narrow()
+    try {
+      assert.equal(unscoped.status, 200)
+      await you.send('skipped by both streams')
+      const pet = await test.app.store.createPet({ name: 'rex', categoryId: 1 })
+      const placed = await test.app.inject({
+        method: 'POST',
+        url: '/v1/store/orders',
+        headers: you.headers,
+        payload: { petId: pet.id },
+      })
+      assert.equal(placed.statusCode, 201, placed.body)
+      assert.equal((await nextEvent(orders)).event, 'order.placed')
+      await assert.rejects(nextEvent(unscoped, 600), /no frame within/)
+      const refused = await narrow('?type=message.created')
+      assert.equal(refused.status, 403)
+      assert.equal(JSON.parse(refused.error).code, 'insufficient_scope')
+    } finally {
+      orders.close()
+      unscoped.close()
+    }
+  })
+
+  it("refuses a page's parameters on a stream: 400 validation_failed naming them", async () => {
+    const you = await setUp(await shared())
+    const refused = await you.open('?createdAfter=2026-01-01T00:00:00Z&cursor=abc')
+    assert.equal(refused.status, 400)
+    const body = JSON.parse(refused.error)
+    assert.equal(body.code, 'validation_failed')
+    assert.match(body.message, /createdAfter, cursor/)
+  })
+
+  it('keeps an idle stream alive with heartbeat comments', async () => {
+    const you = await setUp(await shared())
+    const stream = await you.open()
+    try {
+      await stream.next()
+      assert.deepEqual(await stream.next(3000), { comment: 'heartbeat' })
+    } finally {
+      stream.close()
+    }
+  })
+})
+
+describe('Event stream bounds', () => {
+  it('bounds the streams of one key (429 too_many_streams), and frees the slot when one closes', async (t) => {
+    const test = await build(t, { ...ON, EVENT_STREAMS_PER_KEY: '2' })
+    const you = await setUp(test)
+    const a = await you.open()
+    const b = await you.open()
+    const c = await you.open()
+    assert.equal(c.status, 429)
+    assert.equal(JSON.parse(c.error).code, 'too_many_streams')
+    a.close()
+    await a.closed
+    const d = await until('a slot free again', async () => {
+      const attempt = await you.open()
+      if (attempt.status === 200) return attempt
+      return null
+    })
+    for (const stream of [b, d]) stream.close()
+  })
+
+  it('cuts a stream whose client never reads, so that its backlog stays bounded', async (t) => {
+    const test = await build(t, { ...ON, EVENT_STREAMS_PER_KEY: '1' })
+    const you = await setUp(test)
+    const { port } = new URL(you.base)
+    // A client that sends the request, then never reads a byte of the answer.
+    const socket = connect(Number(port), '127.0.0.1')
+    t.after(() => socket.destroy())
+    await new Promise((resolve) => socket.once('connect', resolve))
+    socket.pause()
+    socket.write(
+      `GET /v1/events HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n` +
+        `Authorization: ${you.headers.authorization}\r\nAnimal-Store-Beta: webhooks\r\n\r\n`,
+    )
+    // Its slot is held while it is open: a second stream of the key is refused.
+    await until('the unread stream open', async () => (await you.open()).status === 429)
+    const big = 'x'.repeat(10_000)
+    // Sent until the server gives up on it (the slot frees); far more than it may hold for one client.
+    let sent = 0
+    const free = await until(
+      'the unread stream cut',
+      async () => {
+        for (let i = 0; i < 20; i++, sent++) await you.send(big)
+        const attempt = await you.open()
+        attempt.close()
+        return attempt.status === 200
+      },
+      { timeoutMs: 60_000, everyMs: 0 },
+    )
+    assert.ok(free)
+    assert.ok(sent * big.length < 64 * 2 ** 20, `cut only after ${sent} messages`)
+  })
+
+  it('ends its streams cleanly when the app closes (clients reconnect elsewhere)', async (t) => {
+    const test = await build(t, ON)
+    const you = await setUp(test)
+    const stream = await you.open()
+    await stream.next()
+    await test.app.close()
+    await stream.closed
+    await assert.rejects(stream.next(100), /the stream ended/)
+  })
+})
