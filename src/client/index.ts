@@ -67,7 +67,11 @@ type OptedIn<Operation> = Operation extends { parameters: { header: infer Header
 
 /** The paths of the document, each operation as the client takes it. */
 export type ClientPaths = { [Path in keyof paths]: { [Method in keyof paths[Path]]: OptedIn<paths[Path][Method]> } }
-export type AnimalStoreClient = Client<ClientPaths>
+/**
+ * The client's answers are typed as their JSON: listEvents also answers `text/event-stream` (the
+ * live stream, which streamEvents reads), which would otherwise make every list a string too.
+ */
+export type AnimalStoreClient = Client<ClientPaths, 'application/json'>
 
 /**
  * The beta and experimental operations, by path, and the feature each needs in `Animal-Store-Beta`:
@@ -104,7 +108,7 @@ export interface AnimalStoreClientOptions {
 }
 
 export function createAnimalStoreClient({ baseUrl, apiKey, fetch }: AnimalStoreClientOptions): AnimalStoreClient {
-  const client = createClient<ClientPaths>({
+  const client = createClient<ClientPaths, 'application/json'>({
     baseUrl: baseUrl.replace(/\/+$/, ''),
     headers: { authorization: `Bearer ${apiKey}` },
     ...(fetch && { fetch }),
