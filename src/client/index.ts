@@ -67,10 +67,7 @@ type OptedIn<Operation> = Operation extends { parameters: { header: infer Header
 
 /** The paths of the document, each operation as the client takes it. */
 export type ClientPaths = { [Path in keyof paths]: { [Method in keyof paths[Path]]: OptedIn<paths[Path][Method]> } }
-/**
- * The client's answers are typed as their JSON: listEvents also answers `text/event-stream` (the
- * live stream, which streamEvents reads), which would otherwise make every list a string too.
- */
+// JSON answers only: GET /events also answers text/event-stream, the live stream, which a JSON call never asks for.
 export type AnimalStoreClient = Client<ClientPaths, 'application/json'>
 
 /**

@@ -65,19 +65,34 @@ export default fp<{ config: Config }>(
     // Where the feed stands: every event at or before it was handed to the live streams. Null while no stream is open.
     let position: FeedPosition | null = null
     let reading = false
+    // An outage is logged once, when the feed first fails, not at every poll.
+    let failing = false
     let timers: NodeJS.Timeout[] = []
 
-    /** Writes, or cuts a stream whose client has stopped reading (it resumes where it got to). */
+    /** Writes; a live stream whose client has stopped reading is cut instead (it resumes where it got to). */
     function write(stream: Stream, text: string): void {
       if (stream.body.destroyed) return
       stream.body.write(text)
-      const backlog = stream.body.writableLength + stream.body.readableLength
-      if (backlog > MAX_BACKLOG_BYTES) stream.body.destroy()
+      if (stream.live && stream.body.writableLength + stream.body.readableLength > MAX_BACKLOG_BYTES) {
+        stream.body.destroy()
+      }
     }
 
     function send(stream: Stream, event: FeedEvent, text = frame(event)): void {
       stream.position = event.position
       if (stream.types === null || stream.types.has(event.event.type)) write(stream, text)
+    }
+
+    /** A replay goes at the client's pace: the next page is read once this one has been taken. */
+    function drained(body: PassThrough): Promise<void> {
+      if (!body.writableNeedDrain || body.destroyed) return Promise.resolve()
+      return new Promise((resolve) => {
+        const done = () => {
+          body.off('drain', done).off('close', done)
+          resolve()
+        }
+        body.on('drain', done).on('close', done)
+      })
     }
 
     async function readFeed(): Promise<void> {
@@ -103,7 +118,13 @@ export default fp<{ config: Config }>(
       if (reading) return
       reading = true
       readFeed()
-        .catch((err) => app.log.warn({ err }, 'event stream: reading the feed failed'))
+        .then(() => {
+          failing = false
+        })
+        .catch((err) => {
+          if (!failing) app.log.warn({ err }, 'event stream: reading the feed failed; retrying every poll')
+          failing = true
+        })
         .finally(() => {
           reading = false
         })
@@ -145,6 +166,7 @@ export default fp<{ config: Config }>(
         const options = { accountId: stream.accountId, after: stream.position, upto, limit: REPLAY_PAGE }
         const events = await store.accountEvents(types ? { ...options, types } : options)
         for (const event of events) send(stream, event)
+        await drained(stream.body)
         if (events.length < REPLAY_PAGE && isAfter(upto, stream.position)) stream.position = upto
       }
     }

@@ -79,6 +79,20 @@ describe('The live event stream (GET /v1/events, Accept: text/event-stream)', ()
     }
   })
 
+  it('replays a long gap at the pace the client reads, past the backlog that cuts a live stream', async () => {
+    const you = await setUp(await shared())
+    const big = 'x'.repeat(9_990)
+    const { id } = await you.eventOf((await you.send('first')).id)
+    // 1.5 MB to replay, more than a live stream may have waiting.
+    for (let i = 0; i < 150; i++) await you.send(`${i} ${big}`)
+    const stream = await you.open('', { 'last-event-id': id })
+    try {
+      for (let i = 0; i < 150; i++) assert.ok((await nextEvent(stream)).data.data.message.startsWith(`${i} `))
+    } finally {
+      stream.close()
+    }
+  })
+
   it('refuses a Last-Event-ID no longer in the log (pruned) or never made: 410 last_event_id_unknown', async (t) => {
     // An app of its own: the purge would take the other tests' events too.
     const you = await setUp(await build(t, ON))
