@@ -1,5 +1,6 @@
-// A webhook receiver for the webhooks quickstart: run with `npx node examples/webhook-receiver.ts`
-// after `export WEBHOOK_SECRET=whsec_…` (the secret shown when the endpoint was created). It checks
+// A webhook receiver for the quickstarts: run with `npx node examples/webhook-receiver.ts` after
+// `export WEBHOOK_SECRET=whsec_…` (the secret shown when the endpoint was created, or the one
+// `npx animal-store listen --print-secret` prints for the events listen forwards). It checks
 // each delivery's signature with the standardwebhooks package, prints the event, and answers 204.
 // With `--once` it exits after the first delivery it verified.
 import http from 'node:http'
@@ -12,7 +13,7 @@ const port = Number(process.env.RECEIVER_PORT ?? 4000)
 // Not a secret (the endpoint was not created, say): every delivery would be refused, silently.
 if (!secret?.startsWith('whsec_')) {
   console.error(
-    `WEBHOOK_SECRET must be the endpoint’s secret (whsec_…), not ${JSON.stringify(secret ?? '')}: export WEBHOOK_SECRET=whsec_…`,
+    `WEBHOOK_SECRET must be the endpoint’s secret or listen’s (whsec_…), not ${JSON.stringify(secret ?? '')}: export WEBHOOK_SECRET=whsec_…`,
   )
   process.exit(1)
 }

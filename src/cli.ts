@@ -27,6 +27,16 @@ import { CONTROL_CHARACTERS, EMAIL_DESCRIPTION } from './schemas/accounts.ts'
 import { DatabaseNotSetUpError, openStore, type Store } from './store/index.ts'
 
 const HELP_INDENT = ' '.repeat(50)
+
+/** listen's lines of the help; its code (src/listen.ts) is loaded only when it runs. */
+const LISTEN_USAGE = `  listen --forward-to <url> [--events <types>] [--url <api>] [--api-key <key>] [--resume-after <event-id>]
+                                                  Forward your account's events, as they happen, to a
+                                                  receiver on this machine, signed as webhooks are, with the
+                                                  secret it prints (experimental: the server needs
+                                                  EXPERIMENTAL_FEATURES=webhooks). types: as the type of
+                                                  GET /v1/events (order.*,message.created); api: default
+                                                  http://127.0.0.1:$PORT; key: default $API_KEY.
+  listen --print-secret [--api-key <key>]         Print only the secret listen signs with, and exit.`
 /** The scopes, comma-separated, in lines that fit the help's second column. */
 const SCOPE_LIST = SCOPES.map((scope, i) => `${scope}${i < SCOPES.length - 1 ? ',' : ''}`)
   .reduce<string[]>((lines, scope) => {
@@ -54,9 +64,11 @@ const USAGE = `Usage: animal-store <command>
   keys revoke <key-id>                            Revoke a key.
   backup <file>                                   Copy the SQLite database to a new file, consistently,
                                                   while the service runs (PostgreSQL: use pg_dump).
+${LISTEN_USAGE}
   help                                            Show this help.
 
-Uses DATABASE_URL and DEPLOYMENT like the server (see docs/configuration.md).
+Uses DATABASE_URL and DEPLOYMENT like the server (see docs/configuration.md); listen uses the API
+(see docs/webhooks.md#listen-on-your-machine).
 Exit status: 0 done, 1 failed (the reason on stderr), 2 the command line is wrong.`
 
 /** Thrown for a command that cannot be done (no such account, bad password input): one line, exit 1. */
@@ -418,6 +430,8 @@ export interface Io {
   stdin?: NodeJS.ReadableStream & { isTTY?: boolean }
   stdout?: NodeJS.WritableStream
   stderr?: NodeJS.WritableStream
+  /** Ends a command that runs until stopped (listen), as Ctrl-C and SIGTERM do by default. */
+  signal?: AbortSignal
 }
 
 /**
@@ -437,6 +451,13 @@ export async function main(argv: string[], io: Io = {}): Promise<number> {
       written.catch(() => {})
       return written
     }
+    if (argv[0] === 'listen') {
+      const { listen } = await import('./listen.ts')
+      await untilStopped(io.signal, (signal) =>
+        listen(argv.slice(1), loadConfig(io.env), { env: io.env, print, signal }),
+      )
+      return 0
+    }
     await run(argv, loadConfig(io.env), print, { stdin, prompts: stderr })
     return 0
   } catch (error) {
@@ -455,5 +476,18 @@ export async function main(argv: string[], io: Io = {}): Promise<number> {
     const line = printable(parseError ? parseErrorLine(error as Error & { code: string }) : message)
     stderr.write(`animal-store: ${known ? line : `failed: ${line}`}\n`)
     return error instanceof UsageError || parseError ? 2 : 1
+  }
+}
+
+/** Runs `command` until it ends or `signal` aborts; without a signal, until Ctrl-C or SIGTERM (then the exit is 0). */
+async function untilStopped(signal: AbortSignal | undefined, command: (signal: AbortSignal) => Promise<void>) {
+  if (signal) return command(signal)
+  const stop = new AbortController()
+  const abort = () => stop.abort()
+  process.once('SIGINT', abort).once('SIGTERM', abort)
+  try {
+    await command(stop.signal)
+  } finally {
+    process.off('SIGINT', abort).off('SIGTERM', abort)
   }
 }

@@ -400,3 +400,11 @@ function toConfig(e: Env, trustProxy: Config['trustProxy'], webhookRetrySchedule
     otelServiceName: e.OTEL_SERVICE_NAME,
   }
 }
+
+/**
+ * The API key `animal-store listen` sends when its command line names none: API_KEY, the variable
+ * the quickstart exports. A client's setting, not the server's: not in EnvSchema.
+ */
+export function clientApiKey(env: Record<string, string | undefined> = process.env): string | undefined {
+  return env.API_KEY?.trim() || undefined
+}

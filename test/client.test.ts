@@ -14,8 +14,11 @@ import {
   allPets,
   BETA_FEATURES,
   createAnimalStoreClient,
+  type Event,
+  type Message,
   nextLink,
   type Order,
+  streamEvents,
   unwrap,
 } from 'animal-store/client'
 import { CLIENT_TYPES_FILE, generateClientTypes, servedDocument } from '../scripts/generate-client.ts'
@@ -423,6 +426,48 @@ describe('Typed client: messages, webhook endpoints and events (experimental)', 
     for (const request of hooks) assert.equal(request.beta, 'webhooks', `${request.method} ${request.path}`)
     for (const request of sent.filter((r) => !experimental(r.path)))
       assert.equal(request.beta, null, `${request.method} ${request.path}`)
+  })
+  it('streamEvents replays the events after lastEventId, then yields each new one as it happens, until its signal aborts', async (t) => {
+    const test = await build(t, { EXPERIMENTAL_FEATURES: 'webhooks' })
+    const api = await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { secret } = await test.newKey()
+    const client = createAnimalStoreClient({ baseUrl: `${api}/v1`, apiKey: secret })
+    const send = async (message: string) => unwrap(await client.POST('/messages', { body: { message } }))
+    for (const message of ['a', 'b', 'c']) await send(message)
+    const [, , first] = unwrap(await client.GET('/events', { params: { query: { type: 'message.created' } } }))
+    const stop = new AbortController()
+    const seen: Event[] = []
+    const opened: boolean[] = []
+    const reading = (async () => {
+      const options = { lastEventId: first?.id as string, signal: stop.signal }
+      for await (const event of streamEvents(client, { ...options, onOpen: (open) => opened.push(open.reconnected) }))
+        seen.push(event)
+    })()
+    const texts = () => seen.map((event) => (event.data as Message).message)
+    await until('b and c replayed', () => texts().length === 2)
+    await send('d')
+    await until('d as it happens', () => texts().length === 3)
+    stop.abort()
+    await reading
+    assert.deepEqual(texts(), ['b', 'c', 'd'])
+    assert.deepEqual(opened, [false])
+    const stored = unwrap(
+      await client.GET('/events/{eventId}', { params: { path: { eventId: seen[2]?.id as string } } }),
+    )
+    assert.deepEqual(seen[2], stored)
+  })
+
+  it('streamEvents throws AnimalStoreError last_event_id_unknown (410) for an event that is not kept', async (t) => {
+    const test = await build(t, { EXPERIMENTAL_FEATURES: 'webhooks' })
+    const api = await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { secret } = await test.newKey()
+    const client = createAnimalStoreClient({ baseUrl: `${api}/v1`, apiKey: secret })
+    await assert.rejects(
+      async () => {
+        for await (const _ of streamEvents(client, { lastEventId: 'evt_neverExisted0000' })) assert.fail('an event')
+      },
+      (error) => error instanceof AnimalStoreError && error.code === 'last_event_id_unknown' && error.status === 410,
+    )
   })
 })
 

@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
 import { promisify } from 'node:util'
@@ -28,29 +29,47 @@ function quickstart(section = 'quickstart', page = 'README.md'): Step[] {
 }
 
 describe('README quickstart (point 12)', () => {
-  it('every command of the quickstart prints what the README says', { timeout: 60_000 }, async (t) => {
+  it('every command of the quickstart prints what the README says', { timeout: 120_000 }, async (t) => {
     const steps = quickstart()
     assert.ok(steps.length >= 8)
-    const serverEnv = { DATABASE_URL: `sqlite:${join(tempDir(t), 'db.sqlite')}`, LOG_LEVEL: 'warn' }
-    const server = await startServer(t, serverEnv, { ready: '/readyz' })
+    // The service as the quickstart says to start it: the messages step's listen reads the event stream.
+    assert.match(readFileSync(join(ROOT, 'README.md'), 'utf8'), /`EXPERIMENTAL_FEATURES=webhooks npm start`/)
+    const dir = tempDir(t)
+    const serverEnv = { DATABASE_URL: `sqlite:${join(dir, 'db.sqlite')}`, LOG_LEVEL: 'warn' }
+    const server = await startServer(t, { ...serverEnv, EXPERIMENTAL_FEATURES: 'webhooks' }, { ready: '/readyz' })
     const port = server.port
-    const env = { ...process.env, PORT: String(port), ...serverEnv }
+    const receiverPort = await freePort()
+    const env = { ...process.env, PORT: String(port), RECEIVER_PORT: String(receiverPort), ...serverEnv }
     // As for a reader who made the account in "Get an API key": the quickstart, run under `set -e`,
     // must go on past its own `accounts create`.
     await promisify(execFile)('npx', ['animal-store', 'accounts', 'create', 'you@example.com'], { cwd: ROOT, env })
+    const local = (text: string) =>
+      text
+        .replaceAll('127.0.0.1:8080', `127.0.0.1:${port}`)
+        .replaceAll('127.0.0.1:4000', `127.0.0.1:${receiverPort}`)
+        .replaceAll(/\b(listen|receiver)\.log\b/g, (file) => join(dir, file))
     // Not pipefail: `curl … | head -c 30` ends curl with SIGPIPE, as it would in anyone's shell.
-    const script = steps.map(
-      (step, i) => `echo; echo "@@@ ${i}"\n${step.command.replaceAll('127.0.0.1:8080', `127.0.0.1:${port}`)}`,
-    )
-    const { stdout } = await promisify(execFile)('bash', ['-eu', '-c', script.join('\n')], {
-      cwd: ROOT,
-      env,
+    const script = steps.map((step, i) => `echo; echo "@@@ ${i}"\n${local(step.command)}`)
+    // In a process group of its own, with the receiver and listen it starts in the background,
+    // which run on until the group is ended.
+    const options = { cwd: ROOT, env, timeout: 100_000, detached: true }
+    const running = promisify(execFile)('bash', ['-eu', '-c', script.join('\n')], options)
+    const group = running.child.pid as number
+    t.after(() => {
+      try {
+        process.kill(-group, 'SIGTERM')
+      } catch {
+        // The group has ended.
+      }
     })
+    const { stdout } = await running
     const outputs = stdout.split(/^@@@ \d+\n/m).slice(1)
     assert.equal(outputs.length, steps.length)
     steps.forEach((step, i) => {
       assertShows(
-        (outputs[i] as string).replaceAll(`127.0.0.1:${port}`, '127.0.0.1:8080'),
+        (outputs[i] as string)
+          .replaceAll(`127.0.0.1:${port}`, '127.0.0.1:8080')
+          .replaceAll(`127.0.0.1:${receiverPort}`, '127.0.0.1:4000'),
         step.expected,
         `README: \`${step.command.trim()}\``,
         { ignoreCase: true },

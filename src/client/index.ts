@@ -9,6 +9,7 @@
  * The webhook and event operations exist only on a deployment whose operator turned them on
  * (EXPERIMENTAL_FEATURES=webhooks); elsewhere they answer 404.
  */
+import { createParser } from 'eventsource-parser'
 import createClient, { type Client } from 'openapi-fetch'
 import type { components, operations, paths } from './schema.ts'
 
@@ -226,4 +227,155 @@ export function nextLink(link: string | null): string | null {
     if (rel.toLowerCase().split(/\s+/).includes('next')) return url as string
   }
   return null
+}
+
+/** What streamEvents takes besides the client. */
+export interface StreamEventsOptions {
+  /** Only events of these types, as listEvents's `type`: `order.*,message.created`. */
+  types?: string
+  /** Start after this event (its `id`): the events that followed it are replayed first, then the new ones. */
+  lastEventId?: string
+  /** Ends the stream: the iteration then finishes, without an error. */
+  signal?: AbortSignal
+  /**
+   * When nothing, not even a heartbeat, has come for this long, the connection is taken as lost
+   * (a network that drops packets ends nothing by itself). Default 60 s, four of the server's heartbeats.
+   */
+  idleTimeoutMs?: number
+  /** The first wait before connecting again, doubled after each failed try up to `maxRetryMs`; default 500 ms. */
+  retryMs?: number
+  /** The longest wait between two tries; default 5 s. */
+  maxRetryMs?: number
+  /** Called each time the stream is open (`reconnected`: not the first time). */
+  onOpen?: (info: { reconnected: boolean; lastEventId: string | undefined }) => void
+  /** Called once each time an open stream is lost, before the tries to connect again. */
+  onLost?: (info: { reason: unknown; lastEventId: string | undefined }) => void
+}
+
+/** The media type of the live stream: GET /events with `Accept: text/event-stream`. */
+const EVENT_STREAM = 'text/event-stream'
+
+/**
+ * Experimental: the account's events as they happen, from `GET /events` with `Accept:
+ * text/event-stream` (Server-Sent Events, read by the eventsource-parser package). When the
+ * connection is lost once the stream was open (the network, a server restarting or ending a stream
+ * its reader did not keep up with), it connects again after a growing wait, with `Last-Event-ID`
+ * the last event it yielded, and the server replays what followed: none skipped, none twice.
+ * An error answer (401, 403, 410 `last_event_id_unknown` when that event is no longer kept, …)
+ * throws an AnimalStoreError; so does a first connection that fails. 429 and 5xx answers after the
+ * first connection are tried again like a lost connection.
+ */
+export async function* streamEvents(
+  client: AnimalStoreClient,
+  options: StreamEventsOptions = {},
+): AsyncGenerator<Event, void, undefined> {
+  const { types, signal, idleTimeoutMs = 60_000, retryMs = 500, maxRetryMs = 5000 } = options
+  // Without an event to start after, the account's most recent one: a connection lost before the
+  // first event then loses nothing either (the events after it are replayed).
+  let lastEventId = options.lastEventId
+  try {
+    lastEventId ??= await latestEventId(client, types, signal)
+  } catch (error) {
+    if (signal?.aborted) return
+    throw error
+  }
+  let opened = false
+  let failures = 0
+  while (!signal?.aborted) {
+    const connection = new AbortController()
+    const ended = signal ? AbortSignal.any([signal, connection.signal]) : connection.signal
+    let idle: ReturnType<typeof setTimeout> | undefined
+    const awake = () => {
+      clearTimeout(idle)
+      idle = setTimeout(() => connection.abort(new Error(`nothing received for ${idleTimeoutMs} ms`)), idleTimeoutMs)
+    }
+    let reason: unknown
+    try {
+      awake()
+      const result = await client.GET('/events', {
+        params: { query: types === undefined ? {} : { type: types } },
+        headers: { accept: EVENT_STREAM, ...(lastEventId !== undefined && { 'last-event-id': lastEventId }) },
+        parseAs: 'stream',
+        signal: ended,
+      })
+      const { response } = result
+      if (!response.ok) {
+        const error = errorOf(result.error, response)
+        // Refused for good (the key, the scope, an event no longer kept): trying again would change nothing.
+        if (!opened || !(response.status === 429 || response.status >= 500)) throw error
+        reason = error
+      } else if (!response.headers.get('content-type')?.startsWith(EVENT_STREAM) || !result.data) {
+        throw new Error(`${response.url} answered ${response.status} without an event stream: is the server older?`)
+      } else {
+        options.onOpen?.({ reconnected: opened, lastEventId })
+        opened = true
+        failures = 0
+        const body = (result.data as ReadableStream<Uint8Array>).pipeThrough(new TextDecoderStream())
+        const parsed: Event[] = []
+        const parser = createParser({
+          onEvent(message) {
+            parsed.push(JSON.parse(message.data) as Event)
+          },
+        })
+        for await (const chunk of body) {
+          awake()
+          parser.feed(chunk)
+          for (const event of parsed.splice(0)) {
+            lastEventId = event.id
+            // The time the caller takes with an event is not the server's silence.
+            clearTimeout(idle)
+            yield event
+          }
+          awake()
+        }
+        reason = new Error('the server ended the stream')
+      }
+    } catch (error) {
+      if (signal?.aborted) return
+      // A network error before the stream ever opened is the caller's to see (a wrong URL, a server not started).
+      if (!opened || error instanceof AnimalStoreError || error instanceof SyntaxError) throw error
+      reason = connection.signal.aborted ? connection.signal.reason : error
+    } finally {
+      clearTimeout(idle)
+      connection.abort()
+    }
+    if (signal?.aborted) return
+    if (failures === 0) options.onLost?.({ reason, lastEventId })
+    await delay(Math.min(maxRetryMs, retryMs * 2 ** failures) * (0.5 + Math.random() / 2), signal)
+    failures++
+  }
+}
+
+/** The id of the account's most recent event of `types`, or undefined when it has none. */
+async function latestEventId(
+  client: AnimalStoreClient,
+  types: string | undefined,
+  signal: AbortSignal | undefined,
+): Promise<string | undefined> {
+  const query = { limit: 1, ...(types !== undefined && { type: types }) }
+  const result = await client.GET('/events', { params: { query }, ...(signal && { signal }) })
+  if (!result.response.ok) throw errorOf(result.error, result.response)
+  return result.data?.[0]?.id
+}
+
+/** The API's error answer as an AnimalStoreError, or one made from the status when the body is not the API's. */
+function errorOf(body: unknown, response: Response): AnimalStoreError {
+  const known = typeof body === 'object' && body !== null && 'code' in body && 'message' in body
+  const error = known
+    ? (body as ErrorBody)
+    : { code: 'http_error', message: `${response.status} ${response.statusText}`.trim(), status: response.status }
+  return new AnimalStoreError(error, response)
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function delay(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer)
+      signal?.removeEventListener('abort', done)
+      resolve()
+    }
+    const timer = setTimeout(done, ms)
+    signal?.addEventListener('abort', done, { once: true })
+  })
 }
