@@ -38,7 +38,7 @@ export interface ListenIo {
 
 /**
  * The secret listen signs with: derived from the API key, so the same in every session of that
- * key, and `--print-secret` can give it to the receiver before listen runs (decision 125). An
+ * key, and `--print-secret` can give it to the receiver before listen runs (decision 117). An
  * HMAC: the secret tells nothing of the key.
  */
 export function listenSecret(apiKey: string): string {
