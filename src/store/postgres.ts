@@ -127,6 +127,12 @@ function isUnavailable(error: unknown): boolean {
   )
 }
 
+/** The bound of the event feed's reads: a CTE `bound(xid)`, 32-bit backend_xid compared modulo 2^32. */
+const FEED_BOUND = `WITH bound AS (SELECT coalesce(min(x), pg_snapshot_xmax(pg_current_snapshot())) AS xid
+  FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+  WHERE x::text::numeric % 4294967296 NOT IN (SELECT backend_xid::text::numeric FROM pg_stat_activity
+    WHERE backend_xid IS NOT NULL AND datname IS DISTINCT FROM current_database()))`
+
 const SQL = {
   ping: 'SELECT 1',
   insertPet: `INSERT INTO pets (name, category_id, status) VALUES ($1, $2, $3) RETURNING ${PET_COLUMNS}`,
@@ -289,11 +295,12 @@ const SQL = {
     AND ($3::timestamptz IS NULL OR created_at > $3) AND ($4::text[] IS NULL OR type = ANY($4))
     ORDER BY seq DESC LIMIT $5`,
   getEvent: `SELECT ${EVENT_COLUMNS} FROM event_log WHERE id = $1 AND account_id = $2`,
-  // Only transactions below the snapshot's xmin: all have ended, and any later one has a greater xid.
-  eventFeedHead: 'SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin',
-  eventFeed: `SELECT xid::text AS tx, ${FEED_COLUMNS} FROM event_log
-    WHERE (xid, seq) > ($1::xid8, $2::bigint) AND xid < pg_snapshot_xmin(pg_current_snapshot())
-    ORDER BY xid, seq LIMIT $3`,
+  // Below the oldest transaction of this database still open when the statement began: every one
+  // below has ended, and any later one has a greater xid. Transactions of other databases of the
+  // server (their xid in pg_stat_activity) write no event here, and hold nothing back (decision 116).
+  eventFeedHead: `${FEED_BOUND} SELECT xid::text AS bound FROM bound`,
+  eventFeed: `${FEED_BOUND} SELECT e.xid::text AS tx, ${FEED_COLUMNS} FROM event_log e, bound
+    WHERE (e.xid, e.seq) > ($1::xid8, $2::bigint) AND e.xid < bound.xid ORDER BY e.xid, e.seq LIMIT $3`,
   accountEvents: `SELECT xid::text AS tx, ${FEED_COLUMNS} FROM event_log
     WHERE account_id = $1 AND (xid, seq) > ($2::xid8, $3::bigint) AND (xid, seq) <= ($4::xid8, $5::bigint)
     AND ($6::text[] IS NULL OR type = ANY($6)) ORDER BY xid, seq LIMIT $7`,
@@ -872,9 +879,9 @@ export class PostgresStore implements Store {
 
   // Commit order is (xid, seq) here, and only ended transactions are read (migrations 008, 009).
   async eventFeedHead(): Promise<FeedPosition> {
-    const [row] = await this.#query<{ xmin: string }>('eventFeedHead', [])
+    const [row] = await this.#query<{ bound: string }>('eventFeedHead', [])
     // Every ended transaction's events, whatever their seq; none of a transaction still open.
-    return { tx: BigInt((row as { xmin: string }).xmin) - 1n, seq: Number.MAX_SAFE_INTEGER }
+    return { tx: BigInt((row as { bound: string }).bound) - 1n, seq: Number.MAX_SAFE_INTEGER }
   }
 
   async eventFeed(after: FeedPosition, limit: number): Promise<EventFeedPage> {

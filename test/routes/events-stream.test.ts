@@ -149,6 +149,23 @@ describe('The live event stream (GET /v1/events, Accept: text/event-stream)', ()
     assert.match(body.message, /createdAfter, cursor/)
   })
 
+  it('answers hostile stream requests with a JSON error, never a 5xx: odd Last-Event-IDs, unknown types', async () => {
+    const you = await setUp(await shared())
+    for (const lastEventId of ['x'.repeat(8000), 'evt_é', "evt_' OR 1=1 --", '%00', ' ']) {
+      const stream = await you.open('', { 'last-event-id': lastEventId })
+      stream.close()
+      if (stream.status === 200) continue
+      assert.equal(stream.status, 410, lastEventId.slice(0, 20))
+      assert.equal(JSON.parse(stream.error).code, 'last_event_id_unknown')
+    }
+    for (const query of ['?type=order.nope', '?type=', '?type=order.*,,message.created', '?cursor=%FF']) {
+      const stream = await you.open(query)
+      assert.equal(stream.status, 400, query)
+      // A malformed escape is the wire's (bad_request), the rest the schema's.
+      assert.equal(JSON.parse(stream.error).code, query.includes('%') ? 'bad_request' : 'validation_failed', query)
+    }
+  })
+
   it('keeps an idle stream alive with heartbeat comments', async () => {
     const you = await setUp(await shared())
     const stream = await you.open()

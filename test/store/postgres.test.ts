@@ -94,7 +94,7 @@ describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () 
     assert.deepEqual(await store.getPet(9007199254740990), pet)
   })
 
-  it('the event feed holds back what commits after an open transaction that wrote first: nothing is read out of order', async (t) => {
+  it('the event feed holds back what commits after an open transaction of its database, not of another: nothing is read out of order', async (t) => {
     const url = await testDatabaseUrl(t)
     const store = await open(t, url)
     const account = await store.createAccount('feed@example.com')
@@ -121,6 +121,20 @@ describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () 
     // By seq alone a reader would have passed the slow event before it was visible, and missed it.
     const [slowAt, fastAt] = read.events.map(({ position }) => position)
     assert.ok(slowAt && fastAt && slowAt.seq < fastAt.seq && slowAt.tx < fastAt.tx)
+
+    // A transaction open in another database of the server writes no event here: it holds nothing back.
+    const elsewhere = new pg.Client({ connectionString: POSTGRES_URL.replace(/\/[^/?]*(\?|$)/, '/postgres$1') })
+    await elsewhere.connect()
+    t.after(() => elsewhere.end())
+    await elsewhere.query('BEGIN')
+    await elsewhere.query('SELECT pg_current_xact_id()')
+    const meanwhile = await store.createMessage(account.id, 'while another database waits')
+    const after = await store.eventFeed(read.position, 10)
+    assert.deepEqual(
+      after.events.map(({ event }) => (event.data as { id: string }).id),
+      [meanwhile.id],
+    )
+    await elsewhere.query('ROLLBACK')
   })
 
   it("opens a schema that is current without the migrators' lock: another instance migrating does not hold it up", async (t) => {
