@@ -102,10 +102,20 @@ function pinned(cpu: string, command: string, args: string[]): [string, string[]
 
 /**
  * Starts a server pinned to `cpu`, from the project root as npm does (or from `cwd`, another
- * checkout's root); stdout to /dev/null (a pipe would block it).
+ * checkout's root); stdout to /dev/null (a pipe would block it), unless `pipes`: then stdin and
+ * stdout are pipes, for a child that talks with the bench (bench/stream-reader.ts) and whose
+ * stdout the caller reads.
  */
-export function start(cpu: string, command: string, args: string[], env: NodeJS.ProcessEnv, cwd = ROOT): Started {
-  const child = spawn(...pinned(cpu, command, args), { cwd, env, stdio: ['ignore', 'ignore', 'pipe'] })
+export function start(
+  cpu: string,
+  command: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  cwd = ROOT,
+  pipes = false,
+): Started {
+  const io = pipes ? 'pipe' : 'ignore'
+  const child = spawn(...pinned(cpu, command, args), { cwd, env, stdio: [io, io, 'pipe'] })
   if (child.pid === undefined) throw new Error(`could not start ${command}`)
   let stderr = ''
   child.stderr?.on('data', (chunk: Buffer) => {

@@ -45,11 +45,11 @@ export interface Probe {
   fixture?: string
 }
 
-const LUA = join(import.meta.dirname, 'lua')
+export const LUA = join(import.meta.dirname, 'lua')
 /** The NewPet the POST workloads send (bench/lua/mix.lua carries the same text). */
 const NEW_PET = '{"name":"Biscuit","categoryId":3,"status":"available"}'
-/** The NewMessage the webhooks workload sends. */
-const NEW_MESSAGE = '{"message":"Biscuit is ready for pick-up"}'
+/** The NewMessage the webhooks workload and the streams measurement (bench/streams.ts) send. */
+export const NEW_MESSAGE = '{"message":"Biscuit is ready for pick-up"}'
 const get = {
   path: '/v1/pets/1',
   script: join(LUA, 'get.lua'),

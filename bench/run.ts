@@ -5,6 +5,8 @@
  * node_modules> gives each chosen service target X a twin X@base, measured in the same rounds,
  * whose server, start script, CLI and store (its migrations) all come from that checkout; the report
  * adds each workload's X/X@base rate ratio. Target `peer` (bench/peer.ts) is plain Fastify + SQLite.
+ * `streams` in BENCH_WORKLOADS (bench/streams.ts) is the "Streams" section, measured after the
+ * others; BENCH_WORKLOADS=streams alone measures only it and rewrites only that section.
  */
 import {
   closeSync,
@@ -39,6 +41,7 @@ import { type Measurement, report } from './document.ts'
 import { measure, memoryMb, WORKLOADS, type Workload } from './measure.ts'
 import { adminQuery, skipPostgres } from './postgres.ts'
 import { stageTable, stageTimes } from './stages.ts'
+import { measureStreams, STREAM_TARGETS, STREAMS, streamsSection } from './streams.ts'
 import {
   addBaseTargets,
   BASE_SUFFIX,
@@ -152,18 +155,24 @@ await main('bench', async () => {
     // Each service target's twin runs right after it, in every round.
     targets = targets.flatMap((t) => (TARGETS[t]?.kind === 'service' ? [t, `${t}${BASE_SUFFIX}`] : [t]))
   }
-  // The ceiling answers with a service's responses, and the ratios need both.
-  const kind = (k: string) => targets.filter((t) => TARGETS[t]?.kind === k)
-  if (!targets.includes('ceiling') || kind('service').length === 0)
-    throw new Error('BENCH_TARGETS needs "ceiling" and a service target')
-  // The service first (the first one's answers are the ceiling's), then the peer, the ceiling last.
-  targets = [...kind('service'), ...kind('peer'), 'ceiling']
   const names = list(
     'BENCH_WORKLOADS',
-    WORKLOADS.map((w) => w.name),
-    WORKLOADS.map((w) => w.name),
+    [...WORKLOADS.map((w) => w.name), STREAMS],
+    [...WORKLOADS.map((w) => w.name), STREAMS],
   )
   const workloads = WORKLOADS.filter((w) => names.includes(w.name))
+  // The streams section runs on the stream targets chosen; alone, it needs no ceiling.
+  const streaming = names.includes(STREAMS)
+  const onlyStreams = workloads.length === 0
+  if (streaming && onlyStreams && !targets.some((t) => STREAM_TARGETS.includes(t)))
+    throw new Error(`BENCH_WORKLOADS=${STREAMS} needs ${STREAM_TARGETS.join(' or ')} in BENCH_TARGETS`)
+  // The ceiling answers with a service's responses, and the ratios need both.
+  const kind = (k: string) => targets.filter((t) => TARGETS[t]?.kind === k)
+  if (onlyStreams) targets = targets.filter((t) => STREAM_TARGETS.includes(t))
+  else if (!targets.includes('ceiling') || kind('service').length === 0)
+    throw new Error('BENCH_TARGETS needs "ceiling" and a service target')
+  // The service first (the first one's answers are the ceiling's), then the peer, the ceiling last.
+  else targets = [...kind('service'), ...kind('peer'), 'ceiling']
   ensureTools()
   const postgres = targets.filter((t) => TARGETS[t]?.database === 'postgres')
   const skipped = await skipPostgres(
@@ -180,6 +189,34 @@ await main('bench', async () => {
   const waited = contention()
   const ordering = workloads.some((w) => w.orders)
   const context: Context = { ...settings, orderPets: ordering ? settings.orderPets : 0, dir: tempDir() }
+  const streamTargets = streaming ? STREAM_TARGETS.filter((t) => targets.includes(t)) : []
+  /** The Streams section, measured now; null when not chosen (the document keeps the one it has). */
+  const streams = async () => {
+    if (!streaming) return null
+    if (streamTargets.length === 0) {
+      log(`bench: note: ${STREAMS} runs on ${STREAM_TARGETS.join(' or ')}, and BENCH_TARGETS chose neither`)
+      return null
+    }
+    const from = contention()
+    const runs = await measureStreams(settings, context, streamTargets)
+    return streamsSection({ settings, started, host, head, contention: from(), targets: streamTargets, runs, skipped })
+  }
+  const writeDoc = (write: (doc: string) => string) => {
+    if (!settings.doc) return
+    const path = resolve(ROOT, settings.doc)
+    writeFileSync(path, write(readText(path)))
+    log(`bench: wrote ${settings.doc}`)
+  }
+  if (onlyStreams) {
+    log(
+      `bench: ${host.cpu}, ${host.cores} cores, Node ${host.node}; servers on CPU ${settings.serverCpu}, wrk and the stream reader on CPU ${settings.clientCpu}`,
+    )
+    const section = await streams()
+    if (!section) return
+    process.stdout.write(`\n${section.summary}\n`)
+    writeDoc((doc) => withSection(doc, STREAMS, section.markdown))
+    return
+  }
   const disk = fsyncCost(context.dir)
   log(
     `bench: ${host.cpu}, ${host.cores} cores, Node ${host.node}; servers on CPU ${settings.serverCpu}, wrk on CPU ${settings.clientCpu}`,
@@ -255,6 +292,8 @@ await main('bench', async () => {
   }
   const fileBacked = Object.fromEntries([...running].map(([name, live]) => [name, memoryMb(live.pids, 'RssFile')]))
   await stopAll(running)
+  // After the other workloads, one target at a time: nothing else runs beside the streams.
+  const streamed = await streams()
   const { markdown, summary } = report({
     settings,
     targets,
@@ -270,19 +309,22 @@ await main('bench', async () => {
     postgresVersion,
     head,
     base,
+    streamTargets,
   })
   process.stdout.write(`\n${summary}\n`)
+  if (streamed) process.stdout.write(`\n${streamed.summary}\n`)
   const budget = settings.profileDir ? stageBudget(settings.profileDir, running, measurements, settings.rounds) : ''
   if (budget) process.stdout.write(`\n${budget}\n`)
-  if (settings.doc) {
-    const path = resolve(ROOT, settings.doc)
-    // The growth section belongs to `npm run bench:growth`: keep it as it is.
+  writeDoc((doc) => {
+    // The growth section belongs to `npm run bench:growth`: keep it as it is; the streams section too when not measured.
     const growth =
-      section(readText(path), 'growth') ??
-      '## Growth\n\nNot measured yet: run `npm run bench:growth` (bench/growth.ts).'
-    writeFileSync(path, withSection(budget ? `${markdown}\n${budget}\n` : markdown, 'growth', growth))
-    log(`bench: wrote ${settings.doc}`)
-  }
+      section(doc, 'growth') ?? '## Growth\n\nNot measured yet: run `npm run bench:growth` (bench/growth.ts).'
+    const streams =
+      streamed?.markdown ??
+      section(doc, STREAMS) ??
+      `## Streams\n\nNot measured yet: run \`BENCH_WORKLOADS=${STREAMS} npm run bench\` (bench/streams.ts).`
+    return withSection(withSection(budget ? `${markdown}\n${budget}\n` : markdown, 'growth', growth), STREAMS, streams)
+  })
 })
 
 /**

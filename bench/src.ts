@@ -7,6 +7,7 @@ export { generateApiKey } from '../src/domain/api-keys.ts'
 export { cursorCodec } from '../src/domain/pagination.ts'
 export type { NewPet } from '../src/schemas/pets.ts'
 export { openStore } from '../src/store/index.ts'
+export type { FeedPosition, Store } from '../src/store/types.ts'
 
 /**
  * openStore of the checkout at `root`: this one's, or another's (BENCH_BASE). A database is only
