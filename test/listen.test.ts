@@ -193,6 +193,8 @@ describe('animal-store listen', () => {
           method: 'POST',
           headers: { ...bearer(apiKey), 'content-type': 'application/json' },
           body: JSON.stringify({ message: `#${accepted.length}` }),
+          // A request caught by the kill is given up, not waited for: the flow goes on.
+          signal: AbortSignal.timeout(5000),
         }).catch(() => null)
         if (sent?.status === 202) accepted.push(((await sent.json()) as { id: string }).id)
         else await sent?.body?.cancel()

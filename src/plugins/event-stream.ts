@@ -61,6 +61,8 @@ export default fp<{ config: Config }>(
   async (app, { config }) => {
     const { store } = app
     const streams = new Set<Stream>()
+    /** The open streams of each account: the feed hands an event only to its account's. */
+    const byAccount = new Map<number, Set<Stream>>()
     const perKey = new Map<string, number>()
     // Where the feed stands: every event at or before it was handed to the live streams. Null while no stream is open.
     let position: FeedPosition | null = null
@@ -100,15 +102,21 @@ export default fp<{ config: Config }>(
         if (position === null) return
         const page = await store.eventFeed(position, FEED_PAGE)
         if (position === null) return
+        // One write per stream and read, however many events: a write is most of a stream's cost.
+        const batches = new Map<Stream, string[]>()
         for (const event of page.events) {
           let text: string | undefined
-          for (const stream of streams) {
-            if (!stream.live || stream.accountId !== event.accountId || !isAfter(event.position, stream.position))
-              continue
+          for (const stream of byAccount.get(event.accountId) ?? []) {
+            if (!stream.live || !isAfter(event.position, stream.position)) continue
+            stream.position = event.position
+            if (stream.types !== null && !stream.types.has(event.event.type)) continue
             text ??= frame(event)
-            send(stream, event, text)
+            const batch = batches.get(stream)
+            if (batch) batch.push(text)
+            else batches.set(stream, [text])
           }
         }
+        for (const [stream, texts] of batches) write(stream, texts.join(''))
         position = page.position
         if (page.events.length < FEED_PAGE) return
       }
@@ -215,9 +223,14 @@ export default fp<{ config: Config }>(
         live: false,
       }
       streams.add(stream)
+      const mine = byAccount.get(accountId) ?? new Set<Stream>()
+      byAccount.set(accountId, mine.add(stream))
       const done = () => {
         socket.off('end', cut)
-        if (streams.delete(stream)) release()
+        if (!streams.delete(stream)) return
+        mine.delete(stream)
+        if (mine.size === 0 && byAccount.get(accountId) === mine) byAccount.delete(accountId)
+        release()
       }
       const { socket } = request.raw
       const cut = () => {
