@@ -69,7 +69,9 @@ function startListen(t: Cleanup, args: string[], env: Record<string, string>) {
   return {
     stdout: () => stdout,
     stderr: () => stderr,
-    printed: (what: string, pattern: RegExp) => until(what, () => pattern.test(stdout) || stderr !== ''),
+    // Generous: a CI machine running both halves of the suite at once can be several times slower.
+    printed: (what: string, pattern: RegExp) =>
+      until(what, () => pattern.test(stdout) || stderr !== '', { timeoutMs: 30_000 }),
     stop: async () => {
       stop.abort()
       return exited
@@ -105,7 +107,9 @@ describe('animal-store listen', () => {
     })
     assert.equal(sent.status, 202)
     const message = (await sent.json()) as { id: string }
-    await until('forwarded', () => hook.verified.length > 0 && [...listen.stdout().matchAll(FORWARDED)].length > 0)
+    await until('forwarded', () => hook.verified.length > 0 && [...listen.stdout().matchAll(FORWARDED)].length > 0, {
+      timeoutMs: 30_000,
+    })
 
     assert.deepEqual(hook.refused, [])
     const [delivery] = hook.verified as [Delivery]
@@ -181,7 +185,9 @@ describe('animal-store listen', () => {
     const args = ['bin/animal-store.ts', 'listen', '--forward-to', hook.url, '--url', first.url]
     const listen = spawnNode(args, { API_KEY: apiKey })
     t.after(() => listen.child.kill('SIGKILL'))
-    await until('listen ready', () => /^Ready: /m.test(listen.output.stdout) || listen.child.exitCode !== null)
+    await until('listen ready', () => /^Ready: /m.test(listen.output.stdout) || listen.child.exitCode !== null, {
+      timeoutMs: 30_000,
+    })
     assert.equal(listen.child.exitCode, null, listen.output.both)
 
     // A message every 20 ms, through the kill and the restart: those answered 202 are committed.
@@ -201,7 +207,7 @@ describe('animal-store listen', () => {
         await sleep(20)
       }
     })()
-    await until('messages accepted before the kill', () => accepted.length >= 10)
+    await until('messages accepted before the kill', () => accepted.length >= 10, { timeoutMs: 30_000 })
     first.child.kill('SIGKILL')
     await first.exited
     const acceptedBefore = accepted.length
