@@ -4,10 +4,11 @@
  * walkthrough of docs/webhooks.md.
  */
 import assert from 'node:assert/strict'
-import { execFile } from 'node:child_process'
+import { execFile, spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { describe, it } from 'node:test'
+import { describe, it, type TestContext } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import { tempDir } from './helper.ts'
 import { freePort, ROOT, startServer } from './processes.ts'
@@ -26,6 +27,47 @@ function quickstart(section = 'quickstart', page = 'README.md'): Step[] {
     else if (lang === 'text') (steps.at(-1) as Step).expected = body.trimEnd().split('\n')
   }
   return steps
+}
+
+/**
+ * Runs a quickstart as `bash -eu -c script` in a process group of its own (execFile would not make
+ * one: it hands spawn no `detached`), which the test ends with what the script left in the background.
+ * Resolves to its stdout; rejects on a non-zero exit, with its stderr, or when it outlives `timeoutMs`.
+ */
+function runQuickstart(t: TestContext, script: string, options: { env: NodeJS.ProcessEnv; timeoutMs: number }) {
+  const child = spawn('bash', ['-eu', '-c', script], { cwd: ROOT, env: options.env, detached: true })
+  const group = child.pid as number
+  t.after(() => endGroup(group))
+  let stdout = ''
+  let stderr = ''
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
+  return new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => void endGroup(group), options.timeoutMs)
+    child.on('close', (code, signal) => {
+      clearTimeout(timer)
+      if (code === 0) resolve(stdout)
+      else reject(new Error(`the quickstart ended ${signal ?? `with exit code ${code}`}:\n${stderr}\n${stdout}`))
+    })
+  })
+}
+
+/**
+ * Ends the process group a quickstart ran in, with what it left in the background. SIGTERM first;
+ * `npm exec` outlives it with its `sh -c` children, so what is left after a moment is killed.
+ */
+async function endGroup(group: number): Promise<void> {
+  const signal = (name: NodeJS.Signals | 0) => {
+    try {
+      process.kill(-group, name)
+      return true
+    } catch {
+      return false // the group has ended
+    }
+  }
+  if (!signal('SIGTERM')) return
+  for (let tries = 0; tries < 20 && signal(0); tries++) await sleep(100)
+  signal('SIGKILL')
 }
 
 describe('README quickstart (point 12)', () => {
@@ -50,19 +92,8 @@ describe('README quickstart (point 12)', () => {
         .replaceAll(/\b(listen|receiver)\.log\b/g, (file) => join(dir, file))
     // Not pipefail: `curl … | head -c 30` ends curl with SIGPIPE, as it would in anyone's shell.
     const script = steps.map((step, i) => `echo; echo "@@@ ${i}"\n${local(step.command)}`)
-    // In a process group of its own, with the receiver and listen it starts in the background,
-    // which run on until the group is ended.
-    const options = { cwd: ROOT, env, timeout: 100_000, detached: true }
-    const running = promisify(execFile)('bash', ['-eu', '-c', script.join('\n')], options)
-    const group = running.child.pid as number
-    t.after(() => {
-      try {
-        process.kill(-group, 'SIGTERM')
-      } catch {
-        // The group has ended.
-      }
-    })
-    const { stdout } = await running
+    // The receiver and listen it starts in the background run on until the test ends its group.
+    const stdout = await runQuickstart(t, script.join('\n'), { env, timeoutMs: 100_000 })
     const outputs = stdout.split(/^@@@ \d+\n/m).slice(1)
     assert.equal(outputs.length, steps.length)
     steps.forEach((step, i) => {
@@ -101,21 +132,9 @@ describe('README quickstart (point 12)', () => {
         .replaceAll('127.0.0.1:4000', `127.0.0.1:${receiverPort}`)
         .replaceAll('receiver.log', join(dir, 'receiver.log'))
     const script = steps.map((step, i) => `echo; echo "@@@ ${i}"\n${local(step.command)}`)
-    // In a process group of its own, with the receiver it starts in the background: that receiver
-    // stops after one delivery, and should none come, ending the group ends it. (A pkill by name
-    // would also end the other database's run of this test, whose script names the receiver too.)
-    // execFile hands `detached` to spawn, though its options type does not list it.
-    const options = { cwd: ROOT, env: { ...env, API_KEY: apiKey }, timeout: 60_000, detached: true }
-    const running = run('bash', ['-eu', '-c', script.join('\n')], options)
-    const group = running.child.pid as number
-    t.after(() => {
-      try {
-        process.kill(-group, 'SIGTERM')
-      } catch {
-        // The group has ended: the receiver got its one delivery.
-      }
-    })
-    const { stdout } = await running
+    // The receiver it starts in the background stops after one delivery; should none come, the
+    // test ends its group. (A pkill by name would also end another run of this test.)
+    const stdout = await runQuickstart(t, script.join('\n'), { env: { ...env, API_KEY: apiKey }, timeoutMs: 60_000 })
     const outputs = stdout.split(/^@@@ \d+\n/m).slice(1)
     assert.equal(outputs.length, steps.length)
     steps.forEach((step, i) => {

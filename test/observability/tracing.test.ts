@@ -169,7 +169,9 @@ describe('Traces (OpenTelemetry, OTLP/HTTP)', () => {
       const found = otlp.spans.filter((s) => s.traceId === remote.traceId)
       return found.some((s) => s.name === 'POST /v1/pets') ? found : null
     })
-    assert.ok(otlp.requests.every((r) => r.url === '/v1/traces' && r.type === 'application/json'))
+    // Only what reached /v1/traces: on a busy machine another file's process may knock on a port reused.
+    const exports = otlp.requests.filter((r) => r.url === '/v1/traces')
+    assert.deepEqual([...new Set(exports.map((r) => `${r.method} ${r.type}`))], ['POST application/json'])
     const request = spans.find((s) => s.name === 'POST /v1/pets')
     assert.ok(request)
     assert.equal(request.serviceName, 'store-under-test')
