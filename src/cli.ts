@@ -451,6 +451,10 @@ export async function main(argv: string[], io: Io = {}): Promise<number> {
       written.catch(() => {})
       return written
     }
+    if (argv[0] === 'listen' && argv.slice(1).some((arg) => arg === '--help' || arg === '-h')) {
+      await print(`Usage: animal-store listen …\n${LISTEN_USAGE}\nMore: docs/webhooks.md, "Listen on your machine".`)
+      return 0
+    }
     if (argv[0] === 'listen') {
       const { listen } = await import('./listen.ts')
       await untilStopped(io.signal, (signal) =>

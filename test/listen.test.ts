@@ -147,6 +147,16 @@ describe('animal-store listen', () => {
     }
   })
 
+  it('--help or -h prints its usage, and exits 0', async () => {
+    for (const help of ['--help', '-h']) {
+      const run = await runCli(['listen', '--forward-to', 'http://127.0.0.1:3000/hook', help], {})
+      assert.deepEqual([run.code, run.stderr], [0, ''], help)
+      assert.match(run.stdout, /^Usage: animal-store listen/, help)
+      assert.match(run.stdout, /--forward-to <url>/, help)
+      assert.match(run.stdout, /--print-secret/, help)
+    }
+  })
+
   it("exits 1 with the server's message when the event to resume after is not kept (410) or the key is refused (401)", async (t) => {
     const { app, newKey } = await build(t, WEBHOOKS)
     const api = await app.listen({ port: 0, host: '127.0.0.1' })
