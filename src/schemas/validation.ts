@@ -130,10 +130,17 @@ function describe(part: string, error: ErrorObject): string {
     case 'maxLength':
       return `${field} must be at most ${p.limit} characters long`
     case 'format':
-      if (p.format === 'date-time') return `${field} must be a date and time such as 2026-11-22T12:00:00Z (RFC 3339)`
+      if (p.format === 'date-time') {
+        // A `+01:00` offset sent unencoded in a URL arrives as a space.
+        const plus = part === 'query' && typeof error.data === 'string' && error.data.includes(' ')
+        return `${field} must be a date and time such as 2026-11-22T12:00:00Z (RFC 3339)${plus ? '; in a URL, write + as %2B' : ''}`
+      }
       return `${field} ${error.message ?? 'is invalid'}`
-    case 'pattern':
-      return `${field} is invalid${schema.description ? `: ${schema.description}` : ''}`
+    case 'pattern': {
+      // A query parameter's value is the client's own, typed in a URL: say which one was refused.
+      const value = part === 'query' && typeof error.data === 'string' ? ` ("${shown(error.data)}")` : ''
+      return `${field}${value} is invalid${schema.description ? `: ${schema.description}` : ''}`
+    }
     case 'minItems':
       return `${field} must have at least ${p.limit} item${p.limit === 1 ? '' : 's'}`
     case 'maxItems':

@@ -172,19 +172,25 @@ describe('Events (experimental)', () => {
   it('refuses bad input with a 400 JSON error naming it, never a 5xx', async () => {
     const { call } = await setUp(await shared())
     for (const [query, message] of [
-      ['type=pet.adopted', /^query\.type is invalid: Only events of these types/],
-      ['type=order.placed,', /^query\.type is invalid/],
-      ['type=Order.placed', /^query\.type is invalid/],
-      ['type=order.**', /^query\.type is invalid/],
-      ['type=*', /^query\.type is invalid/],
+      ['type=pet.adopted', /^query\.type \("pet\.adopted"\) is invalid: Only events of these types/],
+      ['type=order.placed,', /^query\.type \("order\.placed,"\) is invalid/],
+      ['type=Order.placed', /^query\.type \("Order\.placed"\) is invalid/],
+      ['type=order.**', /^query\.type \("order\.\*\*"\) is invalid/],
+      ['type=*', /^query\.type \("\*"\) is invalid/],
       [`type=${'order.placed,'.repeat(50)}order.placed`, /^query\.type must be at most 500 characters long$/],
       ['type=order.placed&type=message.created', /^query\.type must be given once$/],
-      ['createdAfter=yesterday', /^query\.createdAfter must be a date and time such as 2026-11-22T12:00:00Z/],
+      [
+        'createdAfter=yesterday',
+        /^query\.createdAfter must be a date and time such as 2026-11-22T12:00:00Z \(RFC 3339\)$/,
+      ],
       ['createdAfter=2026-02-30T00:00:00Z', /^query\.createdAfter must be a date and time/],
       ['createdAfter=2026-11-22', /^query\.createdAfter must be a date and time/],
       ['createdAfter=2026-11-22T12:00:00', /^query\.createdAfter must be a date and time/],
       // A + not written as %2B arrives as a space.
-      ['createdAfter=2026-11-22T12:00:00+01:00', /^query\.createdAfter must be a date and time/],
+      [
+        'createdAfter=2026-11-22T12:00:00+01:00',
+        /^query\.createdAfter must be a date and time.*; in a URL, write \+ as %2B$/,
+      ],
       ['createdAfter=%2B275760-09-13T00:00:00Z', /^query\.createdAfter must be a date and time/],
       ['createdAfter=99999-01-01T00:00:00Z', /^query\.createdAfter must be a date and time/],
       ['createdAfter=0000-01-01T00:00:00Z', /^query\.createdAfter must be a date and time/],
