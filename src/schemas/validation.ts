@@ -131,8 +131,8 @@ function describe(part: string, error: ErrorObject): string {
       return `${field} must be at most ${p.limit} characters long`
     case 'format':
       if (p.format === 'date-time') {
-        // A `+01:00` offset sent unencoded in a URL arrives as a space.
-        const plus = part === 'query' && typeof error.data === 'string' && error.data.includes(' ')
+        // A `+01:00` offset sent unencoded in a URL arrives as a space before it.
+        const plus = part === 'query' && typeof error.data === 'string' && / \d\d:\d\d$/.test(error.data)
         return `${field} must be a date and time such as 2026-11-22T12:00:00Z (RFC 3339)${plus ? '; in a URL, write + as %2B' : ''}`
       }
       return `${field} ${error.message ?? 'is invalid'}`

@@ -191,6 +191,11 @@ describe('Events (experimental)', () => {
         'createdAfter=2026-11-22T12:00:00+01:00',
         /^query\.createdAfter must be a date and time.*; in a URL, write \+ as %2B$/,
       ],
+      // A space elsewhere is no offset: no word of %2B.
+      [
+        'createdAfter=2026-11-22%2012:00:00Z',
+        /^query\.createdAfter must be a date and time such as 2026-11-22T12:00:00Z \(RFC 3339\)$/,
+      ],
       ['createdAfter=%2B275760-09-13T00:00:00Z', /^query\.createdAfter must be a date and time/],
       ['createdAfter=99999-01-01T00:00:00Z', /^query\.createdAfter must be a date and time/],
       ['createdAfter=0000-01-01T00:00:00Z', /^query\.createdAfter must be a date and time/],
