@@ -411,6 +411,10 @@ ${limits.join('\n\n')}
   SHA-256 in a table, one log line per request at \`LOG_LEVEL=info\`, Node's default options. It is
   seeded with the same pets, pinned and measured as the service, and serves list20, list100, get,
   unauthorized, post and mix only (the run skips it on the others).
+- **Floor:** \`BENCH_TARGETS=…,fastify-floor,ceiling\` adds bench/fastify-floor.ts, Fastify 5 answering
+  with the same captured responses as the ceiling through routes of the service's shapes, with no
+  hook, schema, log or store: what any Fastify app spends per request. Its ratio is the framework's
+  floor; what the service spends beyond it is its own stages (the CPU budget by stage).
 - **Workloads**, each with a valid key unless said: ${workloads.map((w) => `**${w.name}** ${w.description}`).join('; ')}.
   The service runs with \`RATE_LIMIT=1000000000\` and \`AUTH_FAILURE_LIMIT=1000000\`: the limiters
   count every request, as in production, but refuse only where a workload means them to.
@@ -452,7 +456,10 @@ ${limits.join('\n\n')}
   }
 - **Rounds:** ${settings.rounds} rounds, each on every target started afresh (a new process on a new,
   seeded database): two starts of the same server can differ by 15% in CPU per request for as long
-  as they run, so the medians are over ${settings.rounds} starts, not one start's luck. Each round
+  as they run, so the medians are over ${settings.rounds} starts, not one start's luck. Where a workload
+  reads any seeded pet (get, mix, mix-orders), each target first gets every seeded pet once, as a
+  service that has run a while holds what it serves (a few seconds of warm-up would leave a uniform
+  draw over ${settings.pets} ids mostly missing). Each round
   warms every workload up on every target for ${settings.warmupSeconds} s, then runs every workload
   on every target in turn (A B A B…), so a slow moment of the machine hits both sides.
 - **Figures:** req/s, p50 and p99 are medians over the rounds; the ratio is the median of each

@@ -38,7 +38,7 @@ import {
   withSection,
 } from './common.ts'
 import { type Measurement, report } from './document.ts'
-import { measure, memoryMb, WORKLOADS, type Workload } from './measure.ts'
+import { measure, memoryMb, READS_EVERY_PET, readEverySeededPet, WORKLOADS, type Workload } from './measure.ts'
 import { adminQuery, skipPostgres } from './postgres.ts'
 import { stageTable, stageTimes } from './stages.ts'
 import { measureStreams, STREAM_TARGETS, STREAMS, streamsSection } from './streams.ts'
@@ -171,8 +171,8 @@ await main('bench', async () => {
   if (onlyStreams) targets = targets.filter((t) => STREAM_TARGETS.includes(t))
   else if (!targets.includes('ceiling') || kind('service').length === 0)
     throw new Error('BENCH_TARGETS needs "ceiling" and a service target')
-  // The service first (the first one's answers are the ceiling's), then the peer, the ceiling last.
-  else targets = [...kind('service'), ...kind('peer'), 'ceiling']
+  // The service first (the first one's answers are the ceiling's), then the peer and the floor, the ceiling last.
+  else targets = [...kind('service'), ...kind('peer'), ...kind('floor'), 'ceiling']
   ensureTools()
   const postgres = targets.filter((t) => TARGETS[t]?.database === 'postgres')
   const skipped = await skipPostgres(
@@ -230,7 +230,7 @@ await main('bench', async () => {
     for (const name of targets) {
       const target = TARGETS[name]
       if (!target) continue
-      if (target.kind === 'ceiling' && !context.fixturesFile) {
+      if ((target.kind === 'floor' || target.kind === 'ceiling') && !context.fixturesFile) {
         context.fixturesFile = join(context.dir, 'fixtures.json')
         // Every route, not only the selected workloads': the ceiling answers them all.
         const first = running.values().next().value as RunningTarget
@@ -254,6 +254,9 @@ await main('bench', async () => {
         live,
         workloads.filter((w) => serves(target, w)),
       )
+      if (workloads.some((w) => READS_EVERY_PET.has(w.name) && serves(target, w))) {
+        await readEverySeededPet(live, settings.pets)
+      }
       running.set(name, live)
     }
     if (settings.warmupSeconds > 0) {

@@ -57,8 +57,8 @@ export interface RunningTarget {
 
 export interface Target {
   label: string
-  /** The service (the ceiling replays its answers), the peer (bench/peer.ts), or the ceiling. */
-  kind: 'service' | 'peer' | 'ceiling'
+  /** The service (the floor and the ceiling replay its answers), the peer (bench/peer.ts), the floor or the ceiling. */
+  kind: 'service' | 'peer' | 'floor' | 'ceiling'
   database?: 'sqlite' | 'postgres'
   /** The workloads it can serve, when not all (the peer has no orders, messages or rate limits). */
   workloads?: string[]
@@ -336,6 +336,24 @@ const ceiling: Target = {
   },
 }
 /**
+ * bench/fastify-floor.ts: Fastify replaying the same answers, checking nothing: the framework's
+ * floor, pinned and measured like the service.
+ */
+const fastifyFloor: Target = {
+  label: 'floor (bare Fastify)',
+  kind: 'floor',
+  async start(context) {
+    const port = await freePort()
+    const script = [join(import.meta.dirname, 'fastify-floor.ts'), context.fixturesFile as string]
+    const server = start(context.serverCpu, process.execPath, [...(context.nodeArgs ?? []), ...script], {
+      ...process.env,
+      PORT: String(port),
+    })
+    const live = await running(server, port, 'as_test_unchecked', context.serverCpu)
+    return { ...live, limited: { ...live, key: CEILING_LIMITED_KEY } }
+  },
+}
+/**
  * bench/peer.ts, plain Fastify and node:sqlite with no cache, on a database of its own seeded with
  * the same pets, and a key of its own; pinned and measured like the service.
  */
@@ -383,6 +401,8 @@ export const TARGETS: Record<string, Target> = {
   ...serviceTargets(ROOT),
   // Not run by default: a plain Fastify + node:sqlite server, the reference without our features.
   peer,
+  // Not run by default: bare Fastify replaying the service's answers, the framework's floor.
+  'fastify-floor': fastifyFloor,
   ceiling,
 }
 
