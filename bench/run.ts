@@ -224,6 +224,12 @@ await main('bench', async () => {
   if (base) log(`bench: this checkout ${head}; base (BENCH_BASE=${base.root}) ${base.commit}`)
   log(`bench: a 16 KiB write and fsync takes ${disk.wallMicros.toFixed(0)} µs (${disk.cpuMicros.toFixed(0)} µs of CPU)`)
 
+  /**
+   * Requests each target served in the profiled round beyond those measured (probes, pets read
+   * before it, warm-up): its profile holds their CPU too, so the budget per request counts them.
+   */
+  const unmeasured = new Map<string, number>()
+  const served = (name: string, requests: number) => unmeasured.set(name, (unmeasured.get(name) ?? 0) + requests)
   /** Every target afresh each round: two starts of one server can differ by 15% in CPU per request. */
   const startAll = async (measured: boolean) => {
     const running = new Map<string, RunningTarget>()
@@ -256,6 +262,7 @@ await main('bench', async () => {
       )
       if (workloads.some((w) => READS_EVERY_PET.has(w.name) && serves(target, w))) {
         await readEverySeededPet(live, settings.pets)
+        if (measured) served(name, settings.pets)
       }
       running.set(name, live)
     }
@@ -263,7 +270,10 @@ await main('bench', async () => {
       log(`bench: warming up, ${settings.warmupSeconds} s per workload and target`)
       for (const w of workloads)
         for (const [name, live] of running)
-          if (serves(TARGETS[name], w)) await measure(settings, live, w, settings.warmupSeconds, settings.pets)
+          if (serves(TARGETS[name], w)) {
+            const warm = await measure(settings, live, w, settings.warmupSeconds, settings.pets)
+            if (measured) served(name, warm.result.requests)
+          }
     }
     return running
   }
@@ -316,7 +326,9 @@ await main('bench', async () => {
   })
   process.stdout.write(`\n${summary}\n`)
   if (streamed) process.stdout.write(`\n${streamed.summary}\n`)
-  const budget = settings.profileDir ? stageBudget(settings.profileDir, running, measurements, settings.rounds) : ''
+  const budget = settings.profileDir
+    ? stageBudget(settings.profileDir, running, measurements, settings.rounds, unmeasured)
+    : ''
   if (budget) process.stdout.write(`\n${budget}\n`)
   writeDoc((doc) => {
     // The growth section belongs to `npm run bench:growth`: keep it as it is; the streams section too when not measured.
@@ -334,7 +346,13 @@ await main('bench', async () => {
  * The CPU budget by stage of each profiled service (BENCH_PROFILE): its main thread's profile of
  * the last round, over the requests it served then (bench/stages.ts).
  */
-function stageBudget(dir: string, running: Map<string, RunningTarget>, measurements: Measurement[], round: number) {
+function stageBudget(
+  dir: string,
+  running: Map<string, RunningTarget>,
+  measurements: Measurement[],
+  round: number,
+  unmeasured: Map<string, number>,
+) {
   const sections: string[] = []
   for (const [name, live] of running) {
     if (!TARGETS[name] || TARGETS[name].kind === 'ceiling') continue
@@ -346,7 +364,7 @@ function stageBudget(dir: string, running: Map<string, RunningTarget>, measureme
       for (const [stage, ms] of stageTimes(JSON.parse(readFileSync(join(dir, file), 'utf8'))))
         times.set(stage, (times.get(stage) ?? 0) + ms)
     const served = measurements.filter((m) => m.target === name && m.round === round)
-    const requests = served.reduce((sum, m) => sum + m.result.requests, 0)
+    const requests = served.reduce((sum, m) => sum + m.result.requests, unmeasured.get(name) ?? 0)
     sections.push(
       `**${TARGETS[name].label}** (${served.map((m) => m.workload).join(', ')}; ${requests} requests):\n\n${stageTable(times, requests)}`,
     )
