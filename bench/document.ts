@@ -134,6 +134,47 @@ function targetsLine(rows: Row[], workloads: Workload[], target: string): string
   return `${met} of ${clauses.length} targets met: ${clauses.map(([ok, text]) => `${text}: ${ok ? 'met' : 'not met'}`).join('; ')}.`
 }
 
+/**
+ * What no change to the service's own code goes below, per workload: the ceiling's CPU per request
+ * (node:http and the socket), bare Fastify's (the framework), and the service's beyond it (its own
+ * stages); writes on SQLite add the disk's commit. Empty without the ceiling and the floor target.
+ */
+function floorsSection(rows: Row[], targets: string[], disk: { cpuMicros: number }, label: (t: string) => string) {
+  const services = targets.filter((t) => TARGETS[t]?.kind === 'service')
+  const micros = (target: string, workload: string) =>
+    rows.find((r) => r.target === target && r.workload === workload)?.usage.serviceMicros
+  const lines = [...new Set(rows.map((r) => r.workload))].flatMap((workload) => {
+    const [ceiling, floor] = [micros('ceiling', workload), micros('fastify-floor', workload)]
+    if (ceiling === undefined || floor === undefined) return []
+    return [
+      [
+        workload,
+        fixed(ceiling),
+        fixed(floor),
+        ...services.map((t) => {
+          const own = micros(t, workload)
+          return own === undefined ? '' : `${fixed(own)} (+${fixed(own - floor)})`
+        }),
+      ],
+    ]
+  })
+  if (lines.length === 0) return ''
+  const header = ['workload', 'ceiling (node:http)', 'floor (bare Fastify)', ...services.map(label)]
+  return `### Floors
+
+CPU per request of the service's processes, in µs (medians over the rounds, from the table above),
+next to what serving the same answers costs with nothing of ours: the ceiling is node:http and the
+socket (parsing, one write(2) that wakes wrk), the floor is bare Fastify on top of it; in brackets,
+what the service spends beyond the floor, which is its own stages (auth, rate limit, wire guards,
+cache, store, log, serialization: the CPU budget by stage below, with \`BENCH_PROFILE\`). A write on
+SQLite also waits for its commit: with \`synchronous=FULL\` each commit costs at least the disk's
+fsync, ${fixed(disk.cpuMicros)} µs of CPU here, on the service's core; a POST alone in its batch (the
+mix's) pays it whole, one of sixteen in a batch pays a sixteenth. On PostgreSQL the commit is the
+database's CPU, in the PostgreSQL column of the table above.
+
+${markdownTable(header, lines, 1)}`
+}
+
 function cpuTable(rows: Row[], running: Map<string, RunningTarget>, label: (t: string) => string): string {
   const header =
     'workload|target|server CPUs|PostgreSQL CPUs|service CPU|service µs/req|PostgreSQL CPU|PostgreSQL µs/req|wrk CPU|busy per core|executing / open connections'.split(
@@ -257,7 +298,9 @@ export function report(input: ReportInput): { markdown: string; summary: string 
     : ''
   const verdict = `${warning}${targetsLine(rows, workloads, primary)}`
   const markdown = table(rows, label)
-  const cpu = cpuTable(rows, running, label)
+  const cpu = [cpuTable(rows, running, label), floorsSection(rows, targets, input.disk, label)]
+    .filter(Boolean)
+    .join('\n\n')
   // The limit of a PostgreSQL target under the workloads that reach PostgreSQL on every request.
   const limits = rows
     .filter((r) => postgres.includes(r.target) && ['list20', 'post'].includes(r.workload))
