@@ -13,6 +13,8 @@ export interface Measurement {
   /** Highest RSS seen during the run, MB, over the target's processes. */
   rssMb: number
   usage: Usage
+  /** Run under --cpu-prof (BENCH_PROFILE's round): the profiler's samples swell its RSS. */
+  profiled?: boolean
 }
 
 type Row = ReturnType<typeof summarise>[number]
@@ -57,7 +59,10 @@ function summarise(measurements: Measurement[], workloads: Workload[], targets: 
         p99: of((r) => r.p99),
         non2xx: sum((r) => r.non2xx),
         socketErrors: sum((r) => r.socketErrors),
-        rssMb: Math.max(...runs.map((r) => r.rssMb)),
+        // A profiled round's RSS holds the profiler's samples: the others' say what the service holds.
+        rssMb: Math.max(
+          ...(runs.some((r) => !r.profiled) ? runs.filter((r) => !r.profiled) : runs).map((r) => r.rssMb),
+        ),
         usage: medianUsage(runs.map((r) => r.usage)),
       }
     })
@@ -515,7 +520,8 @@ ${limits.join('\n\n')}
 - **Figures:** req/s, p50 and p99 are medians over the rounds; the ratio is the median of each
   round's service/ceiling ratio; non-2xx and socket errors are totals over the rounds; RSS is the
   highest VmRSS of the server process (summed over a cluster's primary and workers), sampled every
-  100 ms during the runs. Of the RSS, about
+  100 ms during the runs, leaving out the round run under \`BENCH_PROFILE\` (the profiler's samples
+  swell it) when there are others. Of the RSS, about
   ${fileBacked} maps files (mostly the node executable, shared between Node processes).
 - **Logging:** the \`${label(primary)}\` rows run the service as in production, one JSON log line
   per request at \`LOG_LEVEL=info\`, with stdout sent to /dev/null (a pipe or a file would add the cost

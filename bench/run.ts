@@ -290,7 +290,8 @@ await main('bench', async () => {
         // The peer serves only some workloads: it skips the others.
         if (!serves(TARGETS[name], w)) continue
         const m = await measure(settings, live, w, settings.seconds, settings.pets)
-        measurements.push({ target: name, workload: w.name, round, ...m })
+        const profiled = Boolean(settings.profileDir) && round === settings.rounds
+        measurements.push({ target: name, workload: w.name, round, profiled, ...m })
         const { result: r, usage: u } = m
         log(
           `round ${round}/${settings.rounds} ${w.name.padEnd(12)} ${name.padEnd(15)} ${r.requestsPerSecond.toFixed(0).padStart(6)} req/s` +
