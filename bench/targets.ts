@@ -319,13 +319,13 @@ export async function startPostgres(context: Context, schema: BenchSchema, worke
   })
 }
 
-/** A bare node:http server answering with a service's captured responses (bench/ceiling.ts). */
-const ceiling: Target = {
-  label: 'ceiling (bare node:http)',
-  kind: 'ceiling',
+/** A server replaying a service's captured responses (the fixtures file), checking nothing. */
+const replaying = (label: string, kind: 'floor' | 'ceiling', file: string): Target => ({
+  label,
+  kind,
   async start(context) {
     const port = await freePort()
-    const script = [join(import.meta.dirname, 'ceiling.ts'), context.fixturesFile as string]
+    const script = [join(import.meta.dirname, file), context.fixturesFile as string]
     const server = start(context.serverCpu, process.execPath, [...(context.nodeArgs ?? []), ...script], {
       ...process.env,
       PORT: String(port),
@@ -334,25 +334,14 @@ const ceiling: Target = {
     const live = await running(server, port, 'as_test_unchecked', context.serverCpu)
     return { ...live, limited: { ...live, key: CEILING_LIMITED_KEY } }
   },
-}
+})
+/** A bare node:http server answering with a service's captured responses (bench/ceiling.ts). */
+const ceiling = replaying('ceiling (bare node:http)', 'ceiling', 'ceiling.ts')
 /**
- * bench/fastify-floor.ts: Fastify replaying the same answers, checking nothing: the framework's
- * floor, pinned and measured like the service.
+ * bench/fastify-floor.ts: Fastify replaying the same answers: the framework's floor, pinned and
+ * measured like the service.
  */
-const fastifyFloor: Target = {
-  label: 'floor (bare Fastify)',
-  kind: 'floor',
-  async start(context) {
-    const port = await freePort()
-    const script = [join(import.meta.dirname, 'fastify-floor.ts'), context.fixturesFile as string]
-    const server = start(context.serverCpu, process.execPath, [...(context.nodeArgs ?? []), ...script], {
-      ...process.env,
-      PORT: String(port),
-    })
-    const live = await running(server, port, 'as_test_unchecked', context.serverCpu)
-    return { ...live, limited: { ...live, key: CEILING_LIMITED_KEY } }
-  },
-}
+const fastifyFloor = replaying('floor (bare Fastify)', 'floor', 'fastify-floor.ts')
 /**
  * bench/peer.ts, plain Fastify and node:sqlite with no cache, on a database of its own seeded with
  * the same pets, and a key of its own; pinned and measured like the service.
