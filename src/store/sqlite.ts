@@ -149,7 +149,7 @@ export class SqliteStore implements T.Store {
   /**
    * The pet change feed's own connection, with no file mapping: after each commit of another
    * connection, a look through a mapped connection cost 2.5 times as much (57 against 23 µs), and
-   * a look follows every commit (decision 127).
+   * a look follows every commit (decision 119).
    */
   #feed: DatabaseSync
   #feedSql: ReturnType<typeof prepareFeed>
