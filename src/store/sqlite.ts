@@ -149,10 +149,9 @@ export class SqliteStore implements T.Store {
   /**
    * The pet change feed's own connection, with no file mapping: after each commit of another
    * connection, a look through a mapped connection cost 2.5 times as much (57 against 23 µs), and
-   * a look follows every commit (decision 119).
+   * a look follows every commit (decision 119). Opened at the first look: the CLI never looks.
    */
-  #feed: DatabaseSync
-  #feedSql: ReturnType<typeof prepareFeed>
+  #feed: { db: DatabaseSync; sql: ReturnType<typeof prepareFeed> } | null = null
   /** The writer thread; null when this store writes directly. */
   #writer: Worker | null = null
   /** Commits a batch on this thread's connection, when this store writes directly (StoreOptions.direct). */
@@ -197,9 +196,6 @@ export class SqliteStore implements T.Store {
     // Taken once the -wal and -shm files exist (the migration's first access made them).
     this.#identity = filesIdentity(path)
     this.#sql = prepareReads(this.#db)
-    this.#feed = new DatabaseSync(path)
-    this.#feed.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`)
-    this.#feedSql = prepareFeed(this.#feed)
     if (direct) {
       this.#direct = batchCommitter(this.#db, path)
       this.#ready = Promise.resolve()
@@ -277,7 +273,7 @@ export class SqliteStore implements T.Store {
         writer.postMessage('close')
         await exited
       }
-      this.#feed.close()
+      this.#feed?.db.close()
       this.#db.close()
     })()
     return this.#closing
@@ -336,20 +332,19 @@ export class SqliteStore implements T.Store {
   #feedQuiet: { dataVersion: number; cursor: string } | null = null
 
   petChanges(cursor: string | null): T.PetFeed {
-    const newest = () => String((this.#feedSql.lastPetChange.get() as { seq: number | null }).seq ?? 0)
+    const feed = this.#feedStatements()
+    const newest = () => String((feed.lastPetChange.get() as { seq: number | null }).seq ?? 0)
     if (cursor === null) return { changes: [], cursor: newest(), reset: false }
     // data_version moves with every commit of another connection (the writer thread's, the main
     // connection's when it writes directly, another process's): read before the look.
-    const dataVersion = (this.#feedSql.dataVersion.get() as { data_version: number }).data_version
+    const dataVersion = (feed.dataVersion.get() as { data_version: number }).data_version
     const quiet = this.#feedQuiet
     if (quiet !== null && quiet.cursor === cursor && quiet.dataVersion === dataVersion) {
       return { changes: [], cursor, reset: false }
     }
     // A look up the primary key from the cursor: a few µs when nothing changed.
     const after = Number(cursor)
-    const rows = this.#feedSql.petChangesAfter.all(after, PET_FEED_PAGE + 1) as unknown as (T.PetChange & {
-      seq: number
-    })[]
+    const rows = feed.petChangesAfter.all(after, PET_FEED_PAGE + 1) as unknown as (T.PetChange & { seq: number })[]
     if (rows.length === 0) {
       this.#feedQuiet = { dataVersion, cursor }
       return { changes: [], cursor, reset: false }
@@ -362,6 +357,17 @@ export class SqliteStore implements T.Store {
     // Read after dataVersion: a commit after these rows moves it, and the next look reads again.
     this.#feedQuiet = { dataVersion, cursor: String(last) }
     return { changes: rows.map(({ petId, from, to }) => ({ petId, from, to })), cursor: String(last), reset: false }
+  }
+
+  #feedStatements(): ReturnType<typeof prepareFeed> {
+    if (this.#feed === null) {
+      // After close, fail as a look through a closed connection did, rather than open one left open.
+      if (!this.#db.isOpen) throw new DatabaseUnavailableError('The store is closed')
+      const db = new DatabaseSync(this.#path)
+      db.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`)
+      this.#feed = { db, sql: prepareFeed(db) }
+    }
+    return this.#feed.sql
   }
 
   // ─── ORDERS ────────────────────────────────────────────────────────────────────────────────
