@@ -17,8 +17,9 @@ const answer = (name: string) => {
 }
 
 const app = Fastify({ logger: false })
+const [list20, list100] = [answer('list20'), answer('list100')]
 app.get('/v1/pets', (request, reply) =>
-  answer((request.query as Record<string, string>).status ? 'list100' : 'list20')(request, reply),
+  ((request.query as Record<string, string>).status ? list100 : list20)(request, reply),
 )
 app.get('/v1/pets/:id', answer('get'))
 app.post('/v1/pets', answer('post'))

@@ -27,6 +27,8 @@ export interface Workload {
   probes?: Probe[]
   /** It orders pets: the service targets get available pets seeded for it (BENCH_ORDER_PETS). */
   orders?: boolean
+  /** It reads any seeded pet: each target reads every one first (readEverySeededPet). */
+  readsSeededPets?: boolean
   /** Which key it sends: the target's (default), a well-formed unknown one, or one past its rate limit. */
   key?: 'unknown' | 'limited'
   /** The status most of its answers have by design (the race's 409s): not counted as failures. */
@@ -208,7 +210,7 @@ export const WORKLOADS: Workload[] = [
     path: '/v1/pets?limit=100&status=available',
     target: 0.3,
   },
-  { name: 'get', description: 'GET /v1/pets/{id}, random seeded id', ...get, target: 0.6 },
+  { name: 'get', description: 'GET /v1/pets/{id}, random seeded id', ...get, target: 0.6, readsSeededPets: true },
   {
     name: 'unauthorized',
     description: 'the same GET with a well-formed key that is in no database (401)',
@@ -282,6 +284,7 @@ export const WORKLOADS: Workload[] = [
     script: join(LUA, 'mix.lua'),
     scriptArgs: (key, pets) => [key, `${pets}`],
     target: 0.45,
+    readsSeededPets: true,
     probes: [],
   },
   {
@@ -291,6 +294,7 @@ export const WORKLOADS: Workload[] = [
     path: '/v1/pets',
     script: join(LUA, 'mix-orders.lua'),
     scriptArgs: (key, pets, live) => [key, `${pets}`, String(live.orderPets?.next ?? 1)],
+    readsSeededPets: true,
     // An order placed and canceled: the cancel is the ceiling's answer to any …/cancel.
     probes: [
       { ...placeOrder, fixture: 'placed' },
@@ -451,9 +455,6 @@ export async function measure(
   return { result, rssMb: Math.max(peak, memoryMb(live.pids)), contention: waited(), usage: full, note }
 }
 
-/** Workloads whose reads go to any seeded pet: they measure a cache that has met them (readEverySeededPet). */
-export const READS_EVERY_PET = new Set(['get', 'mix', 'mix-orders'])
-
 /**
  * GET /v1/pets/1…pets once each, 16 at a time, before a round is measured: a service that has run a
  * while holds the pets it serves, and the few seconds of a warm-up would leave a uniform draw over
@@ -461,28 +462,9 @@ export const READS_EVERY_PET = new Set(['get', 'mix', 'mix-orders'])
  * gets the same requests, the peer and the ceiling too.
  */
 export async function readEverySeededPet(live: RunningTarget, pets: number): Promise<void> {
-  const agent = new http.Agent({ keepAlive: true, maxSockets: 16 })
-  const { hostname, port } = new URL(live.baseUrl)
-  const read = (id: number) =>
-    new Promise<void>((resolve, reject) => {
-      const request = http.get(
-        { agent, hostname, port, path: `/v1/pets/${id}`, headers: { authorization: `Bearer ${live.key}` } },
-        (response) => {
-          response.resume()
-          response.on('end', () =>
-            response.statusCode === 200 ? resolve() : reject(new Error(`GET /v1/pets/${id}: ${response.statusCode}`)),
-          )
-        },
-      )
-      request.on('error', reject)
-    })
   let next = 1
   const reader = async () => {
-    while (next <= pets) await read(next++)
+    while (next <= pets) await api(live, `/v1/pets/${next++}`)
   }
-  try {
-    await Promise.all(Array.from({ length: 16 }, reader))
-  } finally {
-    agent.destroy()
-  }
+  await Promise.all(Array.from({ length: 16 }, reader))
 }

@@ -38,7 +38,7 @@ import {
   withSection,
 } from './common.ts'
 import { type Measurement, report } from './document.ts'
-import { measure, memoryMb, READS_EVERY_PET, readEverySeededPet, WORKLOADS, type Workload } from './measure.ts'
+import { measure, memoryMb, readEverySeededPet, WORKLOADS, type Workload } from './measure.ts'
 import { adminQuery, skipPostgres } from './postgres.ts'
 import { stageTable, stageTimes } from './stages.ts'
 import { measureStreams, STREAM_TARGETS, STREAMS, streamsSection } from './streams.ts'
@@ -260,7 +260,7 @@ await main('bench', async () => {
         live,
         workloads.filter((w) => serves(target, w)),
       )
-      if (workloads.some((w) => READS_EVERY_PET.has(w.name) && serves(target, w))) {
+      if (workloads.some((w) => w.readsSeededPets && serves(target, w))) {
         await readEverySeededPet(live, settings.pets)
         if (measured) served(name, settings.pets)
       }
