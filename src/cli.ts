@@ -451,11 +451,11 @@ export async function main(argv: string[], io: Io = {}): Promise<number> {
       written.catch(() => {})
       return written
     }
-    if (argv[0] === 'listen' && argv.slice(1).some((arg) => arg === '--help' || arg === '-h')) {
-      await print(`Usage: animal-store listen …\n${LISTEN_USAGE}\nMore: docs/webhooks.md, "Listen on your machine".`)
-      return 0
-    }
     if (argv[0] === 'listen') {
+      if (argv.slice(1).some((arg) => arg === '--help' || arg === '-h')) {
+        await print(`Usage: animal-store listen …\n${LISTEN_USAGE}\nMore: docs/webhooks.md, "Listen on your machine".`)
+        return 0
+      }
       const { listen } = await import('./listen.ts')
       await untilStopped(io.signal, (signal) =>
         listen(argv.slice(1), loadConfig(io.env), { env: io.env, print, signal }),
