@@ -157,7 +157,7 @@ function clock(): string {
 
 function receiverUrl(text: string | undefined): URL {
   if (text === undefined) {
-    throw new UsageError('--forward-to is required: the URL of your receiver, e.g. http://localhost:3000/hook.')
+    throw new UsageError('--forward-to is required: the URL of your receiver, e.g. http://127.0.0.1:4000/hook.')
   }
   const url = URL.canParse(text) ? new URL(text) : null
   if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
