@@ -183,6 +183,37 @@ describe('animal-store listen', () => {
     assert.match(run.stderr, /answered 404: .*EXPERIMENTAL_FEATURES=webhooks/)
   })
 
+  it('stops at SIGTERM with exit 0 after forwarding, whatever the garbage collector has done meanwhile', async (t) => {
+    const { app, newKey } = await build(t, WEBHOOKS)
+    const api = await app.listen({ port: 0, host: '127.0.0.1' })
+    const { secret: apiKey } = await newKey()
+    const hook = await receiver(t, await printedSecret(apiKey))
+    // A collection every 50 ms: what a long session meets sooner or later. Once seen: a stop that no
+    // longer reached the stream's read, which a collection had cut loose, and listen ran on.
+    const collecting = ['--expose-gc', '--import', 'data:text/javascript,setInterval(() => gc(), 50).unref()']
+    const args = [...collecting, 'bin/animal-store.ts', 'listen', '--forward-to', hook.url, '--url', api]
+    const listen = spawnNode(args, { API_KEY: apiKey })
+    t.after(() => listen.child.kill('SIGKILL'))
+    await until('listen ready', () => /^Ready: /m.test(listen.output.stdout) || listen.child.exitCode !== null, {
+      timeoutMs: 30_000,
+    })
+    for (let i = 0; i < 20; i++) {
+      const sent = await fetch(`${api}/v1/messages`, {
+        method: 'POST',
+        headers: { ...bearer(apiKey), 'content-type': 'application/json' },
+        body: JSON.stringify({ message: `#${i}` }),
+      })
+      assert.equal(sent.status, 202)
+    }
+    await until('every message forwarded', () => hook.verified.length >= 20, { timeoutMs: 30_000 })
+    await sleep(500) // collections while the stream waits for more
+
+    listen.child.kill('SIGTERM')
+    const exit = await Promise.race([listen.exited, sleep(10_000, null, { ref: false })])
+    assert.ok(exit, `listen did not exit within 10 s of SIGTERM:\n${listen.output.both}`)
+    assert.deepEqual([exit.code, exit.signal, exit.stderr], [0, null, ''])
+  })
+
   it('after a kill -9 of the server and its restart, under a steady flow of messages, has forwarded every accepted one, none twice', {
     timeout: 120_000,
   }, async (t) => {

@@ -282,8 +282,12 @@ export async function* streamEvents(
   let opened = false
   let failures = 0
   while (!signal?.aborted) {
+    // Not AbortSignal.any, whose signal its sources hold weakly: the caller's stop must reach the
+    // read, however long the stream lasts. This listener holds `connection` for as long as it runs.
     const connection = new AbortController()
-    const ended = signal ? AbortSignal.any([signal, connection.signal]) : connection.signal
+    const stop = () => connection.abort(signal?.reason)
+    signal?.addEventListener('abort', stop, { once: true })
+    const ended = connection.signal
     let idle: ReturnType<typeof setTimeout> | undefined
     const awake = () => {
       clearTimeout(idle)
@@ -310,14 +314,20 @@ export async function* streamEvents(
         options.onOpen?.({ reconnected: opened, lastEventId })
         opened = true
         failures = 0
-        const body = (result.data as ReadableStream<Uint8Array>).pipeThrough(new TextDecoderStream())
+        const body = (result.data as ReadableStream<Uint8Array>).pipeThrough(new TextDecoderStream()).getReader()
+        // The read ends when the connection does: undici follows the request's signal through a weak
+        // reference, which a collection can clear once the response is in; this listener is held.
+        connection.signal.addEventListener('abort', () => void body.cancel(connection.signal.reason).catch(() => {}), {
+          once: true,
+        })
         const parsed: Event[] = []
         const parser = createParser({
           onEvent(message) {
             parsed.push(JSON.parse(message.data) as Event)
           },
         })
-        for await (const chunk of body) {
+        for (let read = await body.read(); !read.done; read = await body.read()) {
+          const chunk = read.value
           awake()
           parser.feed(chunk)
           for (const event of parsed.splice(0)) {
@@ -328,7 +338,8 @@ export async function* streamEvents(
           }
           awake()
         }
-        reason = new Error('the server ended the stream')
+        if (signal?.aborted) return
+        reason = connection.signal.aborted ? connection.signal.reason : new Error('the server ended the stream')
       }
     } catch (error) {
       if (signal?.aborted) return
@@ -337,6 +348,7 @@ export async function* streamEvents(
       reason = connection.signal.aborted ? connection.signal.reason : error
     } finally {
       clearTimeout(idle)
+      signal?.removeEventListener('abort', stop)
       connection.abort()
     }
     if (signal?.aborted) return
