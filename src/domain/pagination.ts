@@ -49,7 +49,10 @@ export function cursorCodec(secret: string): CursorCodec {
         given.toString('base64url') === signature && Buffer.from(payload).toString('base64url') === encoded
       if (given.length !== MAC_BYTES || !canonical) throw invalid('is not valid')
       if (!timingSafeEqual(given, mac(payload))) throw invalid('is not valid')
-      const [afterId, issuedFor] = payload.split('.')
+      // The filter may hold dots (`type=order.placed`, a time): only the first one ends the id.
+      const dot = payload.indexOf('.')
+      const afterId = payload.slice(0, dot)
+      const issuedFor = payload.slice(dot + 1)
       if ((issuedFor || undefined) !== filter) throw invalid(`was issued for ${issued(issuedFor)}`)
       return Number(afterId)
     },

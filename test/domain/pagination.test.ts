@@ -9,6 +9,9 @@ describe('Pagination cursors (point 5)', () => {
   it('round-trips the position and the status filter', () => {
     assert.equal(codec.decode(codec.encode(42, undefined), undefined), 42)
     assert.equal(codec.decode(codec.encode(9007199254740991, 'sold'), 'sold'), 9007199254740991)
+    // Filters with dots: an event type, a time.
+    const filter = 'type=order.placed,order.canceled&createdAfter=2026-12-07T10:00:00.000Z'
+    assert.equal(codec.decode(codec.encode(7, filter), filter), 7)
   })
 
   it('is opaque: the cursor text does not show the id in clear', () => {
