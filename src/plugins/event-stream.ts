@@ -21,6 +21,8 @@ const REPLAY_PAGE = 200
 const RETRY_MS = 2000
 /** A client that does not read: past this much unsent, its stream is cut, and it resumes by Last-Event-ID. */
 const MAX_BACKLOG_BYTES = 1 << 20
+/** At a shutdown, how long a stream has to take its end before its connection is cut. */
+const END_GRACE_MS = 1000
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -41,6 +43,8 @@ interface Stream {
   position: FeedPosition
   /** Following the feed; until then, replaying from the store. */
   live: boolean
+  /** Ends it at once, with its connection. */
+  cut(): void
 }
 
 /** Whether the client asks for the stream (an EventSource sends `Accept: text/event-stream`). */
@@ -64,6 +68,10 @@ export default fp<{ config: Config }>(
     /** The open streams of each account: the feed hands an event only to its account's. */
     const byAccount = new Map<number, Set<Stream>>()
     const perKey = new Map<string, number>()
+    // Streams open and opening: the feed stops when none is left. Not `streams.size`: a stream still
+    // opening counts, or a refusal beside it would stop the feed it has just joined (and it would
+    // never go live).
+    let holders = 0
     // Where the feed stands: every event at or before it was handed to the live streams. Null while no stream is open.
     let position: FeedPosition | null = null
     let reading = false
@@ -202,11 +210,12 @@ export default fp<{ config: Config }>(
       }
       // The slot is taken before the first wait, so that streams opened at once cannot pass the bound together.
       perKey.set(keyId, held + 1)
+      holders++
       const release = () => {
         const left = (perKey.get(keyId) ?? 1) - 1
         if (left === 0) perKey.delete(keyId)
         else perKey.set(keyId, left)
-        if (streams.size === 0) stopFeed()
+        if (--holders === 0) stopFeed()
       }
       let start: FeedPosition
       try {
@@ -221,6 +230,7 @@ export default fp<{ config: Config }>(
         body: new PassThrough(),
         position: start,
         live: false,
+        cut: () => cut(),
       }
       streams.add(stream)
       const mine = byAccount.get(accountId) ?? new Set<Stream>()
@@ -235,6 +245,7 @@ export default fp<{ config: Config }>(
       const { socket } = request.raw
       const cut = () => {
         stream.body.destroy()
+        reply.raw.destroy()
         done()
       }
       reply.raw.once('close', cut)
@@ -260,8 +271,15 @@ export default fp<{ config: Config }>(
 
     app.decorate('eventStreams', { open })
     // Streams end cleanly when the instance stops: clients reconnect, elsewhere, with Last-Event-ID.
+    // One whose client has stopped reading would never finish, and hold the close up: cut after a while.
     app.addHook('preClose', (done) => {
-      for (const stream of streams) stream.body.end()
+      const ending = [...streams]
+      for (const stream of ending) stream.body.end()
+      if (ending.length > 0) {
+        setTimeout(() => {
+          for (const stream of ending) if (streams.has(stream)) stream.cut()
+        }, END_GRACE_MS).unref()
+      }
       stopFeed()
       done()
     })

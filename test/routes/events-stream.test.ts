@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { describe, it } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { bearer, build, suiteApp, type TestApp } from '../helper.ts'
 import { nextEvent, openStream } from '../sse.ts'
 import { until } from '../wait.ts'
@@ -109,6 +110,24 @@ describe('The live event stream (GET /v1/events, Accept: text/event-stream)', ()
     assert.match(body.message, /EVENT_RETENTION_DAYS/)
   })
 
+  it('a stream opened beside one refused (410) goes live all the same', async (t) => {
+    // An app of its own: the race needs no other stream holding the feed.
+    const you = await setUp(await build(t, ON))
+    const { id } = await you.eventOf((await you.send('before')).id)
+    const [refused, stream] = await Promise.all([
+      you.open('', { 'last-event-id': 'evt_neverExisted0000' }),
+      you.open('', { 'last-event-id': id }),
+    ])
+    try {
+      assert.equal(refused.status, 410)
+      assert.equal(stream.status, 200)
+      const later = await you.send('after the refusal')
+      assert.equal((await nextEvent(stream)).data.data.id, later.id)
+    } finally {
+      stream.close()
+    }
+  })
+
   it('filters by type, and sends only the types the key may read', async () => {
     const test = await shared()
     const you = await setUp(test)
@@ -212,7 +231,7 @@ describe('Event stream bounds', () => {
     )
     // Its slot is held while it is open: a second stream of the key is refused.
     await until('the unread stream open', async () => (await you.open()).status === 429)
-    const big = 'x'.repeat(10_000)
+    const big = 'x'.repeat(9_990)
     // Sent until the server gives up on it (the slot frees); far more than it may hold for one client.
     let sent = 0
     const free = await until(
@@ -227,6 +246,28 @@ describe('Event stream bounds', () => {
     )
     assert.ok(free)
     assert.ok(sent * big.length < 64 * 2 ** 20, `cut only after ${sent} messages`)
+  })
+
+  it('closes promptly with a stream whose client has stopped reading: its connection is cut', async (t) => {
+    const test = await build(t, ON)
+    const you = await setUp(test)
+    // A client that asks for the stream, then never reads: the server's writes fill the socket.
+    const socket = connect(Number(new URL(you.base).port), '127.0.0.1')
+    t.after(() => socket.destroy())
+    await new Promise((resolve) => socket.once('connect', resolve))
+    socket.write(
+      `GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n${Object.entries(you.headers)
+        .map(([name, value]) => `${name}: ${value}\r\n`)
+        .join('')}\r\n`,
+    )
+    await new Promise((resolve) => socket.once('data', resolve))
+    socket.pause()
+    // Past what the sockets' buffers take, short of the backlog that cuts a live stream.
+    const big = 'x'.repeat(9_990)
+    for (let i = 0; i < 480; i++) await you.send(`${i} ${big}`)
+    const closed = await Promise.race([test.app.close().then(() => true), sleep(8000, false, { ref: false })])
+    socket.destroy() // else a close that hangs would hang the test's own clean-up too
+    assert.ok(closed, 'the app did not close within 8 s')
   })
 
   it('ends its streams cleanly when the app closes (clients reconnect elsewhere)', async (t) => {
