@@ -7,6 +7,7 @@ import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
 import {
   AnimalStoreError,
   allMessages,
@@ -455,6 +456,45 @@ describe('Typed client: messages, webhook endpoints and events (experimental)', 
       await client.GET('/events/{eventId}', { params: { path: { eventId: seen[2]?.id as string } } }),
     )
     assert.deepEqual(seen[2], stored)
+  })
+
+  it('streamEvents started on an account with no event loses none of those made while it reconnects', async (t) => {
+    const test = await build(t, { EXPERIMENTAL_FEATURES: 'webhooks', EVENT_STREAM_HEARTBEAT_SECONDS: '60' })
+    const api = await test.app.listen({ port: 0, host: '127.0.0.1' })
+    const { secret } = await test.newKey()
+    const client = createAnimalStoreClient({ baseUrl: `${api}/v1`, apiKey: secret })
+    const send = async (message: string) => unwrap(await client.POST('/messages', { body: { message } }))
+    const stop = new AbortController()
+    const seen: string[] = []
+    const opened: boolean[] = []
+    let lost: Promise<unknown> | null = null
+    const reading = (async () => {
+      // A silent stream is given up after 300 ms: the connection drops, with no event seen yet.
+      const options = { signal: stop.signal, idleTimeoutMs: 300, retryMs: 400 }
+      const events = streamEvents(client, {
+        ...options,
+        onOpen: (open) => opened.push(open.reconnected),
+        // Made while the client is away, before it reconnects (at least 200 ms later).
+        onLost: () => {
+          lost ??= Promise.all(['away 1', 'away 2', 'away 3'].map((text, i) => sleep(i * 5).then(() => send(text))))
+        },
+      })
+      for await (const event of events) seen.push((event.data as Message).message)
+    })()
+    try {
+      await until('the three made while away', () => seen.length >= 3, { timeoutMs: 15_000 })
+      await lost
+      await send('back')
+      await until('the one made after', () => seen.includes('back'), { timeoutMs: 15_000 })
+    } finally {
+      stop.abort()
+      await reading
+    }
+    assert.deepEqual(seen.slice(0, 3).sort(), ['away 1', 'away 2', 'away 3'])
+    assert.equal(seen.at(-1), 'back')
+    assert.equal(new Set(seen).size, seen.length, 'none twice')
+    assert.equal(opened[0], false)
+    assert.ok(opened.includes(true))
   })
 
   it('streamEvents throws AnimalStoreError last_event_id_unknown (410) for an event that is not kept', async (t) => {

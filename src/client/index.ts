@@ -207,6 +207,10 @@ export const nextOrdersQuery = (link: string | null): ListOrdersQuery | null =>
 export const nextMessagesQuery = (link: string | null): ListMessagesQuery | null =>
   nextQuery(link, { limit: Number, status: (status) => status as Message['status'], cursor: String })
 
+/** The listEvents query of the `rel="next"` target of a Link header, or null when there is none. */
+const nextEventsQuery = (link: string | null): ListEventsQuery | null =>
+  nextQuery(link, { limit: Number, type: String, createdAfter: String, cursor: String })
+
 /** The parameters of `fields` in the `rel="next"` target of a Link header, each read by its field's function. */
 function nextQuery<Q>(link: string | null, fields: { [K in keyof Q]-?: (value: string) => Q[K] }): Q | null {
   const target = nextLink(link)
@@ -295,6 +299,17 @@ export async function* streamEvents(
     }
     let reason: unknown
     try {
+      // Started when the account had no event (of `types`): every one it has now came since, while away.
+      if (opened && lastEventId === undefined) {
+        const missed: Event[] = []
+        const firstPage = { limit: 100, ...(types !== undefined && { type: types }) }
+        const list = (query: ListEventsQuery) => client.GET('/events', { params: { query }, signal: ended })
+        for await (const event of pages(firstPage, nextEventsQuery, list)) missed.push(event)
+        for (const event of missed.reverse()) {
+          lastEventId = event.id
+          yield event
+        }
+      }
       awake()
       const result = await client.GET('/events', {
         params: { query: types === undefined ? {} : { type: types } },
