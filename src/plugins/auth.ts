@@ -51,6 +51,11 @@ declare module 'fastify' {
     authenticate: Hook
     /** Drops a key from the cache after it was revoked here, so it is refused at once. */
     forgetApiKey: (keyId: string) => void
+    /**
+     * Whether a request with this Authorization header would be let in now, as far as its key goes
+     * (what keeps a long-lived answer, an event stream, open); synchronous for a cached key.
+     */
+    admits: (authorization: string | undefined) => boolean | Promise<boolean>
   }
   interface FastifyRequest {
     /** The verified API key of an authenticated request. */
@@ -225,6 +230,13 @@ export default fp<{ config: Config }>(
       }
       done()
     }
+
+    app.decorate('admits', (authorization: string | undefined) => {
+      const now = Date.now()
+      const verdict = verifyCached(authorization, now)
+      if (typeof verdict !== 'string') return !(verdict instanceof ApiError)
+      return lookup(verdict, now).then((entry) => !(admission(entry, now) instanceof ApiError))
+    })
 
     app.decorateRequest('caller', null as unknown as Caller)
     // Callback style, and synchronous for a cached key: almost every request costs no promise here.

@@ -21,6 +21,11 @@ const REPLAY_PAGE = 200
 const RETRY_MS = 2000
 /** A client that does not read: past this much unsent, its stream is cut, and it resumes by Last-Event-ID. */
 const MAX_BACKLOG_BYTES = 1 << 20
+/**
+ * How often each stream's key is checked: a revoked one ends its streams within this, on the instance
+ * that revoked it, and within API_KEY_CACHE_SECONDS more on the others (their requests' bound too).
+ */
+const KEY_CHECK_MS = 1000
 /** At a shutdown, how long a stream has to take its end before its connection is cut. */
 const END_GRACE_MS = 1000
 
@@ -45,6 +50,8 @@ interface Stream {
   live: boolean
   /** Ends it at once, with its connection. */
   cut(): void
+  /** The request's Authorization header: a key revoked or expired since ends the stream. */
+  authorization: string | undefined
 }
 
 /** Whether the client asks for the stream (an EventSource sends `Accept: text/event-stream`). */
@@ -157,10 +164,24 @@ export default fp<{ config: Config }>(
             setInterval(() => {
               for (const stream of streams) write(stream, ': heartbeat\n\n')
             }, config.eventStreamHeartbeatMs).unref(),
+            setInterval(endRefused, KEY_CHECK_MS).unref(),
           ]
         }
       }
       return position
+    }
+
+    /** Ends the streams whose key would be refused now (revoked, expired), as its requests are. */
+    function endRefused(): void {
+      for (const stream of streams) {
+        const admitted = app.admits(stream.authorization)
+        if (admitted === false) stream.cut()
+        else if (admitted !== true)
+          admitted.then(
+            (ok) => ok || stream.cut(),
+            () => {},
+          )
+      }
     }
 
     function stopFeed(): void {
@@ -231,6 +252,7 @@ export default fp<{ config: Config }>(
         position: start,
         live: false,
         cut: () => cut(),
+        authorization: request.headers.authorization,
       }
       streams.add(stream)
       const mine = byAccount.get(accountId) ?? new Set<Stream>()
@@ -284,5 +306,5 @@ export default fp<{ config: Config }>(
       done()
     })
   },
-  { name: 'event-stream', dependencies: ['store'] },
+  { name: 'event-stream', dependencies: ['store', 'auth'] },
 )

@@ -128,6 +128,23 @@ describe('The live event stream (GET /v1/events, Accept: text/event-stream)', ()
     }
   })
 
+  it('ends the streams of a key once it is revoked, as its requests are refused', async (t) => {
+    const test = await build(t, ON)
+    const you = await setUp(test)
+    const stream = await you.open()
+    try {
+      assert.equal(stream.status, 200)
+      assert.deepEqual(await stream.next(), { retry: '2000' })
+      // As the portal revokes a key: in the store, then out of this process's cache.
+      assert.ok(await test.app.store.revokeApiKey(you.keyId))
+      test.app.forgetApiKey(you.keyId)
+      const ended = await Promise.race([stream.closed.then(() => true), sleep(5000, false, { ref: false })])
+      assert.ok(ended, 'the stream of a revoked key still open 5 s later')
+    } finally {
+      stream.close()
+    }
+  })
+
   it('filters by type, and sends only the types the key may read', async () => {
     const test = await shared()
     const you = await setUp(test)
