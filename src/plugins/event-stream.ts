@@ -56,7 +56,14 @@ interface Stream {
 
 /** Whether the client asks for the stream (an EventSource sends `Accept: text/event-stream`). */
 export function wantsEventStream(accept: string | undefined): boolean {
-  return accept !== undefined && /(?:^|,)\s*text\/event-stream\s*(?:[;,]|$)/i.test(accept)
+  if (accept === undefined) return false
+  return accept.split(',').some((range) => {
+    const [type = '', ...params] = range.split(';')
+    if (type.trim().toLowerCase() !== 'text/event-stream') return false
+    // q=0: "not acceptable" (RFC 9110 §12.4.2).
+    const q = params.map((param) => param.trim().toLowerCase()).find((param) => param.startsWith('q='))
+    return q === undefined || Number(q.slice(2)) > 0
+  })
 }
 
 function isAfter(a: FeedPosition, b: FeedPosition): boolean {

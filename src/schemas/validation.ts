@@ -138,7 +138,12 @@ function describe(part: string, error: ErrorObject): string {
       return `${field} ${error.message ?? 'is invalid'}`
     case 'pattern': {
       // A query parameter's value is the client's own, typed in a URL: say which one was refused.
-      const value = part === 'query' && typeof error.data === 'string' ? ` ("${shown(error.data)}")` : ''
+      const value =
+        part !== 'query' || typeof error.data !== 'string'
+          ? ''
+          : error.data === ''
+            ? ' (empty)'
+            : ` ("${shown(error.data)}")`
       return `${field}${value} is invalid${schema.description ? `: ${schema.description}` : ''}`
     }
     case 'minItems':

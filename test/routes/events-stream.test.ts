@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { bearer, build, suiteApp, type TestApp } from '../helper.ts'
+import { bearer, build, errorBody, suiteApp, type TestApp } from '../helper.ts'
 import { nextEvent, openStream } from '../sse.ts'
 import { until } from '../wait.ts'
 
@@ -174,6 +174,18 @@ describe('The live event stream (GET /v1/events, Accept: text/event-stream)', ()
       orders.close()
       unscoped.close()
     }
+  })
+
+  it('is a stream only when asked for: text/event-stream with q=0 gets the page; an empty type is said so', async () => {
+    const you = await setUp(await shared())
+    for (const accept of ['text/event-stream;q=0', 'application/json, text/event-stream; q=0.000']) {
+      const page = await you.test.app.inject({ url: '/v1/events', headers: { ...you.headers, accept } })
+      assert.equal(page.statusCode, 200, accept)
+      assert.match(page.headers['content-type'] as string, /^application\/json/, accept)
+    }
+    const empty = await you.test.app.inject({ url: '/v1/events?type=', headers: you.headers })
+    assert.equal(empty.statusCode, 400)
+    assert.match(errorBody(empty).message, /^query\.type \(empty\) is invalid: /)
   })
 
   it("refuses a page's parameters on a stream: 400 validation_failed naming them", async () => {
