@@ -299,7 +299,7 @@ export async function* streamEvents(
     }
     let reason: unknown
     try {
-      // Started when the account had no event (of `types`): every one it has now came since, while away.
+      // Started when the account had no event (of `types`): every one it has now came since (decision 121).
       if (opened && lastEventId === undefined) {
         const missed: Event[] = []
         const firstPage = { limit: 100, ...(types !== undefined && { type: types }) }

@@ -22,8 +22,8 @@ const RETRY_MS = 2000
 /** A client that does not read: past this much unsent, its stream is cut, and it resumes by Last-Event-ID. */
 const MAX_BACKLOG_BYTES = 1 << 20
 /**
- * How often each stream's key is checked: a revoked one ends its streams within this, on the instance
- * that revoked it, and within API_KEY_CACHE_SECONDS more on the others (their requests' bound too).
+ * How often each stream's key is checked (decision 120): a revoked one ends its streams within this
+ * on the instance that revoked it, and within API_KEY_CACHE_SECONDS more on the others.
  */
 const KEY_CHECK_MS = 1000
 /** At a shutdown, how long a stream has to take its end before its connection is cut. */
