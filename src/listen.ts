@@ -105,7 +105,10 @@ export async function listen(argv: string[], config: Config, io: ListenIo): Prom
     }
   } catch (error) {
     if (error instanceof AnimalStoreError) throw new CliError(refusal(error, api))
-    if (error instanceof TypeError) throw new CliError(`Cannot reach the API at ${api}: ${why(error)}.`)
+    // A network error, or a server that took the connection and never answered.
+    if (error instanceof TypeError || (error as Error).name === 'TimeoutError') {
+      throw new CliError(`Cannot reach the API at ${api}: ${why(error)}.`)
+    }
     throw error
   }
 }

@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
+import { type AddressInfo, createServer, type Socket } from 'node:net'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -495,6 +496,31 @@ describe('Typed client: messages, webhook endpoints and events (experimental)', 
     assert.equal(new Set(seen).size, seen.length, 'none twice')
     assert.equal(opened[0], false)
     assert.ok(opened.includes(true))
+  })
+
+  it('streamEvents gives up on a server that takes the connection and never answers: a TimeoutError', async (t) => {
+    const sockets = new Set<Socket>()
+    const silent = createServer((socket) => sockets.add(socket.on('error', () => {})))
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
+    t.after(() => {
+      for (const socket of sockets) socket.destroy()
+      return new Promise((resolve) => silent.close(resolve))
+    })
+    const baseUrl = `http://127.0.0.1:${(silent.address() as AddressInfo).port}/v1`
+    const client = createAnimalStoreClient({ baseUrl, apiKey: 'as_test_any' })
+    const reading = (async () => {
+      for await (const _ of streamEvents(client, { idleTimeoutMs: 300 })) assert.fail('an event')
+    })()
+    const outcome = await Promise.race([
+      reading.then(
+        () => null,
+        (error: Error) => error,
+      ),
+      sleep(5000, 'waiting'),
+    ])
+    assert.notEqual(outcome, 'waiting', 'still waiting for an answer 5 s later')
+    assert.equal((outcome as Error | null)?.name, 'TimeoutError')
+    assert.match((outcome as Error).message, /nothing received for 0\.3 s/)
   })
 
   it('streamEvents throws AnimalStoreError last_event_id_unknown (410) for an event that is not kept', async (t) => {

@@ -278,7 +278,7 @@ export async function* streamEvents(
   // first event then loses nothing either (the events after it are replayed).
   let lastEventId = options.lastEventId
   try {
-    lastEventId ??= await latestEventId(client, types, signal)
+    lastEventId ??= await latestEventId(client, types, signal, idleTimeoutMs)
   } catch (error) {
     if (signal?.aborted) return
     throw error
@@ -295,7 +295,7 @@ export async function* streamEvents(
     let idle: ReturnType<typeof setTimeout> | undefined
     const awake = () => {
       clearTimeout(idle)
-      idle = setTimeout(() => connection.abort(new Error(`nothing received for ${idleTimeoutMs} ms`)), idleTimeoutMs)
+      idle = setTimeout(() => connection.abort(noAnswer(idleTimeoutMs)), idleTimeoutMs)
     }
     let reason: unknown
     try {
@@ -378,12 +378,26 @@ async function latestEventId(
   client: AnimalStoreClient,
   types: string | undefined,
   signal: AbortSignal | undefined,
+  timeoutMs: number,
 ): Promise<string | undefined> {
   const query = { limit: 1, ...(types !== undefined && { type: types }) }
-  const result = await client.GET('/events', { params: { query }, ...(signal && { signal }) })
-  if (!result.response.ok) throw errorOf(result.error, result.response)
-  return result.data?.[0]?.id
+  // A server that takes the connection and never answers ends the wait as silence ends a stream.
+  const asked = new AbortController()
+  const stop = () => asked.abort(signal?.reason)
+  signal?.addEventListener('abort', stop, { once: true })
+  const timer = setTimeout(() => asked.abort(noAnswer(timeoutMs)), timeoutMs)
+  try {
+    const result = await client.GET('/events', { params: { query }, signal: asked.signal })
+    if (!result.response.ok) throw errorOf(result.error, result.response)
+    return result.data?.[0]?.id
+  } finally {
+    clearTimeout(timer)
+    signal?.removeEventListener('abort', stop)
+  }
 }
+
+/** Why a connection was given up: nothing came for `ms` (a TimeoutError, as AbortSignal.timeout's). */
+const noAnswer = (ms: number) => new DOMException(`nothing received for ${ms / 1000} s`, 'TimeoutError')
 
 /** The API's error answer as an AnimalStoreError, or one made from the status when the body is not the API's. */
 function errorOf(body: unknown, response: Response): AnimalStoreError {
