@@ -299,18 +299,18 @@ export async function* streamEvents(
     }
     let reason: unknown
     try {
-      // Started when the account had no event (of `types`): every one it has now came since (decision 121).
+      awake()
+      // Started when the account had no event (of `types`): every one it has now came since. The
+      // oldest is yielded here, and the stream replays the others after it (decision 121).
       if (opened && lastEventId === undefined) {
-        const missed: Event[] = []
-        const firstPage = { limit: 100, ...(types !== undefined && { type: types }) }
-        const list = (query: ListEventsQuery) => client.GET('/events', { params: { query }, signal: ended })
-        for await (const event of pages(firstPage, nextEventsQuery, list)) missed.push(event)
-        for (const event of missed.reverse()) {
-          lastEventId = event.id
-          yield event
+        const oldest = await oldestEvent(client, types, ended, awake)
+        if (oldest !== undefined) {
+          lastEventId = oldest.id
+          clearTimeout(idle)
+          yield oldest
+          awake()
         }
       }
-      awake()
       const result = await client.GET('/events', {
         params: { query: types === undefined ? {} : { type: types } },
         headers: { accept: EVENT_STREAM, ...(lastEventId !== undefined && { 'last-event-id': lastEventId }) },
@@ -358,8 +358,10 @@ export async function* streamEvents(
       }
     } catch (error) {
       if (signal?.aborted) return
-      // A network error before the stream ever opened is the caller's to see (a wrong URL, a server not started).
-      if (!opened || error instanceof AnimalStoreError || error instanceof SyntaxError) throw error
+      // A network error before the stream ever opened is the caller's to see (a wrong URL, a server not
+      // started); after, only a refusal that trying again would not change (429 and 5xx are tried again).
+      const refusal = error instanceof AnimalStoreError && !(error.status === 429 || error.status >= 500)
+      if (!opened || refusal || error instanceof SyntaxError) throw error
       reason = connection.signal.aborted ? connection.signal.reason : error
     } finally {
       clearTimeout(idle)
@@ -371,6 +373,24 @@ export async function* streamEvents(
     await delay(Math.min(maxRetryMs, retryMs * 2 ** failures) * (0.5 + Math.random() / 2), signal)
     failures++
   }
+}
+
+/** The account's oldest event of `types` (the last of the newest-first pages), or undefined when it has none. */
+async function oldestEvent(
+  client: AnimalStoreClient,
+  types: string | undefined,
+  signal: AbortSignal,
+  awake: () => void,
+): Promise<Event | undefined> {
+  let query: ListEventsQuery | null = { limit: 100, ...(types !== undefined && { type: types }) }
+  let oldest: Event | undefined
+  while (query) {
+    const result = await client.GET('/events', { params: { query }, signal })
+    awake()
+    oldest = unwrap(result).at(-1) ?? oldest
+    query = nextEventsQuery(result.response.headers.get('link'))
+  }
+  return oldest
 }
 
 /** The id of the account's most recent event of `types`, or undefined when it has none. */

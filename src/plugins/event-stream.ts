@@ -52,6 +52,8 @@ interface Stream {
   cut(): void
   /** The request's Authorization header: a key revoked or expired since ends the stream. */
   authorization: string | undefined
+  /** A look-up of its key is under way (the key was not cached): none other is started meanwhile. */
+  checking: boolean
 }
 
 /** Whether the client asks for the stream (an EventSource sends `Accept: text/event-stream`). */
@@ -86,6 +88,8 @@ export default fp<{ config: Config }>(
     // opening counts, or a refusal beside it would stop the feed it has just joined (and it would
     // never go live).
     let holders = 0
+    // From preClose on: a stream still opening then is ended as soon as it opens.
+    let closing = false
     // Where the feed stands: every event at or before it was handed to the live streams. Null while no stream is open.
     let position: FeedPosition | null = null
     let reading = false
@@ -181,13 +185,21 @@ export default fp<{ config: Config }>(
     /** Ends the streams whose key would be refused now (revoked, expired), as its requests are. */
     function endRefused(): void {
       for (const stream of streams) {
+        if (stream.checking) continue
         const admitted = app.admits(stream.authorization)
         if (admitted === false) stream.cut()
-        else if (admitted !== true)
-          admitted.then(
-            (ok) => ok || stream.cut(),
-            () => {},
-          )
+        else if (admitted !== true) {
+          stream.checking = true
+          // A failed look-up (the database away) leaves the stream open: its key was good, and the next check tries again.
+          admitted
+            .then(
+              (ok) => ok || stream.cut(),
+              () => {},
+            )
+            .finally(() => {
+              stream.checking = false
+            })
+        }
       }
     }
 
@@ -252,18 +264,9 @@ export default fp<{ config: Config }>(
         release()
         throw error
       }
-      const stream: Stream = {
-        accountId,
-        types: types && new Set(types),
-        body: new PassThrough(),
-        position: start,
-        live: false,
-        cut: () => cut(),
-        authorization: request.headers.authorization,
-      }
-      streams.add(stream)
+      const { socket } = request.raw
+      const body = new PassThrough()
       const mine = byAccount.get(accountId) ?? new Set<Stream>()
-      byAccount.set(accountId, mine.add(stream))
       const done = () => {
         socket.off('end', cut)
         if (!streams.delete(stream)) return
@@ -271,23 +274,39 @@ export default fp<{ config: Config }>(
         if (mine.size === 0 && byAccount.get(accountId) === mine) byAccount.delete(accountId)
         release()
       }
-      const { socket } = request.raw
       const cut = () => {
-        stream.body.destroy()
+        body.destroy()
         reply.raw.destroy()
         done()
       }
+      const stream: Stream = {
+        accountId,
+        types: types && new Set(types),
+        body,
+        position: start,
+        live: false,
+        cut,
+        authorization: request.headers.authorization,
+        checking: false,
+      }
+      streams.add(stream)
+      byAccount.set(accountId, mine.add(stream))
       reply.raw.once('close', cut)
-      stream.body.once('close', done)
+      body.once('close', done)
       // A client that goes away half-closes: the server's side stays open (HTTP's allowHalfOpen) until a write fails.
       socket.once('end', cut)
       // The heartbeat keeps the connection alive: the idle timeout is for requests, not for streams.
       socket.setTimeout(0)
       stream.body.write(`retry: ${RETRY_MS}\n\n`)
-      catchUp(stream).catch((err) => {
-        request.log.warn({ err }, 'event stream: replay failed')
-        stream.body.destroy()
-      })
+      // Opened while the instance began to stop: ended at once, as the others were.
+      if (closing) {
+        body.end()
+      } else {
+        catchUp(stream).catch((err) => {
+          request.log.warn({ err }, 'event stream: replay failed')
+          stream.body.destroy()
+        })
+      }
       return (
         reply
           .header('content-type', 'text/event-stream; charset=utf-8')
@@ -302,6 +321,7 @@ export default fp<{ config: Config }>(
     // Streams end cleanly when the instance stops: clients reconnect, elsewhere, with Last-Event-ID.
     // One whose client has stopped reading would never finish, and hold the close up: cut after a while.
     app.addHook('preClose', (done) => {
+      closing = true
       const ending = [...streams]
       for (const stream of ending) stream.body.end()
       if (ending.length > 0) {

@@ -253,13 +253,17 @@ describe('Event stream bounds', () => {
     const socket = connect(Number(port), '127.0.0.1')
     t.after(() => socket.destroy())
     await new Promise((resolve) => socket.once('connect', resolve))
-    socket.pause()
     socket.write(
       `GET /v1/events HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n` +
         `Authorization: ${you.headers.authorization}\r\nAnimal-Store-Beta: webhooks\r\n\r\n`,
     )
+    // Its answer begins (before then, a stream of the test's own could take the key's one slot), then
+    // it reads no more.
+    const head = await new Promise<Buffer>((resolve) => socket.once('data', resolve))
+    socket.pause()
+    assert.match(head.toString(), /^HTTP\/1\.1 200 /)
     // Its slot is held while it is open: a second stream of the key is refused.
-    await until('the unread stream open', async () => (await you.open()).status === 429)
+    assert.equal((await you.open()).status, 429)
     const big = 'x'.repeat(9_990)
     // Sent until the server gives up on it (the slot frees); far more than it may hold for one client.
     let sent = 0
@@ -278,7 +282,8 @@ describe('Event stream bounds', () => {
   })
 
   it('closes promptly with a stream whose client has stopped reading: its connection is cut', async (t) => {
-    const test = await build(t, ON)
+    // One stream a key: a second one refused shows that the first is still held when the close begins.
+    const test = await build(t, { ...ON, EVENT_STREAMS_PER_KEY: '1' })
     const you = await setUp(test)
     // A client that asks for the stream, then never reads: the server's writes fill the socket.
     const socket = connect(Number(new URL(you.base).port), '127.0.0.1')
@@ -291,9 +296,12 @@ describe('Event stream bounds', () => {
     )
     await new Promise((resolve) => socket.once('data', resolve))
     socket.pause()
-    // Past what the sockets' buffers take, short of the backlog that cuts a live stream.
+    // Past what the sockets' buffers take, short of the backlog that cuts a live stream (each message
+    // just under the longest a message may be, 10,000 characters).
     const big = 'x'.repeat(9_990)
     for (let i = 0; i < 480; i++) await you.send(`${i} ${big}`)
+    const second = await you.open()
+    assert.equal(second.status, 429, 'the stream that stopped reading is still held')
     const closed = await Promise.race([test.app.close().then(() => true), sleep(8000, false, { ref: false })])
     socket.destroy() // else a close that hangs would hang the test's own clean-up too
     assert.ok(closed, 'the app did not close within 8 s')
