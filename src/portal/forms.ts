@@ -8,7 +8,7 @@ import Type, { type TSchema } from 'typebox'
 import { KeyNameSchema, PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, PasswordSchema } from '../domain/accounts.ts'
 import { SCOPES } from '../domain/scopes.ts'
 import { CONTROL_CHARACTERS, EmailSchema } from '../schemas/accounts.ts'
-import { EVENT_TYPES } from '../schemas/webhooks.ts'
+import { EVENT_TYPES, WEBHOOK_DESCRIPTION_MAX_LENGTH } from '../schemas/webhooks.ts'
 import { MAX_WEBHOOK_URL_LENGTH } from '../webhooks/url-policy.ts'
 import { CSRF_FIELD } from './csrf.ts'
 
@@ -53,8 +53,6 @@ export const OrderParams = Type.Object({ orderId: Type.String({ pattern: '^ord_[
 
 /** An endpoint's event types as form fields: one checkbox each, named `event-order-placed` for `order.placed`. */
 export const eventField = (type: string) => `event-${type.replace('.', '-')}`
-
-export const WEBHOOK_DESCRIPTION_MAX_LENGTH = 500
 
 export const NewWebhookForm = form({
   // Room past the policy's limit, so that webhookUrlProblem says what is wrong with a long one.

@@ -6,6 +6,9 @@ import { DateTimeInput, PageLimit } from './common.ts'
 export { ALL_EVENT_TYPES, type AnyEventType, EVENT_TYPES, type EventType } from '../domain/events.ts'
 
 /** Every webhook operation, and its schemas in the document, exist only where the operator offers them. */
+/** An endpoint's description, in characters: the API's limit, and the portal's form's. */
+export const WEBHOOK_DESCRIPTION_MAX_LENGTH = 200
+
 export const WEBHOOKS_STABILITY: Stability = { level: 'experimental', feature: 'webhooks' }
 
 /** Endpoints one account may have at once. */
@@ -49,10 +52,10 @@ const webhookFields = {
     examples: [['order.placed', 'order.completed']],
   }),
   description: Type.String({
-    maxLength: 200,
+    maxLength: WEBHOOK_DESCRIPTION_MAX_LENGTH,
     // No NUL: PostgreSQL cannot store U+0000 in text.
     pattern: '^[^\\u0000]*$',
-    description: 'A note for the account’s own use: 0 to 200 characters.',
+    description: `A note for the account’s own use: 0 to ${WEBHOOK_DESCRIPTION_MAX_LENGTH} characters.`,
     examples: ['Order sync'],
   }),
 }

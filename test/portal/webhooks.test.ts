@@ -204,7 +204,11 @@ describe('Portal: webhook endpoints', () => {
     assert.match(none.body, /Choose at least one event to send\./)
     const control = await add(browser, URL_1, { description: 'a\u0007b' })
     assert.equal(control.statusCode, 400)
-    assert.match(control.body, /Keep the description to 500 characters/)
+    assert.match(control.body, /Keep the description to 200 characters/)
+    // The API's limit: the form keeps nothing the API would refuse to take back (PATCH).
+    const long = await add(browser, URL_1, { description: 'd'.repeat(201) })
+    assert.equal(long.statusCode, 400)
+    assert.match(long.body, /Keep the description to 200 characters/)
     // Markup typed into the form comes back as text.
     const markup = await add(browser, 'http://x.example.com/"><script>alert(1)</script>')
     assert.equal(markup.statusCode, 400)

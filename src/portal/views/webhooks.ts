@@ -3,10 +3,11 @@ import {
   EVENT_TYPES,
   type EventType,
   MAX_RECOVERED,
+  WEBHOOK_DESCRIPTION_MAX_LENGTH,
   type WebhookEndpoint,
 } from '../../schemas/webhooks.ts'
 import type { UrlPolicy } from '../../webhooks/url-policy.ts'
-import { eventField, type FieldError, WEBHOOK_DESCRIPTION_MAX_LENGTH } from '../forms.ts'
+import { eventField, type FieldError } from '../forms.ts'
 import { type Html, html } from '../html.ts'
 import { time } from './keys.ts'
 import { csrfInput, field, formErrors, layout, type Notice, type PageContext, secretField } from './layout.ts'
