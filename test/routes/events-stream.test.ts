@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import { connect } from 'node:net'
+import { connect, type Socket } from 'node:net'
 import { describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { bearer, build, errorBody, suiteApp, type TestApp } from '../helper.ts'
@@ -286,9 +286,11 @@ describe('Event stream bounds', () => {
     const test = await build(t, { ...ON, EVENT_STREAMS_PER_KEY: '1' })
     const you = await setUp(test)
     // A client that asks for the stream, then never reads: the server's writes fill the socket.
+    const accepted = new Promise<Socket>((resolve) => test.app.server.once('connection', resolve))
     const socket = connect(Number(new URL(you.base).port), '127.0.0.1')
     t.after(() => socket.destroy())
     await new Promise((resolve) => socket.once('connect', resolve))
+    const serverSide = await accepted
     socket.write(
       `GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n${Object.entries(you.headers)
         .map(([name, value]) => `${name}: ${value}\r\n`)
@@ -296,10 +298,19 @@ describe('Event stream bounds', () => {
     )
     await new Promise((resolve) => socket.once('data', resolve))
     socket.pause()
-    // Past what the sockets' buffers take, short of the backlog that cuts a live stream (each message
-    // just under the longest a message may be, 10,000 characters).
+    // Events until the kernel's buffers are full and the server holds some unsent, by steps of about
+    // 200 KB: short of the backlog (1 MiB) that cuts a live stream. Each message is just under the
+    // longest a message may be (10,000 characters).
     const big = 'x'.repeat(9_990)
-    for (let i = 0; i < 480; i++) await you.send(`${i} ${big}`)
+    await until(
+      'the server holding unsent data',
+      async () => {
+        for (let i = 0; i < 20; i++) await you.send(`${i} ${big}`)
+        await sleep(300) // the feed's next read (every 200 ms) writes them
+        return serverSide.writableLength > 0
+      },
+      { timeoutMs: 90_000, everyMs: 0 },
+    )
     const second = await you.open()
     assert.equal(second.status, 429, 'the stream that stopped reading is still held')
     const closed = await Promise.race([test.app.close().then(() => true), sleep(8000, false, { ref: false })])
