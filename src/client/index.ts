@@ -286,11 +286,7 @@ export async function* streamEvents(
   let opened = false
   let failures = 0
   while (!signal?.aborted) {
-    // Not AbortSignal.any, whose signal its sources hold weakly: the caller's stop must reach the
-    // read, however long the stream lasts. This listener holds `connection` for as long as it runs.
-    const connection = new AbortController()
-    const stop = () => connection.abort(signal?.reason)
-    signal?.addEventListener('abort', stop, { once: true })
+    const { controller: connection, unfollow } = following(signal)
     const ended = connection.signal
     let idle: ReturnType<typeof setTimeout> | undefined
     const awake = () => {
@@ -365,7 +361,7 @@ export async function* streamEvents(
       reason = connection.signal.aborted ? connection.signal.reason : error
     } finally {
       clearTimeout(idle)
-      signal?.removeEventListener('abort', stop)
+      unfollow()
       connection.abort()
     }
     if (signal?.aborted) return
@@ -402,9 +398,7 @@ async function latestEventId(
 ): Promise<string | undefined> {
   const query = { limit: 1, ...(types !== undefined && { type: types }) }
   // A server that takes the connection and never answers ends the wait as silence ends a stream.
-  const asked = new AbortController()
-  const stop = () => asked.abort(signal?.reason)
-  signal?.addEventListener('abort', stop, { once: true })
+  const { controller: asked, unfollow } = following(signal)
   const timer = setTimeout(() => asked.abort(noAnswer(timeoutMs)), timeoutMs)
   try {
     const result = await client.GET('/events', { params: { query }, signal: asked.signal })
@@ -412,8 +406,20 @@ async function latestEventId(
     return result.data?.[0]?.id
   } finally {
     clearTimeout(timer)
-    signal?.removeEventListener('abort', stop)
+    unfollow()
   }
+}
+
+/**
+ * A controller that `signal` aborts, through a listener `unfollow` removes. Not AbortSignal.any:
+ * its sources hold its signal weakly, and a collection could then cut the caller's stop loose from
+ * a request still under way (seen: listen ignoring SIGTERM).
+ */
+function following(signal: AbortSignal | undefined): { controller: AbortController; unfollow: () => void } {
+  const controller = new AbortController()
+  const stop = () => controller.abort(signal?.reason)
+  signal?.addEventListener('abort', stop, { once: true })
+  return { controller, unfollow: () => signal?.removeEventListener('abort', stop) }
 }
 
 /** Why a connection was given up: nothing came for `ms` (a TimeoutError, as AbortSignal.timeout's). */
