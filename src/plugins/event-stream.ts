@@ -297,14 +297,14 @@ export default fp<{ config: Config }>(
       socket.once('end', cut)
       // The heartbeat keeps the connection alive: the idle timeout is for requests, not for streams.
       socket.setTimeout(0)
-      stream.body.write(`retry: ${RETRY_MS}\n\n`)
+      body.write(`retry: ${RETRY_MS}\n\n`)
       // Opened while the instance began to stop: ended at once, as the others were.
       if (closing) {
         body.end()
       } else {
         catchUp(stream).catch((err) => {
           request.log.warn({ err }, 'event stream: replay failed')
-          stream.body.destroy()
+          body.destroy()
         })
       }
       return (

@@ -5,10 +5,10 @@ import { DateTimeInput, PageLimit } from './common.ts'
 
 export { ALL_EVENT_TYPES, type AnyEventType, EVENT_TYPES, type EventType } from '../domain/events.ts'
 
-/** Every webhook operation, and its schemas in the document, exist only where the operator offers them. */
 /** An endpoint's description, in characters: the API's limit, and the portal's form's. */
 export const WEBHOOK_DESCRIPTION_MAX_LENGTH = 200
 
+/** Every webhook operation, and its schemas in the document, exist only where the operator offers them. */
 export const WEBHOOKS_STABILITY: Stability = { level: 'experimental', feature: 'webhooks' }
 
 /** Endpoints one account may have at once. */
