@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { connect, type Socket } from 'node:net'
-import { describe, it } from 'node:test'
+import { describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { bearer, build, errorBody, suiteApp, type TestApp } from '../helper.ts'
 import { nextEvent, openStream } from '../sse.ts'
@@ -30,6 +30,26 @@ async function setUp(test: TestApp, scopes: string | null = null) {
     return list.json().find((event: { data: { id: string } }) => event.data.id === messageId)
   }
   return { test, base, email, secret, keyId, headers, open, send, eventOf }
+}
+
+/**
+ * A client that opens a stream on a socket of its own, waits for its answer to begin (until then a
+ * stream of the test's could take the key's slot), then reads no more; and the server's side of it.
+ */
+async function unreadStream(t: TestContext, you: Awaited<ReturnType<typeof setUp>>) {
+  const accepted = new Promise<Socket>((resolve) => you.test.app.server.once('connection', resolve))
+  const socket = connect(Number(new URL(you.base).port), '127.0.0.1')
+  t.after(() => socket.destroy())
+  await new Promise((resolve) => socket.once('connect', resolve))
+  const serverSide = await accepted
+  const headers = Object.entries({ ...you.headers, accept: 'text/event-stream' })
+  socket.write(
+    `GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n${headers.map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n`,
+  )
+  const head = await new Promise<Buffer>((resolve) => socket.once('data', resolve))
+  socket.pause()
+  assert.match(head.toString(), /^HTTP\/1\.1 200 /)
+  return { socket, serverSide }
 }
 
 describe('The live event stream (GET /v1/events, Accept: text/event-stream)', () => {
@@ -248,20 +268,7 @@ describe('Event stream bounds', () => {
   it('cuts a stream whose client never reads, so that its backlog stays bounded', async (t) => {
     const test = await build(t, { ...ON, EVENT_STREAMS_PER_KEY: '1' })
     const you = await setUp(test)
-    const { port } = new URL(you.base)
-    // A client that sends the request, then never reads a byte of the answer.
-    const socket = connect(Number(port), '127.0.0.1')
-    t.after(() => socket.destroy())
-    await new Promise((resolve) => socket.once('connect', resolve))
-    socket.write(
-      `GET /v1/events HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n` +
-        `Authorization: ${you.headers.authorization}\r\nAnimal-Store-Beta: webhooks\r\n\r\n`,
-    )
-    // Its answer begins (before then, a stream of the test's own could take the key's one slot), then
-    // it reads no more.
-    const head = await new Promise<Buffer>((resolve) => socket.once('data', resolve))
-    socket.pause()
-    assert.match(head.toString(), /^HTTP\/1\.1 200 /)
+    await unreadStream(t, you)
     // Its slot is held while it is open: a second stream of the key is refused.
     assert.equal((await you.open()).status, 429)
     const big = 'x'.repeat(9_990)
@@ -285,19 +292,7 @@ describe('Event stream bounds', () => {
     // One stream a key: a second one refused shows that the first is still held when the close begins.
     const test = await build(t, { ...ON, EVENT_STREAMS_PER_KEY: '1' })
     const you = await setUp(test)
-    // A client that asks for the stream, then never reads: the server's writes fill the socket.
-    const accepted = new Promise<Socket>((resolve) => test.app.server.once('connection', resolve))
-    const socket = connect(Number(new URL(you.base).port), '127.0.0.1')
-    t.after(() => socket.destroy())
-    await new Promise((resolve) => socket.once('connect', resolve))
-    const serverSide = await accepted
-    socket.write(
-      `GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n${Object.entries(you.headers)
-        .map(([name, value]) => `${name}: ${value}\r\n`)
-        .join('')}\r\n`,
-    )
-    await new Promise((resolve) => socket.once('data', resolve))
-    socket.pause()
+    const { socket, serverSide } = await unreadStream(t, you)
     // Events until the kernel's buffers are full and the server holds some unsent, by steps of about
     // 200 KB: short of the backlog (1 MiB) that cuts a live stream. Each message is just under the
     // longest a message may be (10,000 characters).
