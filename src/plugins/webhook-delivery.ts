@@ -19,6 +19,8 @@ import { signatureHeaders } from '../webhooks/signing.ts'
 const POLL_MS = 500
 /** Deliveries in flight per instance. */
 const CONCURRENCY = 32
+/** Deliveries in flight per endpoint (claims running at once may add a few): a slow one holds up no other (decision 122). */
+export const ENDPOINT_CONCURRENCY = 8
 /** A lease outlives the attempt's own bound by this much: the outcome is recorded within it. */
 const LEASE_MARGIN_MS = 10_000
 /** A write that may have made an event starts a pass this soon (many writes, one pass). */
@@ -119,7 +121,7 @@ export default fp<{ config: Config }>(
           again = false
           // Once attempts are being cut short, none is claimed: it would be cut at once, and claimed again.
           while (!closing && !shutDown.signal.aborted && sending.size < CONCURRENCY && (await store.deliveriesDue())) {
-            const claimed = await store.claimDeliveries(CONCURRENCY - sending.size, leaseMs)
+            const claimed = await store.claimDeliveries(CONCURRENCY - sending.size, leaseMs, ENDPOINT_CONCURRENCY)
             if (claimed.length === 0) break
             for (const delivery of claimed) {
               const running: Promise<unknown> = deliver(delivery)

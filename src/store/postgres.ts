@@ -268,11 +268,23 @@ const SQL = {
   redeliver: `UPDATE deliveries SET status = 'pending', next_attempt_at = now(), lease = NULL, retry_base = attempts
     WHERE seq = $1 AND NOT (status = 'pending' AND lease IS NOT NULL AND next_attempt_at > now()) RETURNING seq`,
   // Any instance may claim: SKIP LOCKED lets them share the due deliveries, each leased to one. A
-  // lease moves next_attempt_at to its end, so a delivery whose holder died is due again then.
-  claimDeliveries: `WITH due AS (
-      SELECT d.seq FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
-      WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND w.disabled_at IS NULL AND w.deleted_at IS NULL
-      ORDER BY d.next_attempt_at LIMIT $1 FOR UPDATE OF d SKIP LOCKED)
+  // lease moves next_attempt_at to its end, so a delivery whose holder died is due again then. Each
+  // endpoint offers at most $4 less its leases in flight, taken in turns (decision 122); the outer
+  // query checks again what it locks, in case another instance claimed it since this one began.
+  claimDeliveries: `WITH offered AS (
+      SELECT d.seq, d.next_attempt_at,
+        row_number() OVER (PARTITION BY w.seq ORDER BY d.next_attempt_at, d.seq) AS turn
+      FROM webhook_endpoints w
+      CROSS JOIN LATERAL (SELECT count(*) AS n FROM deliveries b WHERE b.endpoint_seq = w.seq
+        AND b.status = 'pending' AND b.lease IS NOT NULL AND b.next_attempt_at > now()) busy
+      CROSS JOIN LATERAL (SELECT x.seq, x.next_attempt_at FROM deliveries x WHERE x.endpoint_seq = w.seq
+        AND x.status = 'pending' AND x.next_attempt_at <= now()
+        ORDER BY x.next_attempt_at LIMIT greatest($4::bigint - busy.n, 0)) d
+      WHERE w.disabled_at IS NULL AND w.deleted_at IS NULL),
+    due AS (
+      SELECT d.seq FROM deliveries d JOIN offered o ON o.seq = d.seq
+      WHERE d.status = 'pending' AND d.next_attempt_at <= now()
+      ORDER BY o.turn, o.next_attempt_at LIMIT $1 FOR UPDATE OF d SKIP LOCKED)
     UPDATE deliveries d SET lease = $2, next_attempt_at = now() + $3::float8 * interval '1 millisecond',
       attempts = d.attempts + 1
     FROM due, events e, webhook_endpoints w
@@ -820,9 +832,14 @@ export class PostgresStore implements Store {
     })
   }
 
-  async claimDeliveries(limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {
+  async claimDeliveries(
+    limit: number,
+    leaseMs: number,
+    perEndpoint = Number.MAX_SAFE_INTEGER,
+  ): Promise<ClaimedDelivery[]> {
     type Row = Omit<ClaimedDelivery, 'secrets'> & { secret: string; previousSecret: string | null }
-    const rows = await this.#query<Row>('claimDeliveries', [limit, randomId('lease'), leaseMs], 'write')
+    const values = [limit, randomId('lease'), leaseMs, perEndpoint]
+    const rows = await this.#query<Row>('claimDeliveries', values, 'write')
     return rows.map(({ secret, previousSecret, ...claimed }) => ({
       ...claimed,
       secrets: previousSecret === null ? [secret] : [secret, previousSecret],

@@ -163,10 +163,14 @@ function prepareWrites(db: DatabaseSync) {
         ORDER BY seq LIMIT ?)
       RETURNING message_seq AS messageSeq`,
     failedSince: `SELECT 1 FROM deliveries WHERE endpoint_seq = ? AND status = 'failed' AND created_at >= ? LIMIT 1`,
-    claimDeliveries: `UPDATE deliveries SET lease = ?, next_attempt_at = ?, attempts = attempts + 1
-      WHERE seq IN (SELECT d.seq FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
-        WHERE d.status = 'pending' AND d.next_attempt_at <= ? AND w.disabled_at IS NULL AND w.deleted_at IS NULL
-        ORDER BY d.next_attempt_at LIMIT ?)
+    // The endpoints with deliveries due, and their leases in flight (decision 122).
+    offeringEndpoints: `SELECT w.seq, (SELECT count(*) FROM deliveries b WHERE b.endpoint_seq = w.seq
+        AND b.status = 'pending' AND b.lease IS NOT NULL AND b.next_attempt_at > ?) AS busy
+      FROM webhook_endpoints w WHERE w.disabled_at IS NULL AND w.deleted_at IS NULL AND EXISTS (SELECT 1
+        FROM deliveries d WHERE d.endpoint_seq = w.seq AND d.status = 'pending' AND d.next_attempt_at <= ?)`,
+    endpointDue: `SELECT seq, next_attempt_at AS at FROM deliveries
+      WHERE endpoint_seq = ? AND status = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?`,
+    claimDelivery: `UPDATE deliveries SET lease = ?, next_attempt_at = ?, attempts = attempts + 1 WHERE seq = ?
       RETURNING id, event_seq AS eventSeq, endpoint_seq AS endpointSeq, attempts - retry_base AS attempts`,
     claimedEvent: 'SELECT id, body, traceparent FROM events WHERE seq = ?',
     claimedEndpoint: `SELECT url, secret, CASE WHEN previous_secret_until > ? THEN previous_secret END AS previous
@@ -461,17 +465,25 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       for (const { messageSeq } of recovered) if (messageSeq !== null) sql.requeueMessage.run(messageSeq)
       return { queued: recovered.length, more: sql.failedSince.get(endpoint.seq, since) !== undefined }
     },
-    claimDeliveries(limit: number, leaseMs: number): ClaimedDelivery[] {
+    claimDeliveries(limit: number, leaseMs: number, perEndpoint: number): ClaimedDelivery[] {
       const at = now()
       const lease = randomId('lease')
       const until = new Date(Date.parse(at) + leaseMs).toISOString()
-      const rows = sql.claimDeliveries.all(lease, until, at, limit) as {
-        id: string
-        eventSeq: number
-        endpointSeq: number
-        attempts: number
-      }[]
-      return rows.map(({ id, eventSeq, endpointSeq, attempts }) => {
+      // Each endpoint offers its oldest due deliveries up to its share; they are taken in turns.
+      const offered: { seq: number; at: string; turn: number }[] = []
+      for (const endpoint of sql.offeringEndpoints.all(at, at) as { seq: number; busy: number }[]) {
+        if (endpoint.busy >= perEndpoint) continue
+        const due = sql.endpointDue.all(endpoint.seq, at, perEndpoint - endpoint.busy) as { seq: number; at: string }[]
+        offered.push(...due.map((delivery, turn) => ({ ...delivery, turn })))
+      }
+      offered.sort((a, b) => a.turn - b.turn || (a.at < b.at ? -1 : a.at > b.at ? 1 : 0))
+      return offered.slice(0, limit).map(({ seq }) => {
+        const { id, eventSeq, endpointSeq, attempts } = sql.claimDelivery.get(lease, until, seq) as {
+          id: string
+          eventSeq: number
+          endpointSeq: number
+          attempts: number
+        }
         const event = sql.claimedEvent.get(eventSeq) as { id: string; body: string; traceparent: string | null }
         const endpoint = sql.claimedEndpoint.get(at, endpointSeq) as {
           url: string

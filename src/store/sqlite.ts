@@ -553,8 +553,8 @@ export class SqliteStore implements T.Store {
     return this.#write('recoverDeliveries', accountId, endpointId, since, limit)
   }
 
-  claimDeliveries(limit: number, leaseMs: number): Promise<T.ClaimedDelivery[]> {
-    return this.#write('claimDeliveries', limit, leaseMs)
+  claimDeliveries(limit: number, leaseMs: number, perEndpoint = Number.MAX_SAFE_INTEGER): Promise<T.ClaimedDelivery[]> {
+    return this.#write('claimDeliveries', limit, leaseMs, perEndpoint)
   }
 
   recordDelivery(outcome: T.DeliveryOutcome): Promise<boolean> {

@@ -498,8 +498,11 @@ export interface Store {
    * Leases up to `limit` deliveries that are due (never delivered, not failed, next attempt at or
    * before now, no live lease) to the caller for `leaseMs`, counting the attempt. Across instances
    * a delivery is leased to one at a time; an instance that died loses its leases when they run out.
+   * Endpoints take turns: each offers its oldest due deliveries, at most `perEndpoint` (default: no
+   * cap) less the live leases it already has, so one endpoint's backlog holds up no other's.
+   * Claims running at once on several instances may together lease an endpoint a few more.
    */
-  claimDeliveries(limit: number, leaseMs: number): Promise<ClaimedDelivery[]>
+  claimDeliveries(limit: number, leaseMs: number, perEndpoint?: number): Promise<ClaimedDelivery[]>
   /**
    * Records an attempt's outcome, and the message's status when the event is a message's. False when
    * the lease was lost (nothing is recorded).

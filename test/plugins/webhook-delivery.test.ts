@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, it, type TestContext } from 'node:test'
+import { ENDPOINT_CONCURRENCY } from '../../src/plugins/webhook-delivery.ts'
 import type { EventType } from '../../src/schemas/webhooks.ts'
 import { newWebhookSecret } from '../../src/webhooks/signing.ts'
 import { bearer, build, suiteApp, type TestApp, testDatabaseUrl } from '../helper.ts'
@@ -270,6 +271,26 @@ describe('Webhook delivery: signed, at least once', () => {
     })
     assert.equal(hook.ids().size, 1)
     assert.equal(hook.received.length, 3)
+  })
+
+  it('a slow endpoint’s backlog holds up no other endpoint: each has a few deliveries in flight', async (t) => {
+    const slow = await subscribed(t, await build(t, ENV))
+    // Each answer takes 300 ms: a backlog of 20 takes several rounds of ENDPOINT_CONCURRENCY.
+    let mostHeld = 0
+    slow.hook.delayMs = () => {
+      mostHeld = Math.max(mostHeld, slow.hook.holding + 1)
+      return 300
+    }
+    const backlog = 20
+    for (let i = 0; i < backlog; i++) await send(slow.test, slow.key.secret, `slow ${i}`)
+    await until('the slow endpoint busy', () => slow.hook.holding > 0)
+    const fast = await subscribed(t, slow.test)
+    await send(fast.test, fast.key.secret, 'queued after the backlog')
+    await until('the other endpoint served', () => fast.hook.received.length === 1)
+    // It was sent alongside the first round, not after the whole backlog (32 slots would have taken 20).
+    assert.ok(slow.hook.received.length <= ENDPOINT_CONCURRENCY, `${slow.hook.received.length} sent before it`)
+    await until('the backlog delivered', () => slow.hook.received.length === backlog)
+    assert.equal(mostHeld, ENDPOINT_CONCURRENCY)
   })
 
   it('where the operator has the feature off, nothing is sent: the deliveries wait for it', async (t) => {

@@ -308,6 +308,28 @@ export function webhooksContract(open: OpenStore): void {
     )
   })
 
+  it('webhooks: endpoints take turns, each up to its share of leases, whatever its backlog', async (t) => {
+    const store = await open(t)
+    const alice = await account(store, 'alice@example.com')
+    const bob = await account(store, 'bob@example.com')
+    const busy = await subscribe(store, alice, 'https://a.example/slow', ['message.created'])
+    for (let i = 0; i < 12; i++) await store.createMessage(alice, `a${i}`)
+    await subscribe(store, bob, 'https://b.example/hook', ['message.created'])
+    await store.createMessage(bob, 'b0')
+    const urls = (claimed: { url: string }[]) => claimed.map((c) => new URL(c.url).hostname)
+    // Bob's one delivery, queued after all of Alice's, comes second: turns first, then age.
+    const first = await store.claimDeliveries(10, LEASE_MS, 4)
+    assert.deepEqual(urls(first), ['a.example', 'b.example', 'a.example', 'a.example', 'a.example'])
+    // Alice's endpoint has its 4 leases in flight: nothing more of it until one is recorded.
+    assert.deepEqual(await store.claimDeliveries(10, LEASE_MS, 4), [])
+    const [done] = first
+    assert.ok(done)
+    const outcome = { id: done.id, lease: done.lease, at: new Date().toISOString(), status: 200, error: null }
+    assert.ok(await store.recordDelivery({ ...outcome, delivered: true, retryAt: null, disableEndpoint: false }))
+    assert.deepEqual(urls(await store.claimDeliveries(10, LEASE_MS, 4)), ['a.example'])
+    assert.equal((await store.listDeliveries(alice, busy.id, 100))?.filter((d) => d.attempts === 0).length, 7)
+  })
+
   it('webhooks: order transitions are events of the order’s account', async (t) => {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')

@@ -160,7 +160,8 @@ describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () 
       UPDATE ${schema}.messages SET fanout = 1 WHERE id <> '${lonely}';
       DELETE FROM ${schema}.schema_migrations
         WHERE version >= (SELECT version FROM ${schema}.schema_migrations WHERE name = 'undelivered_messages');
-      DROP TABLE ${schema}.event_log; DROP INDEX ${schema}.deliveries_failed`)
+      DROP TABLE ${schema}.event_log; DROP INDEX ${schema}.deliveries_failed;
+      DROP INDEX ${schema}.deliveries_endpoint_due; DROP INDEX ${schema}.deliveries_leased`)
     await checkUndeliveredUpgrade(await open(t, url), leaveAsBefore, () => open(t, url))
   })
 

@@ -157,7 +157,8 @@ describe('SQLite store: durability and migrations (point 11)', () => {
       // Nor the migrations after it: the version before had none of them.
       db.exec(`DELETE FROM schema_migrations
         WHERE version >= (SELECT version FROM schema_migrations WHERE name = 'undelivered_messages');
-        DROP TABLE event_log; DROP INDEX deliveries_failed`)
+        DROP TABLE event_log; DROP INDEX deliveries_failed;
+        DROP INDEX deliveries_endpoint_due; DROP INDEX deliveries_leased`)
       db.close()
     }
     const reopen = async () => {
