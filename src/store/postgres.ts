@@ -255,7 +255,8 @@ const SQL = {
     WHERE id = $1 AND account_id = $2 AND deleted_at IS NULL RETURNING ${ENDPOINT_COLUMNS}`,
   disableEndpoint:
     "UPDATE webhook_endpoints SET disabled_at = $2, disabled_reason = 'answered 410 Gone' WHERE seq = $1",
-  failEndpointDeliveries: `UPDATE deliveries SET status = 'failed', next_attempt_at = NULL, lease = NULL, last_error = $2
+  // The lease stays: an attempt under way records its outcome (decision 123).
+  failEndpointDeliveries: `UPDATE deliveries SET status = 'failed', next_attempt_at = NULL, last_error = $2
     WHERE endpoint_seq = $1 AND status = 'pending' RETURNING message_seq AS "messageSeq"`,
   listDeliveries: `SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq
     WHERE d.endpoint_seq = $1 ORDER BY d.seq DESC LIMIT $2`,
@@ -320,12 +321,15 @@ const SQL = {
   // A 410 disables the endpoint: its lock first, in the order deleteWebhookEndpoint takes them.
   lockDeliveryEndpoint: `SELECT w.seq FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
     WHERE d.id = $1 AND d.lease = $2 FOR UPDATE OF w`,
-  // $5: delivered; $6: when to retry (null: never).
-  recordDelivery: `UPDATE deliveries SET lease = NULL, last_attempt_at = $3, last_status = $4, last_error = $7,
-      status = CASE WHEN $5 THEN 'delivered' WHEN $6::timestamptz IS NULL THEN 'failed' ELSE 'pending' END,
-      next_attempt_at = CASE WHEN $5 THEN NULL ELSE $6::timestamptz END,
+  // $5: delivered; $6: when to retry (null: never). A delivery failed under its lease (its endpoint
+  // disabled or deleted meanwhile) keeps its failure's reason, unless this attempt delivered it.
+  recordDelivery: `UPDATE deliveries SET lease = NULL, last_attempt_at = $3, last_status = $4,
+      last_error = CASE WHEN status = 'failed' AND NOT $5 THEN last_error ELSE $7 END,
+      status = CASE WHEN $5 THEN 'delivered' WHEN status = 'failed' OR $6::timestamptz IS NULL THEN 'failed'
+        ELSE 'pending' END,
+      next_attempt_at = CASE WHEN $5 OR status = 'failed' THEN NULL ELSE $6::timestamptz END,
       delivered_at = CASE WHEN $5 THEN $3 ELSE delivered_at END
-    WHERE id = $1 AND lease = $2 AND status = 'pending'
+    WHERE id = $1 AND lease = $2 AND status IN ('pending', 'failed')
     RETURNING endpoint_seq AS "endpointSeq", message_seq AS "messageSeq"`,
   deliveriesDue: `SELECT EXISTS (SELECT 1 FROM deliveries WHERE status = 'pending' AND next_attempt_at <= now()) AS due`,
   markUndeliveredMessages: "UPDATE messages SET status = 'undelivered' WHERE status = 'queued' AND fanout = 0",

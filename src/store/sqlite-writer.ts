@@ -142,7 +142,8 @@ function prepareWrites(db: DatabaseSync) {
     rotateSecret: `UPDATE webhook_endpoints SET previous_secret = secret, previous_secret_until = ?, secret = ?,
       secret_rotated_at = ? WHERE seq = ? RETURNING ${ENDPOINT_COLUMNS}`,
     disableEndpoint: 'UPDATE webhook_endpoints SET disabled_at = ?, disabled_reason = ? WHERE seq = ?',
-    failEndpointDeliveries: `UPDATE deliveries SET status = 'failed', next_attempt_at = NULL, lease = NULL,
+    // The lease stays: an attempt under way records its outcome (decision 123).
+    failEndpointDeliveries: `UPDATE deliveries SET status = 'failed', next_attempt_at = NULL,
       last_error = ? WHERE endpoint_seq = ? AND status = 'pending' RETURNING message_seq AS messageSeq`,
     failMessage: `UPDATE messages SET status = 'failed' WHERE seq = ? AND status = 'queued'
       AND NOT EXISTS (SELECT 1 FROM deliveries WHERE message_seq = messages.seq AND status = 'pending')`,
@@ -175,8 +176,13 @@ function prepareWrites(db: DatabaseSync) {
     claimedEvent: 'SELECT id, body, traceparent FROM events WHERE seq = ?',
     claimedEndpoint: `SELECT url, secret, CASE WHEN previous_secret_until > ? THEN previous_secret END AS previous
       FROM webhook_endpoints WHERE seq = ?`,
-    recordDelivery: `UPDATE deliveries SET lease = NULL, last_attempt_at = ?, last_status = ?, last_error = ?,
-      status = ?, next_attempt_at = ?, delivered_at = coalesce(?, delivered_at) WHERE id = ? AND lease = ? AND status = 'pending'
+    // A delivery failed under its lease (its endpoint disabled or deleted meanwhile) keeps its
+    // failure's reason, unless this attempt delivered it: `failed` is its status unless delivered.
+    recordDelivery: `UPDATE deliveries SET lease = NULL, last_attempt_at = ?, last_status = ?,
+      last_error = CASE WHEN status = 'failed' AND ? = 'failed' THEN last_error ELSE ? END,
+      status = CASE WHEN status = 'failed' THEN ? ELSE ? END,
+      next_attempt_at = CASE WHEN status = 'failed' THEN NULL ELSE ? END, delivered_at = coalesce(?, delivered_at)
+      WHERE id = ? AND lease = ? AND status IN ('pending', 'failed')
       RETURNING message_seq AS messageSeq, endpoint_seq AS endpointSeq`,
     markUndelivered: "UPDATE messages SET status = 'undelivered' WHERE status = 'queued' AND fanout = 0",
     insertSecret: 'INSERT INTO secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING',
@@ -498,10 +504,13 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
     recordDelivery(outcome: DeliveryOutcome): boolean {
       const { at, delivered, retryAt } = outcome
       const status = delivered ? 'delivered' : retryAt !== null ? 'pending' : 'failed'
+      const ended = delivered ? 'delivered' : 'failed'
       const row = sql.recordDelivery.get(
         at,
         outcome.status,
+        ended,
         outcome.error,
+        ended,
         status,
         delivered ? null : retryAt,
         delivered ? at : null,

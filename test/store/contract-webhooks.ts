@@ -283,6 +283,43 @@ export function webhooksContract(open: OpenStore): void {
     assert.equal(await store.deliveriesDue(), false)
   })
 
+  it('webhooks: attempts under way when their endpoint is disabled still record their outcome', async (t) => {
+    const store = await open(t)
+    const alice = await account(store, 'alice@example.com')
+    const endpoint = await subscribe(store, alice, 'https://a.example/hook', ['message.created'])
+    for (const text of ['gone', 'arrived', 'refused']) await store.createMessage(alice, text)
+    const claimed = await store.claimDeliveries(10, LEASE_MS)
+    const sent = (text: string) => {
+      const delivery = claimed.find((c) => JSON.parse(c.body).data.message === text)
+      assert.ok(delivery)
+      return { id: delivery.id, lease: delivery.lease, at: new Date().toISOString() }
+    }
+    const messageId = (text: string) => JSON.parse(claimed.find((c) => c.body.includes(text))?.body ?? '{}').data.id
+    // One attempt answers 410: the endpoint is disabled, and the two others fail with it, under way.
+    const gone = { ...sent('gone'), status: 410, error: null, delivered: false, retryAt: null, disableEndpoint: true }
+    assert.ok(await store.recordDelivery(gone))
+    // One of them had arrived (200): it is delivered, and so is its message.
+    const arrived = { ...sent('arrived'), status: 200, error: null, delivered: true, retryAt: null }
+    assert.ok(await store.recordDelivery({ ...arrived, disableEndpoint: false }))
+    // The other was refused (500, a retry due): it stays failed for its endpoint, its attempt recorded.
+    const retryAt = new Date(Date.now() + 60_000).toISOString()
+    const refused = { ...sent('refused'), status: 500, error: 'status 500', delivered: false, retryAt }
+    assert.ok(await store.recordDelivery({ ...refused, disableEndpoint: false }))
+    const deliveries = (await store.listDeliveries(alice, endpoint.id, 10)) ?? []
+    const byId = new Map(deliveries.map((d) => [d.id, d]))
+    const seen = (id: string) => {
+      const d = byId.get(id)
+      return [d?.status, d?.attempts, d?.lastStatus, d?.lastError, d?.lastAttemptAt !== null, d?.nextAttemptAt]
+    }
+    assert.deepEqual(seen(arrived.id), ['delivered', 1, 200, null, true, null])
+    assert.deepEqual(seen(refused.id), ['failed', 1, 500, 'endpoint disabled', true, null])
+    assert.equal((await store.getMessage(alice, messageId('arrived')))?.status, 'delivered')
+    assert.equal((await store.getMessage(alice, messageId('refused')))?.status, 'failed')
+    // Recorded once: the lease is spent.
+    assert.equal(await store.recordDelivery({ ...arrived, disableEndpoint: false }), false)
+    assert.deepEqual(await store.claimDeliveries(10, LEASE_MS), [])
+  })
+
   it('webhooks: a lease that ran out is taken over; concurrent claims never share a delivery', async (t) => {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')
