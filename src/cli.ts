@@ -35,7 +35,8 @@ const LISTEN_USAGE = `  listen --forward-to <url> [--events <types>] [--url <api
                                                   secret it prints (experimental: the server needs
                                                   EXPERIMENTAL_FEATURES=webhooks). types: as the type of
                                                   GET /v1/events (order.*,message.created); api: default
-                                                  http://127.0.0.1:$PORT; key: default $API_KEY.
+                                                  $ANIMAL_STORE_URL, else http://127.0.0.1:$PORT; key:
+                                                  default $API_KEY.
   listen --print-secret [--api-key <key>]         Print only the secret listen signs with, and exit.`
 /** The scopes, comma-separated, in lines that fit the help's second column. */
 const SCOPE_LIST = SCOPES.map((scope, i) => `${scope}${i < SCOPES.length - 1 ? ',' : ''}`)

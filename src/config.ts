@@ -408,3 +408,11 @@ function toConfig(e: Env, trustProxy: Config['trustProxy'], webhookRetrySchedule
 export function clientApiKey(env: Record<string, string | undefined> = process.env): string | undefined {
   return env.API_KEY?.trim() || undefined
 }
+
+/**
+ * The API address `animal-store listen` uses when its command line names none: ANIMAL_STORE_URL,
+ * the variable the typed client's examples read. A client's setting too.
+ */
+export function clientApiUrl(env: Record<string, string | undefined> = process.env): string | undefined {
+  return env.ANIMAL_STORE_URL?.trim() || undefined
+}

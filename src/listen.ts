@@ -10,7 +10,8 @@ import { createHmac } from 'node:crypto'
 import { parseArgs } from 'node:util'
 import { CliError, printable, UsageError } from './cli.ts'
 import { AnimalStoreError, createAnimalStoreClient, type Event, streamEvents } from './client/index.ts'
-import { type Config, clientApiKey } from './config.ts'
+import { type Config, clientApiKey, clientApiUrl } from './config.ts'
+import { apiKeyDeployment } from './domain/api-keys.ts'
 import { EVENT_TYPE_FILTERS, eventBody } from './domain/events.ts'
 import { BoundedMap } from './lib/bounded-map.ts'
 import { signatureHeaders } from './webhooks/signing.ts'
@@ -57,6 +58,10 @@ export async function listen(argv: string[], config: Config, io: ListenIo): Prom
   }
   const apiKey = values['api-key'] ?? clientApiKey(io.env)
   if (!apiKey) throw new UsageError('An API key is required: export API_KEY=… or pass --api-key.')
+  // The checksum catches a mistyped key here, before it gives a secret that no delivery will match.
+  if (apiKeyDeployment(apiKey) === null) {
+    throw new UsageError('The API key is not one of ours (as_test_… or as_live_…): check API_KEY or --api-key.')
+  }
   const secret = listenSecret(apiKey)
   if (values['print-secret']) {
     const others = [...given].filter((name) => name !== 'print-secret' && name !== 'api-key')
@@ -65,7 +70,11 @@ export async function listen(argv: string[], config: Config, io: ListenIo): Prom
     return io.print(secret)
   }
   const target = receiverUrl(values['forward-to'])
-  const api = apiUrl(values.url ?? `http://127.0.0.1:${config.port}`)
+  // As the typed client's examples find it; else this machine's PORT (always a valid address).
+  const api =
+    values.url !== undefined
+      ? apiUrl(values.url, '--url')
+      : apiUrl(clientApiUrl(io.env) ?? `http://127.0.0.1:${config.port}`, 'ANIMAL_STORE_URL')
   const types = values.events === undefined ? undefined : eventTypes(values.events)
   const resumeAfter = values['resume-after']
   if (resumeAfter !== undefined && !/^[\x21-\x7e]{1,100}$/.test(resumeAfter)) {
@@ -170,10 +179,10 @@ function receiverUrl(text: string | undefined): URL {
 }
 
 /** The API's base address, ending in /v1 (added when the URL given has no path). */
-function apiUrl(text: string): string {
+function apiUrl(text: string, source: '--url' | 'ANIMAL_STORE_URL'): string {
   const url = URL.canParse(text) ? new URL(text) : null
   if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
-    throw new UsageError(`--url must be the API's http:// or https:// address, not "${text}".`)
+    throw new UsageError(`${source} must be the API's http:// or https:// address, not "${text}".`)
   }
   const path = url.pathname.replace(/\/+$/, '')
   return `${url.origin}${path === '' ? '/v1' : path}`

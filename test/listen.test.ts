@@ -14,6 +14,7 @@ import { describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Webhook } from 'standardwebhooks'
 import { main } from '../src/cli.ts'
+import { generateApiKey } from '../src/domain/api-keys.ts'
 import { runCli } from './cli-run.ts'
 import { bearer, build, type Cleanup, testDatabaseUrl } from './helper.ts'
 import { cliKey, spawnNode, startServer } from './processes.ts'
@@ -126,7 +127,7 @@ describe('animal-store listen', () => {
   })
 
   it('refuses a command line without --forward-to, with a receiver or API URL not http(s), an unknown event type or no key: exit 2', async () => {
-    const key = { API_KEY: 'as_test_anything' }
+    const key = { API_KEY: generateApiKey('staging').secret }
     const cases: [string[], Record<string, string>, RegExp][] = [
       [[], key, /--forward-to is required/],
       [['--forward-to', 'localhost:3000/hook'], key, /--forward-to must be an http:\/\/ or https:\/\/ URL/],
@@ -134,6 +135,14 @@ describe('animal-store listen', () => {
       [['--forward-to', 'http://127.0.0.1:3000/hook', '--url', 'ftp://127.0.0.1'], key, /--url must be/],
       [['--forward-to', 'http://127.0.0.1:3000/hook', '--events', 'order.*,pet.created'], key, /"pet\.created"/],
       [['--forward-to', 'http://127.0.0.1:3000/hook'], {}, /API key is required/],
+      // Mistyped: its checksum fails, and its secret would match no delivery.
+      [['--print-secret'], { API_KEY: 'nonsense' }, /not one of ours/],
+      [['--print-secret'], { API_KEY: `${key.API_KEY.slice(0, -1)}x` }, /not one of ours/],
+      [
+        ['--forward-to', 'http://127.0.0.1:3000/hook'],
+        { ...key, ANIMAL_STORE_URL: 'localhost:8080' },
+        /ANIMAL_STORE_URL/,
+      ],
       [['--print-secret', '--forward-to', 'http://127.0.0.1:3000/hook'], key, /--print-secret takes no other/],
       [['--forward-to', 'http://a/', '--forward-to', 'http://b/'], key, /given more than once/],
       [['--forward-to', 'http://127.0.0.1:3000/hook', 'extra'], key, /extra/],
@@ -169,7 +178,7 @@ describe('animal-store listen', () => {
     assert.match(gone.stderr, /without --resume-after/)
     assert.doesNotMatch(gone.stdout, /Ready/)
 
-    const refused = await runCli(['listen', ...forward], { API_KEY: `${apiKey.slice(0, -4)}0000` })
+    const refused = await runCli(['listen', ...forward], { API_KEY: generateApiKey('staging').secret })
     assert.equal(refused.code, 1, refused.stderr)
     assert.match(refused.stderr, /^animal-store: http:\/\/127\.0\.0\.1:\d+\/v1 answered 401: [^\n]+\n$/)
   })
@@ -178,7 +187,11 @@ describe('animal-store listen', () => {
     const { app, newKey } = await build(t)
     const api = await app.listen({ port: 0, host: '127.0.0.1' })
     const { secret: apiKey } = await newKey()
-    const run = await runCli(['listen', '--forward-to', 'http://127.0.0.1:9/hook', '--url', api], { API_KEY: apiKey })
+    // The address as the typed client's examples take it.
+    const run = await runCli(['listen', '--forward-to', 'http://127.0.0.1:9/hook'], {
+      API_KEY: apiKey,
+      ANIMAL_STORE_URL: `${api}/v1`,
+    })
     assert.equal(run.code, 1, run.stderr)
     assert.match(run.stderr, /answered 404: .*EXPERIMENTAL_FEATURES=webhooks/)
   })
