@@ -296,7 +296,9 @@ async function run(argv: string[], config: Config, print: Print, input: Input): 
         const key = await store.revokeApiKey(id as string)
         if (!key) throw new CliError(`No key with id "${id}".`)
         // Revoking again keeps the first time: say since when, true whether it was now or before.
-        return say(`Key ${key.id} (${key.prefix}…) is revoked, since ${key.revokedAt}.`)
+        await say(`Key ${key.id} (${key.prefix}…) is revoked, since ${key.revokedAt}.`)
+        // Running servers check keys through a cache: say for how long one may still take it.
+        return say(`Running servers refuse it within ${config.apiKeyCacheMs / 1000} s (API_KEY_CACHE_SECONDS).`)
       }
     }
   } finally {

@@ -27,7 +27,7 @@ export const ERRORS = {
   last_event_id_unknown: [410, 'The Last-Event-ID is not in the event log (pruned, or never made): catch up with GET /v1/events, then stream without it.'],
   operation_removed: [410, 'This operation was removed on its Sunset date; see the Link header for its successor.'],
   request_timeout: [408, 'The request took too long to arrive.'],
-  pet_not_available: [409, 'The pet is not available: an order holds it, or it is sold.'],
+  pet_not_available: [409, 'The pet is not available: it is pending (an order holds it, or it was added so) or sold.'],
   order_conflict: [409, 'The order is final in another status; see the message.'],
   idempotency_conflict: [409, 'A request with this Idempotency-Key is still being processed; retry later.'],
   pet_held: [409, 'A placed order holds this pet: its status changes only by completing or canceling the order.'],
@@ -107,6 +107,13 @@ const STATUS_CODES: Record<number, ErrorCode> = {
  * error so that the API can answer 503 with Retry-After; the write it interrupted was not applied
  * or, at worst, is applied exactly once and was never acknowledged.
  */
+/** An id the client sent, as a message repeats it: as it is when plain, else quoted, so that a blank one shows. */
+export function sentId(id: string): string {
+  return /^[\x21-\x7e]{1,64}$/.test(id)
+    ? id
+    : JSON.stringify(id.length > 64 ? `${id.slice(0, 64).toWellFormed()}…` : id)
+}
+
 export class DatabaseUnavailableError extends Error {
   override name = 'DatabaseUnavailableError'
 }

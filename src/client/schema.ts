@@ -3260,7 +3260,7 @@ export interface operations {
           /**
            * @example {
            *       "code": "pet_not_available",
-           *       "message": "The pet is not available: an order holds it, or it is sold.",
+           *       "message": "The pet is not available: it is pending (an order holds it, or it was added so) or sold.",
            *       "status": 409
            *     }
            */

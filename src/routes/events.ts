@@ -7,7 +7,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { ALL_EVENT_TYPES, type AnyEventType, filteredTypes, scopeToReceive } from '../domain/events.ts'
 import { sharedCursorCodec } from '../domain/pagination.ts'
-import { ApiError } from '../errors.ts'
+import { ApiError, sentId } from '../errors.ts'
 import { apiRoutes } from '../plugins/auth.ts'
 import { wantsEventStream } from '../plugins/event-stream.ts'
 import { insufficientScope } from '../plugins/scopes.ts'
@@ -141,7 +141,7 @@ const events: FastifyPluginAsyncTypebox = async (app) => {
     async function getEvent(request) {
       const { eventId } = request.params
       const event = await app.store.getEvent(request.caller.accountId, eventId)
-      if (!event) throw new ApiError('event_not_found', `No event ${eventId} for this account.`)
+      if (!event) throw new ApiError('event_not_found', `No event ${sentId(eventId)} for this account.`)
       checkType(request.caller.scopes, event.type)
       return event
     },

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { sharedCursorCodec } from '../domain/pagination.ts'
-import { ApiError } from '../errors.ts'
+import { ApiError, sentId } from '../errors.ts'
 import { apiRoutes } from '../plugins/auth.ts'
 import {
   DEFAULT_PAGE_SIZE,
@@ -105,7 +105,7 @@ const messages: FastifyPluginAsyncTypebox = async (app) => {
     async function getMessage(request) {
       const { messageId } = request.params
       const message = await app.store.getMessage(request.caller.accountId, messageId)
-      if (!message) throw new ApiError('message_not_found', `No message ${messageId} for this account.`)
+      if (!message) throw new ApiError('message_not_found', `No message ${sentId(messageId)} for this account.`)
       return message
     },
   )

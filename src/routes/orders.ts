@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
 import { sharedCursorCodec } from '../domain/pagination.ts'
-import { ApiError } from '../errors.ts'
+import { ApiError, sentId } from '../errors.ts'
 import { requestOrigin } from '../http/host.ts'
 import { apiRoutes } from '../plugins/auth.ts'
 import type { Stability } from '../plugins/stability.ts'
@@ -67,7 +67,10 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
       if ('refused' in result) {
         throw result.refused === 'pet_not_found'
           ? new ApiError('pet_not_found', `No pet with id ${petId}.`)
-          : new ApiError('pet_not_available', `Pet ${petId} is not available: an order holds it, or it is sold.`)
+          : new ApiError(
+              'pet_not_available',
+              `Pet ${petId} is not available: it is pending (an order holds it, or it was added so) or sold.`,
+            )
       }
       return reply.code(201).header('location', orderLocation(result.placed, request)).send(result.placed)
     },
@@ -198,7 +201,7 @@ function others(to: string): string {
 }
 
 function orderNotFound(orderId: string): ApiError {
-  return new ApiError('order_not_found', `No order ${orderId} for this account.`)
+  return new ApiError('order_not_found', `No order ${sentId(orderId)} for this account.`)
 }
 
 function orderLocation(order: { id: string }, request: FastifyRequest): string {

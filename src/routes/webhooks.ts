@@ -7,7 +7,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
 import { scopeToReceive } from '../domain/events.ts'
-import { ApiError, type ErrorCode } from '../errors.ts'
+import { ApiError, type ErrorCode, sentId } from '../errors.ts'
 import { requestOrigin } from '../http/host.ts'
 import { apiRoutes } from '../plugins/auth.ts'
 import { insufficientScope } from '../plugins/scopes.ts'
@@ -422,11 +422,11 @@ function withoutSecret({ secret: _, ...endpoint }: StoredWebhookEndpoint): Webho
 }
 
 function endpointNotFound(endpointId: string): ApiError {
-  return new ApiError('webhook_endpoint_not_found', `No webhook endpoint ${endpointId} for this account.`)
+  return new ApiError('webhook_endpoint_not_found', `No webhook endpoint ${sentId(endpointId)} for this account.`)
 }
 
 function deliveryNotFound(deliveryId: string): ApiError {
-  return new ApiError('delivery_not_found', `No delivery ${deliveryId} for this webhook endpoint.`)
+  return new ApiError('delivery_not_found', `No delivery ${sentId(deliveryId)} for this webhook endpoint.`)
 }
 
 function endpointLocation(endpoint: { id: string }, request: FastifyRequest): string {

@@ -44,7 +44,8 @@ function ajv(options: Options): Ajv {
 const bodyAjv = ajv({ coerceTypes: false })
 const paramAjv = ajv({ coerceTypes: 'array' })
 
-type Schema = { properties?: Record<string, { type?: unknown; format?: unknown }> }
+type IntegerSchema = { type?: unknown; format?: unknown; minimum?: number; maximum?: number }
+type Schema = { properties?: Record<string, IntegerSchema> }
 
 export const validatorCompiler: FastifySchemaCompiler<Schema> = ({ schema, httpPart }) => {
   if (httpPart === 'body') return bodyAjv.compile(schema)
@@ -56,7 +57,7 @@ export const validatorCompiler: FastifySchemaCompiler<Schema> = ({ schema, httpP
     for (const [name, property] of integers) {
       const text = data?.[name]
       if (typeof text !== 'string') continue
-      const error = integerTextError(text, property.format === 'int64')
+      const error = integerTextError(text, property)
       if (error) {
         check.errors = [{ instancePath: `/${name}`, keyword: 'format', message: error, params: {}, schemaPath: '' }]
         return false
@@ -70,14 +71,18 @@ export const validatorCompiler: FastifySchemaCompiler<Schema> = ({ schema, httpP
   return check
 }
 
-function integerTextError(text: string, int64: boolean): string | undefined {
+function integerTextError(text: string, { format, minimum, maximum }: IntegerSchema): string | undefined {
   if (!DECIMAL.test(text)) {
     return /^-?0[0-9]+$/.test(text) ? 'must be written without leading zeros' : 'must be a decimal integer'
   }
-  // Up to 18 digits always fit in an int64: only longer texts need the exact check.
-  if (int64 && text.length > 18) {
+  // A double tells integers of up to 15 digits apart: longer texts are held to the bounds exactly,
+  // the schema's own first (as Ajv words them), else an int64's.
+  if (text.length > 15) {
     const value = BigInt(text)
-    if (value < INT64_MIN || value > INT64_MAX) return `must be an int64, from ${INT64_MIN} to ${INT64_MAX}`
+    const high = maximum !== undefined ? BigInt(maximum) : format === 'int64' ? INT64_MAX : undefined
+    const low = minimum !== undefined ? BigInt(minimum) : format === 'int64' ? INT64_MIN : undefined
+    if (high !== undefined && value > high) return `must be at most ${high}`
+    if (low !== undefined && value < low) return `must be at least ${low}`
   }
   return undefined
 }

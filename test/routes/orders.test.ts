@@ -156,6 +156,11 @@ describe('Store: orders and inventory (beta)', () => {
       assert.equal(response.statusCode, 404, url)
       assert.equal(errorBody(response).code, 'order_not_found')
     }
+    // An id that is blank, or not printable, is quoted, so that the message shows what was sent.
+    const blank = await test.app.inject({ method: 'POST', url: '/v1/store/orders/%20/complete', headers: stranger })
+    assert.equal(errorBody(blank).message, 'No order " " for this account.')
+    const plain = await test.app.inject({ url: '/v1/store/orders/ord_doesnotexist0000', headers: stranger })
+    assert.equal(errorBody(plain).message, 'No order ord_doesnotexist0000 for this account.')
     assert.deepEqual((await test.app.inject({ url: '/v1/store/orders', headers: stranger })).json(), [])
   })
 

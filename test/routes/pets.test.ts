@@ -553,6 +553,15 @@ describe('getPet: GET /v1/pets/{petId} (points 1 and 6)', () => {
       assert.equal(errorBody(response).code, 'validation_failed', id)
       assert.match(errorBody(response).message, /^path\.petId /, id)
     }
+    // Past the highest id, however far, the message names that bound (not an int64's).
+    for (const id of ['9007199254740992', '9223372036854775807', '99999999999999999999']) {
+      const response = await app.app.inject({ url: `/v1/pets/${id}`, headers: bearer(secret) })
+      assert.equal(errorBody(response).message, 'path.petId must be at most 9007199254740991', id)
+    }
+    for (const id of ['-9223372036854775808', '-99999999999999999999']) {
+      const response = await app.app.inject({ url: `/v1/pets/${id}`, headers: bearer(secret) })
+      assert.equal(errorBody(response).message, 'path.petId must be at least 1', id)
+    }
   })
 
   it('refuses query parameters it does not define, as every operation does (400 validation_failed)', async () => {
