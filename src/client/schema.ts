@@ -780,13 +780,21 @@ export interface components {
        */
       url: string
       /**
-       * @description The event types to send to it: 1 to 5, each once.
+       * @description The event types to send to it, each once: `order.*` (or `message.*`) stands for all of that resource’s, and the endpoint lists them one by one.
        * @example [
        *       "order.placed",
        *       "order.completed"
        *     ]
        */
-      events: ('message.created' | 'order.placed' | 'order.completed' | 'order.canceled' | 'order.expired')[]
+      events: (
+        | 'message.created'
+        | 'order.placed'
+        | 'order.completed'
+        | 'order.canceled'
+        | 'order.expired'
+        | 'message.*'
+        | 'order.*'
+      )[]
       /**
        * @description A note for the account’s own use: 0 to 200 characters.
        * @default
@@ -912,13 +920,21 @@ export interface components {
        */
       url?: string
       /**
-       * @description The event types to send to it: 1 to 5, each once.
+       * @description The event types to send to it, each once: `order.*` (or `message.*`) stands for all of that resource’s, and the endpoint lists them one by one.
        * @example [
        *       "order.placed",
        *       "order.completed"
        *     ]
        */
-      events?: ('message.created' | 'order.placed' | 'order.completed' | 'order.canceled' | 'order.expired')[]
+      events?: (
+        | 'message.created'
+        | 'order.placed'
+        | 'order.completed'
+        | 'order.canceled'
+        | 'order.expired'
+        | 'message.*'
+        | 'order.*'
+      )[]
       /**
        * @description A note for the account’s own use: 0 to 200 characters.
        * @example Order sync

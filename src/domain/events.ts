@@ -16,6 +16,15 @@ export const EVENT_TYPES = [
 ] as const
 export type EventType = (typeof EVENT_TYPES)[number]
 
+/** What an endpoint's `events` may list: a type, or a resource's wildcard (`order.*`: its every type). */
+export const SUBSCRIPTIONS = [...EVENT_TYPES, 'message.*', 'order.*'] as const
+export type Subscription = (typeof SUBSCRIPTIONS)[number]
+
+/** The types a subscription names, wildcards spelled out, each once, in EVENT_TYPES order. */
+export function subscribedTypes(names: readonly Subscription[]): EventType[] {
+  return EVENT_TYPES.filter((type) => names.includes(type) || names.includes(`${type.split('.')[0]}.*` as Subscription))
+}
+
 /**
  * The `statusReason` of an `undelivered` message: when it was sent no enabled endpoint was subscribed
  * to its event, so it went nowhere (the stores' SQL derives it from the status, decision 104).

@@ -6,7 +6,7 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
-import { scopeToReceive } from '../domain/events.ts'
+import { scopeToReceive, subscribedTypes } from '../domain/events.ts'
 import { ApiError, type ErrorCode, sentId } from '../errors.ts'
 import { requestOrigin } from '../http/host.ts'
 import { apiRoutes } from '../plugins/auth.ts'
@@ -126,7 +126,8 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
       ...app.idempotent,
     },
     async function createWebhookEndpoint(request, reply) {
-      const { url, events, description = '' } = request.body
+      const { url, description = '' } = request.body
+      const events = subscribedTypes(request.body.events)
       checkUrl(url)
       checkEvents(request.caller.scopes, events)
       const { accountId } = request.caller
@@ -206,7 +207,8 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
     },
     async function updateWebhookEndpoint(request) {
       const { endpointId } = request.params
-      const { url, events, description, status } = request.body
+      const { url, description, status } = request.body
+      const events = request.body.events && subscribedTypes(request.body.events)
       checkUrl(url)
       // Where the events go, or which: judged on the subscription the endpoint will have (decision 97).
       if (url !== undefined || events !== undefined || status === 'enabled') {

@@ -1,5 +1,5 @@
 import Type, { type TSchema } from 'typebox'
-import { ALL_EVENT_TYPES, type AnyEventType, EVENT_TYPES, type EventType } from '../domain/events.ts'
+import { ALL_EVENT_TYPES, type AnyEventType, EVENT_TYPES, type EventType, SUBSCRIPTIONS } from '../domain/events.ts'
 import type { Stability } from '../plugins/stability.ts'
 import { DateTimeInput, PageLimit } from './common.ts'
 
@@ -44,11 +44,13 @@ const webhookFields = {
       'Where events are POSTed: an absolute `https://` URL on a public address, without a username or password (see WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_URLS).',
     examples: [URL_EXAMPLE],
   }),
-  events: Type.Array(EventTypeSchema, {
+  events: Type.Array(Type.Enum(SUBSCRIPTIONS, { type: 'string', description: 'An event type, or `order.*`.' }), {
     minItems: 1,
-    maxItems: EVENT_TYPES.length,
+    maxItems: SUBSCRIPTIONS.length,
     uniqueItems: true,
-    description: 'The event types to send to it: 1 to 5, each once.',
+    description:
+      'The event types to send to it, each once: `order.*` (or `message.*`) stands for all of that resource’s, ' +
+      'and the endpoint lists them one by one.',
     examples: [['order.placed', 'order.completed']],
   }),
   description: Type.String({

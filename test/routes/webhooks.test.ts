@@ -165,6 +165,22 @@ describe('Webhook endpoints (experimental)', () => {
     assert.equal((await call('POST', '/webhook-endpoints', { ...NEW, description: 'x'.repeat(200) })).statusCode, 201)
   })
 
+  it('order.* and message.* stand for every type of that resource, listed one by one, as GET /v1/events takes them', async () => {
+    const { call } = await setUp(await shared())
+    const orders = ['order.placed', 'order.completed', 'order.canceled', 'order.expired']
+    const created = await call('POST', '/webhook-endpoints', { ...NEW, events: ['order.*'] })
+    assert.equal(created.statusCode, 201, created.body)
+    assert.deepEqual(created.json().events, orders)
+    const patched = await call('PATCH', `/webhook-endpoints/${created.json().id}`, {
+      events: ['message.*', 'order.placed'],
+    })
+    assert.equal(patched.statusCode, 200, patched.body)
+    assert.deepEqual(patched.json().events, ['message.created', 'order.placed'])
+    const both = await call('POST', '/webhook-endpoints', { ...NEW, events: ['order.*', 'order.placed', 'message.*'] })
+    assert.deepEqual(both.json().events, ['message.created', ...orders])
+    assert.equal((await call('POST', '/webhook-endpoints', { ...NEW, events: ['webhook.*'] })).statusCode, 400)
+  })
+
   it('refuses URLs events cannot go to: not https, private or loopback addresses, credentials, not absolute', async () => {
     const { call } = await setUp(await shared())
     for (const [url, message] of [
@@ -527,6 +543,7 @@ describe('Webhook endpoints (experimental)', () => {
     const withOrders = await keyWith(test, 'webhooks:write orders:write')
     const create = (headers: Record<string, string>, events: string[]) =>
       test.app.inject({ method: 'POST', url: '/v1/webhook-endpoints', headers, payload: { ...NEW, events } })
+    assert.equal((await create(hooksOnly, ['order.*'])).statusCode, 403)
     const refused = await create(hooksOnly, ['order.placed'])
     assert.equal(refused.statusCode, 403)
     assert.equal(errorBody(refused).code, 'insufficient_scope')
