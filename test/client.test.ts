@@ -468,19 +468,26 @@ describe('Typed client: messages, webhook endpoints and events (experimental)', 
     const stop = new AbortController()
     const seen: string[] = []
     const opened: boolean[] = []
+    const timeline: string[] = []
     let lost: Promise<unknown> | null = null
     const reading = (async () => {
       // A silent stream is given up after 300 ms: the connection drops, with no event seen yet.
       const options = { signal: stop.signal, idleTimeoutMs: 300, retryMs: 400 }
       const events = streamEvents(client, {
         ...options,
-        onOpen: (open) => opened.push(open.reconnected),
+        onOpen: (open) => {
+          opened.push(open.reconnected)
+          timeline.push(open.reconnected ? 'reconnected' : 'opened')
+        },
         // Made while the client is away, before it reconnects (at least 200 ms later).
         onLost: () => {
           lost ??= Promise.all(['away 1', 'away 2', 'away 3'].map((text, i) => sleep(i * 5).then(() => send(text))))
         },
       })
-      for await (const event of events) seen.push((event.data as Message).message)
+      for await (const event of events) {
+        seen.push((event.data as Message).message)
+        timeline.push('event')
+      }
     })()
     try {
       await until('the three made while away', () => seen.length >= 3, { timeoutMs: 15_000 })
@@ -496,6 +503,8 @@ describe('Typed client: messages, webhook endpoints and events (experimental)', 
     assert.equal(new Set(seen).size, seen.length, 'none twice')
     assert.equal(opened[0], false)
     assert.ok(opened.includes(true))
+    // The caught-up event comes with the connection it resumes, after onOpen says so.
+    assert.ok(timeline.indexOf('reconnected') < timeline.indexOf('event'), timeline.join(' '))
   })
 
   it('streamEvents gives up on a server that takes the connection and never answers: a TimeoutError', async (t) => {

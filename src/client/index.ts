@@ -285,6 +285,8 @@ export async function* streamEvents(
   }
   let opened = false
   let failures = 0
+  /** The catch-up's oldest event: yielded once the stream that resumes after it is open. */
+  let held: Event | undefined
   while (!signal?.aborted) {
     const { controller: connection, unfollow } = following(signal)
     const ended = connection.signal
@@ -297,15 +299,10 @@ export async function* streamEvents(
     try {
       awake()
       // Started when the account had no event (of `types`): every one it has now came since. The
-      // oldest is yielded here, and the stream replays the others after it (decision 121).
+      // oldest is yielded first, and the stream replays the others after it (decision 121).
       if (opened && lastEventId === undefined) {
-        const oldest = await oldestEvent(client, types, ended, awake)
-        if (oldest !== undefined) {
-          lastEventId = oldest.id
-          clearTimeout(idle)
-          yield oldest
-          awake()
-        }
+        held = await oldestEvent(client, types, ended, awake)
+        lastEventId = held?.id
       }
       const result = await client.GET('/events', {
         params: { query: types === undefined ? {} : { type: types } },
@@ -322,9 +319,17 @@ export async function* streamEvents(
       } else if (!response.headers.get('content-type')?.startsWith(EVENT_STREAM) || !result.data) {
         throw new Error(`${response.url} answered ${response.status} without an event stream: is the server older?`)
       } else {
-        options.onOpen?.({ reconnected: opened, lastEventId })
+        // Said before the held event is yielded: it is the first of those this connection brings.
+        options.onOpen?.({ reconnected: opened, lastEventId: held === undefined ? lastEventId : undefined })
         opened = true
         failures = 0
+        if (held !== undefined) {
+          const oldest = held
+          held = undefined
+          clearTimeout(idle)
+          yield oldest
+          awake()
+        }
         const body = (result.data as ReadableStream<Uint8Array>).pipeThrough(new TextDecoderStream()).getReader()
         // The read ends when the connection does: undici follows the request's signal through a weak
         // reference, which a collection can clear once the response is in; this listener is held.
