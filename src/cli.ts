@@ -298,7 +298,9 @@ async function run(argv: string[], config: Config, print: Print, input: Input): 
         // Revoking again keeps the first time: say since when, true whether it was now or before.
         await say(`Key ${key.id} (${key.prefix}…) is revoked, since ${key.revokedAt}.`)
         // Running servers check keys through a cache: say for how long one may still take it.
-        return say(`Running servers refuse it within ${config.apiKeyCacheMs / 1000} s (API_KEY_CACHE_SECONDS).`)
+        return say(
+          `Running servers refuse it within their API_KEY_CACHE_SECONDS (${config.apiKeyCacheMs / 1000} s here), and end its event streams a second later.`,
+        )
       }
     }
   } finally {

@@ -517,7 +517,7 @@ describe('CLI: keys revoke', () => {
     const first = await ok(url, ['keys', 'revoke', id])
     const since = /is revoked, since (\S+)\.$/m.exec(first.stdout)?.[1]
     assert.ok(since && !Number.isNaN(Date.parse(since)), first.stdout)
-    assert.match(first.stdout, /^Running servers refuse it within 5 s \(API_KEY_CACHE_SECONDS\)\.$/m)
+    assert.match(first.stdout, /^Running servers refuse it within their API_KEY_CACHE_SECONDS \(5 s here\), /m)
     const again = await ok(url, ['keys', 'revoke', id])
     assert.match(
       again.stdout,

@@ -44,15 +44,18 @@ const webhookFields = {
       'Where events are POSTed: an absolute `https://` URL on a public address, without a username or password (see WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_URLS).',
     examples: [URL_EXAMPLE],
   }),
-  events: Type.Array(Type.Enum(SUBSCRIPTIONS, { type: 'string', description: 'An event type, or `order.*`.' }), {
-    minItems: 1,
-    maxItems: SUBSCRIPTIONS.length,
-    uniqueItems: true,
-    description:
-      'The event types to send to it, each once: `order.*` (or `message.*`) stands for all of that resource’s, ' +
-      'and the endpoint lists them one by one.',
-    examples: [['order.placed', 'order.completed']],
-  }),
+  events: Type.Array(
+    Type.Enum(SUBSCRIPTIONS, { type: 'string', description: 'An event type, or `order.*` or `message.*`.' }),
+    {
+      minItems: 1,
+      maxItems: SUBSCRIPTIONS.length,
+      uniqueItems: true,
+      description:
+        'The event types to send to it, each once: `order.*` (or `message.*`) stands for all of that resource’s, ' +
+        'and the endpoint lists them one by one.',
+      examples: [['order.placed', 'order.completed']],
+    },
+  ),
   description: Type.String({
     maxLength: WEBHOOK_DESCRIPTION_MAX_LENGTH,
     // No NUL: PostgreSQL cannot store U+0000 in text.

@@ -255,8 +255,11 @@ const SQL = {
     WHERE id = $1 AND account_id = $2 AND deleted_at IS NULL RETURNING ${ENDPOINT_COLUMNS}`,
   disableEndpoint:
     "UPDATE webhook_endpoints SET disabled_at = $2, disabled_reason = 'answered 410 Gone' WHERE seq = $1",
-  // The lease stays: an attempt under way records its outcome (decision 123).
-  failEndpointDeliveries: `UPDATE deliveries SET status = 'failed', next_attempt_at = NULL, last_error = $2
+  // A live lease stays, with its end: the attempt under way records its outcome, and until then
+  // the delivery is not sent again (decision 123). A lease run out goes.
+  failEndpointDeliveries: `UPDATE deliveries SET status = 'failed', last_error = $2,
+      lease = CASE WHEN next_attempt_at > now() THEN lease END,
+      next_attempt_at = CASE WHEN lease IS NOT NULL AND next_attempt_at > now() THEN next_attempt_at END
     WHERE endpoint_seq = $1 AND status = 'pending' RETURNING message_seq AS "messageSeq"`,
   listDeliveries: `SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq
     WHERE d.endpoint_seq = $1 ORDER BY d.seq DESC LIMIT $2`,
@@ -265,40 +268,51 @@ const SQL = {
   lockRedelivery: `SELECT d.seq, d.message_seq AS "messageSeq" FROM deliveries d
     JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
     WHERE d.id = $1 AND w.account_id = $2 AND w.deleted_at IS NULL AND w.disabled_at IS NULL FOR SHARE OF w`,
-  // Not while an attempt holds a live lease: a second one would send the event twice at once.
+  // Not while an attempt holds a live lease (pending, or failed under it): a second one would send
+  // the event twice at once.
   redeliver: `UPDATE deliveries SET status = 'pending', next_attempt_at = now(), lease = NULL, retry_base = attempts
-    WHERE seq = $1 AND NOT (status = 'pending' AND lease IS NOT NULL AND next_attempt_at > now()) RETURNING seq`,
+    WHERE seq = $1 AND NOT (lease IS NOT NULL AND next_attempt_at > now()) RETURNING seq`,
   // Any instance may claim: SKIP LOCKED lets them share the due deliveries, each leased to one. A
-  // lease moves next_attempt_at to its end, so a delivery whose holder died is due again then. Each
-  // endpoint offers at most $4 less its leases in flight, taken in turns (decision 122); the outer
-  // query checks again what it locks, in case another instance claimed it since this one began.
-  claimDeliveries: `WITH offered AS (
-      SELECT d.seq, d.next_attempt_at,
-        row_number() OVER (PARTITION BY w.seq ORDER BY d.next_attempt_at, d.seq) AS turn
-      FROM webhook_endpoints w
-      CROSS JOIN LATERAL (SELECT count(*) AS n FROM deliveries b WHERE b.endpoint_seq = w.seq
+  // lease moves next_attempt_at to its end, so a delivery whose holder died is due again then.
+  // Endpoints take turns (decision 122): from the endpoint after $5, those with a delivery due and
+  // room under $4 leases in flight (found by skipping along deliveries_endpoint_due, one probe per
+  // endpoint with any pending, and no further than $1 such endpoints); each offers its oldest, locked
+  // (and checked again, in case another instance claimed one meanwhile), and the claim takes the
+  // first of each, then the second. The locks of those not taken end with the statement.
+  claimDeliveries: `WITH RECURSIVE pending AS (
+      (SELECT endpoint_seq, next_attempt_at FROM deliveries WHERE status = 'pending' AND endpoint_seq > $5
+        ORDER BY endpoint_seq, next_attempt_at LIMIT 1)
+      UNION ALL
+      SELECT n.endpoint_seq, n.next_attempt_at FROM pending p CROSS JOIN LATERAL (
+        SELECT endpoint_seq, next_attempt_at FROM deliveries WHERE status = 'pending' AND endpoint_seq > p.endpoint_seq
+        ORDER BY endpoint_seq, next_attempt_at LIMIT 1) n),
+    candidates AS MATERIALIZED (
+      SELECT p.endpoint_seq AS seq, $4::bigint - busy.n AS room FROM pending p
+      JOIN webhook_endpoints w ON w.seq = p.endpoint_seq AND w.disabled_at IS NULL AND w.deleted_at IS NULL
+      CROSS JOIN LATERAL (SELECT count(*) AS n FROM deliveries b WHERE b.endpoint_seq = p.endpoint_seq
         AND b.status = 'pending' AND b.lease IS NOT NULL AND b.next_attempt_at > now()) busy
-      CROSS JOIN LATERAL (SELECT x.seq, x.next_attempt_at FROM deliveries x WHERE x.endpoint_seq = w.seq
-        AND x.status = 'pending' AND x.next_attempt_at <= now()
-        ORDER BY x.next_attempt_at LIMIT greatest($4::bigint - busy.n, 0)) d
-      WHERE w.disabled_at IS NULL AND w.deleted_at IS NULL),
-    due AS (
-      SELECT d.seq FROM deliveries d JOIN offered o ON o.seq = d.seq
-      WHERE d.status = 'pending' AND d.next_attempt_at <= now()
-      ORDER BY o.turn, o.next_attempt_at LIMIT $1 FOR UPDATE OF d SKIP LOCKED)
+      WHERE p.next_attempt_at <= now() AND busy.n < $4::bigint
+      LIMIT $1),
+    offered AS MATERIALIZED (
+      SELECT d.seq, c.seq AS endpoint, row_number() OVER (PARTITION BY c.seq ORDER BY d.next_attempt_at, d.seq) AS turn
+      FROM candidates c CROSS JOIN LATERAL (SELECT x.seq, x.next_attempt_at FROM deliveries x
+        WHERE x.endpoint_seq = c.seq AND x.status = 'pending' AND x.next_attempt_at <= now()
+        ORDER BY x.next_attempt_at LIMIT least(c.room, $1) FOR UPDATE SKIP LOCKED) d),
+    due AS (SELECT seq FROM offered ORDER BY turn, endpoint LIMIT $1)
     UPDATE deliveries d SET lease = $2, next_attempt_at = now() + $3::float8 * interval '1 millisecond',
       attempts = d.attempts + 1
     FROM due, events e, webhook_endpoints w
     WHERE d.seq = due.seq AND e.seq = d.event_seq AND w.seq = d.endpoint_seq
     RETURNING d.id, d.lease, e.id AS "eventId", e.body, w.url, w.secret,
       CASE WHEN w.previous_secret_until > now() THEN w.previous_secret END AS "previousSecret",
-      d.attempts - d.retry_base AS attempts, e.traceparent`,
+      d.attempts - d.retry_base AS attempts, e.traceparent, d.endpoint_seq AS "endpointSeq"`,
   // FOR SHARE: as for activeEndpoints, a delete or a disable waits, then fails what this makes pending.
   lockEnabledEndpoint: `SELECT seq, ${ENDPOINT_COLUMNS}, now() AS at FROM webhook_endpoints
     WHERE id = $1 AND account_id = $2 AND deleted_at IS NULL AND disabled_at IS NULL FOR SHARE`,
-  // A failed delivery holds no lease: each is made due again as a resend makes it.
+  // Each is made due again as a resend makes it; not one whose attempt is still under way (decision 123).
   recoverDeliveries: `WITH chosen AS (SELECT seq FROM deliveries
-      WHERE endpoint_seq = $1 AND status = 'failed' AND created_at >= $2 ORDER BY seq LIMIT $3 FOR UPDATE)
+      WHERE endpoint_seq = $1 AND status = 'failed' AND created_at >= $2
+        AND NOT (lease IS NOT NULL AND next_attempt_at > now()) ORDER BY seq LIMIT $3 FOR UPDATE)
     UPDATE deliveries d SET status = 'pending', next_attempt_at = now(), lease = NULL, retry_base = d.attempts
     FROM chosen WHERE d.seq = chosen.seq AND d.status = 'failed' RETURNING d.message_seq AS "messageSeq"`,
   failedSince: `SELECT EXISTS (SELECT 1 FROM deliveries
@@ -319,7 +333,7 @@ const SQL = {
     AND ($6::text[] IS NULL OR type = ANY($6)) ORDER BY xid, seq LIMIT $7`,
   eventPosition: 'SELECT xid::text AS tx, seq FROM event_log WHERE id = $1 AND account_id = $2',
   // A 410 disables the endpoint: its lock first, in the order deleteWebhookEndpoint takes them.
-  lockDeliveryEndpoint: `SELECT w.seq FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
+  lockDeliveryEndpoint: `SELECT w.seq, d.status FROM deliveries d JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
     WHERE d.id = $1 AND d.lease = $2 FOR UPDATE OF w`,
   // $5: delivered; $6: when to retry (null: never). A delivery failed under its lease (its endpoint
   // disabled or deleted meanwhile) keeps its failure's reason, unless this attempt delivered it.
@@ -389,6 +403,8 @@ export class PostgresStore implements Store {
   #errors = 0
   /** The active trace to keep with an event (StoreOptions.traceparent); none without tracing. */
   #traceparent: () => string | null = () => null
+  /** The endpoint the last claim served last: the next claim starts after it (decision 122). */
+  #servedEndpoint = 0
 
   private constructor(pool: Pool) {
     this.#pool = pool
@@ -841,10 +857,15 @@ export class PostgresStore implements Store {
     leaseMs: number,
     perEndpoint = Number.MAX_SAFE_INTEGER,
   ): Promise<ClaimedDelivery[]> {
-    type Row = Omit<ClaimedDelivery, 'secrets'> & { secret: string; previousSecret: string | null }
-    const values = [limit, randomId('lease'), leaseMs, perEndpoint]
-    const rows = await this.#query<Row>('claimDeliveries', values, 'write')
-    return rows.map(({ secret, previousSecret, ...claimed }) => ({
+    type Row = Omit<ClaimedDelivery, 'secrets'> & { secret: string; previousSecret: string | null; endpointSeq: string }
+    const claim = (max: number, after: number) =>
+      this.#query<Row>('claimDeliveries', [max, randomId('lease'), leaseMs, perEndpoint, after], 'write')
+    // The endpoints after the last one served first, then from the first: each gets its turn.
+    const after = await claim(limit, this.#servedEndpoint)
+    const wrapped = after.length < limit && this.#servedEndpoint > 0 ? await claim(limit - after.length, 0) : []
+    const last = wrapped.length > 0 ? wrapped : after
+    if (last.length > 0) this.#servedEndpoint = Math.max(...last.map((row) => Number(row.endpointSeq)))
+    return [...after, ...wrapped].map(({ secret, previousSecret, endpointSeq: _, ...claimed }) => ({
       ...claimed,
       secrets: previousSecret === null ? [secret] : [secret, previousSecret],
     }))
@@ -853,8 +874,14 @@ export class PostgresStore implements Store {
   recordDelivery(outcome: DeliveryOutcome): Promise<boolean> {
     const { id, lease, at, delivered, status, error, retryAt, disableEndpoint } = outcome
     return this.#transaction(async (run) => {
-      // The endpoint's lock before the delivery's, the order in which a delete takes them.
-      if (disableEndpoint && (await run('lockDeliveryEndpoint', [id, lease])).length === 0) return false
+      // The endpoint's lock before the delivery's, the order in which a delete takes them. A 410 for a
+      // delivery failed meanwhile (its endpoint disabled, deleted, or enabled again since) disables nothing.
+      let disabling = false
+      if (disableEndpoint) {
+        const [held] = await run<{ status: string }>('lockDeliveryEndpoint', [id, lease])
+        if (!held) return false
+        disabling = held.status === 'pending'
+      }
       const values = [id, lease, at, status, delivered, delivered ? null : retryAt, error]
       const [row] = await run<{ endpointSeq: number; messageSeq: number | null }>('recordDelivery', values)
       if (!row) return false
@@ -863,7 +890,7 @@ export class PostgresStore implements Store {
         await run('countAttempt', [row.messageSeq, delivered, at])
         if (!delivered && retryAt === null) await run('failFinishedMessages', [[row.messageSeq]])
       }
-      if (disableEndpoint) {
+      if (disabling) {
         await run('disableEndpoint', [row.endpointSeq, at])
         await this.#failPendingDeliveries(run, row.endpointSeq, 'endpoint disabled')
       }

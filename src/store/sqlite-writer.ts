@@ -142,8 +142,10 @@ function prepareWrites(db: DatabaseSync) {
     rotateSecret: `UPDATE webhook_endpoints SET previous_secret = secret, previous_secret_until = ?, secret = ?,
       secret_rotated_at = ? WHERE seq = ? RETURNING ${ENDPOINT_COLUMNS}`,
     disableEndpoint: 'UPDATE webhook_endpoints SET disabled_at = ?, disabled_reason = ? WHERE seq = ?',
-    // The lease stays: an attempt under way records its outcome (decision 123).
-    failEndpointDeliveries: `UPDATE deliveries SET status = 'failed', next_attempt_at = NULL,
+    // A live lease stays, with its end: the attempt under way records its outcome, and until then
+    // the delivery is not sent again (decision 123). A lease run out goes.
+    failEndpointDeliveries: `UPDATE deliveries SET status = 'failed', lease = CASE WHEN next_attempt_at > ? THEN lease END,
+      next_attempt_at = CASE WHEN lease IS NOT NULL AND next_attempt_at > ? THEN next_attempt_at END,
       last_error = ? WHERE endpoint_seq = ? AND status = 'pending' RETURNING message_seq AS messageSeq`,
     failMessage: `UPDATE messages SET status = 'failed' WHERE seq = ? AND status = 'queued'
       AND NOT EXISTS (SELECT 1 FROM deliveries WHERE message_seq = messages.seq AND status = 'pending')`,
@@ -154,22 +156,25 @@ function prepareWrites(db: DatabaseSync) {
     redeliverable: `SELECT d.seq, d.message_seq AS messageSeq FROM deliveries d
       JOIN webhook_endpoints w ON w.seq = d.endpoint_seq
       WHERE d.id = ? AND w.account_id = ? AND w.deleted_at IS NULL AND w.disabled_at IS NULL`,
-    // Not while an attempt holds a live lease: a second one would send the event twice at once.
+    // Not while an attempt holds a live lease (pending, or failed under it): a second one would send
+    // the event twice at once.
     redeliver: `UPDATE deliveries SET status = 'pending', next_attempt_at = ?, lease = NULL, retry_base = attempts
-      WHERE seq = ? AND NOT (status = 'pending' AND lease IS NOT NULL AND next_attempt_at > ?)`,
+      WHERE seq = ? AND NOT (lease IS NOT NULL AND next_attempt_at > ?)`,
     getDelivery: `SELECT ${DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = ?`,
-    // A failed delivery holds no lease: each is made due again as a resend makes it.
+    // Each is made due again as a resend makes it; not one whose attempt is still under way (decision 123).
     recoverDeliveries: `UPDATE deliveries SET status = 'pending', next_attempt_at = ?, lease = NULL, retry_base = attempts
       WHERE seq IN (SELECT seq FROM deliveries WHERE endpoint_seq = ? AND status = 'failed' AND created_at >= ?
-        ORDER BY seq LIMIT ?)
+        AND NOT (lease IS NOT NULL AND next_attempt_at > ?) ORDER BY seq LIMIT ?)
       RETURNING message_seq AS messageSeq`,
     failedSince: `SELECT 1 FROM deliveries WHERE endpoint_seq = ? AND status = 'failed' AND created_at >= ? LIMIT 1`,
-    // The endpoints with deliveries due, and their leases in flight (decision 122).
-    offeringEndpoints: `SELECT w.seq, (SELECT count(*) FROM deliveries b WHERE b.endpoint_seq = w.seq
-        AND b.status = 'pending' AND b.lease IS NOT NULL AND b.next_attempt_at > ?) AS busy
-      FROM webhook_endpoints w WHERE w.disabled_at IS NULL AND w.deleted_at IS NULL AND EXISTS (SELECT 1
-        FROM deliveries d WHERE d.endpoint_seq = w.seq AND d.status = 'pending' AND d.next_attempt_at <= ?)`,
-    endpointDue: `SELECT seq, next_attempt_at AS at FROM deliveries
+    // From the endpoint after ?, those with a delivery due and room under ? leases in flight, in
+    // turn, no more than ? of them (decision 122): each a probe by the primary key and two indexes.
+    offeringEndpoints: `SELECT seq, ? - busy AS room FROM (SELECT w.seq, (SELECT count(*) FROM deliveries b
+        WHERE b.endpoint_seq = w.seq AND b.status = 'pending' AND b.lease IS NOT NULL AND b.next_attempt_at > ?) AS busy
+      FROM webhook_endpoints w WHERE w.seq > ? AND w.disabled_at IS NULL AND w.deleted_at IS NULL AND EXISTS (SELECT 1
+        FROM deliveries d WHERE d.endpoint_seq = w.seq AND d.status = 'pending' AND d.next_attempt_at <= ?)
+      ORDER BY w.seq) WHERE busy < ? LIMIT ?`,
+    endpointDue: `SELECT seq FROM deliveries
       WHERE endpoint_seq = ? AND status = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?`,
     claimDelivery: `UPDATE deliveries SET lease = ?, next_attempt_at = ?, attempts = attempts + 1 WHERE seq = ?
       RETURNING id, event_seq AS eventSeq, endpoint_seq AS endpointSeq, attempts - retry_base AS attempts`,
@@ -178,6 +183,7 @@ function prepareWrites(db: DatabaseSync) {
       FROM webhook_endpoints WHERE seq = ?`,
     // A delivery failed under its lease (its endpoint disabled or deleted meanwhile) keeps its
     // failure's reason, unless this attempt delivered it: `failed` is its status unless delivered.
+    leasedDelivery: 'SELECT status FROM deliveries WHERE id = ? AND lease = ?',
     recordDelivery: `UPDATE deliveries SET lease = NULL, last_attempt_at = ?, last_status = ?,
       last_error = CASE WHEN status = 'failed' AND ? = 'failed' THEN last_error ELSE ? END,
       status = CASE WHEN status = 'failed' THEN ? ELSE ? END,
@@ -209,6 +215,8 @@ function now(): string {
 
 /** Every write the store makes. Each runs inside the batch's transaction, in its own savepoint. */
 function writeOps(sql: ReturnType<typeof prepareWrites>) {
+  /** The endpoint the last claim served last: the next claim starts after it (decision 122). */
+  let servedEndpoint = 0
   const complete = (ref: IdempotencyRef | null, status: number, body: unknown) => {
     if (ref) sql.completeIdempotency.run(status, JSON.stringify(body), ref.scope, ref.key)
   }
@@ -265,7 +273,8 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
   }
   /** Fails an endpoint's pending deliveries, and the messages left with none pending. */
   const failDeliveries = (endpointSeq: number, reason: string) => {
-    const failed = sql.failEndpointDeliveries.all(reason, endpointSeq) as { messageSeq: number | null }[]
+    const at = now()
+    const failed = sql.failEndpointDeliveries.all(at, at, reason, endpointSeq) as { messageSeq: number | null }[]
     for (const { messageSeq } of failed) if (messageSeq !== null) sql.failMessage.run(messageSeq)
   }
   const endpointOf = (accountId: number, id: string) =>
@@ -467,7 +476,8 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
     recoverDeliveries(accountId: number, endpointId: string, since: string, limit: number) {
       const endpoint = endpointOf(accountId, endpointId)
       if (!endpoint || endpoint.disabledAt !== null) return null
-      const recovered = sql.recoverDeliveries.all(now(), endpoint.seq, since, limit) as { messageSeq: number | null }[]
+      const at = now()
+      const recovered = sql.recoverDeliveries.all(at, endpoint.seq, since, at, limit) as { messageSeq: number | null }[]
       for (const { messageSeq } of recovered) if (messageSeq !== null) sql.requeueMessage.run(messageSeq)
       return { queued: recovered.length, more: sql.failedSince.get(endpoint.seq, since) !== undefined }
     },
@@ -475,15 +485,26 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       const at = now()
       const lease = randomId('lease')
       const until = new Date(Date.parse(at) + leaseMs).toISOString()
-      // Each endpoint offers its oldest due deliveries up to its share; they are taken in turns.
-      const offered: { seq: number; at: string; turn: number }[] = []
-      for (const endpoint of sql.offeringEndpoints.all(at, at) as { seq: number; busy: number }[]) {
-        if (endpoint.busy >= perEndpoint) continue
-        const due = sql.endpointDue.all(endpoint.seq, at, perEndpoint - endpoint.busy) as { seq: number; at: string }[]
-        offered.push(...due.map((delivery, turn) => ({ ...delivery, turn })))
+      // The endpoints after the last one served first, then from the first: each gets its turn. Each
+      // offers its oldest due deliveries up to its room; the first of each is taken, then the second.
+      const offering = (after: number, max: number) =>
+        sql.offeringEndpoints.all(perEndpoint, at, after, at, perEndpoint, max) as { seq: number; room: number }[]
+      const endpoints = offering(servedEndpoint, limit)
+      if (endpoints.length < limit && servedEndpoint > 0) {
+        const taken = new Set(endpoints.map(({ seq }) => seq))
+        endpoints.push(...offering(0, limit - endpoints.length).filter(({ seq }) => !taken.has(seq)))
       }
-      offered.sort((a, b) => a.turn - b.turn || (a.at < b.at ? -1 : a.at > b.at ? 1 : 0))
-      return offered.slice(0, limit).map(({ seq }) => {
+      const offered: { seq: number; endpoint: number; turn: number }[] = []
+      for (const endpoint of endpoints) {
+        const due = sql.endpointDue.all(endpoint.seq, at, endpoint.room) as { seq: number }[]
+        offered.push(...due.map(({ seq }, turn) => ({ seq, endpoint: endpoint.seq, turn })))
+      }
+      // In turn, and within a turn in the order the endpoints were found (after the last one served).
+      const order = new Map(endpoints.map(({ seq }, i) => [seq, i]))
+      offered.sort((a, b) => a.turn - b.turn || (order.get(a.endpoint) ?? 0) - (order.get(b.endpoint) ?? 0))
+      const chosen = offered.slice(0, limit)
+      if (chosen.length > 0) servedEndpoint = (chosen.at(-1) as { endpoint: number }).endpoint
+      return chosen.map(({ seq }) => {
         const { id, eventSeq, endpointSeq, attempts } = sql.claimDelivery.get(lease, until, seq) as {
           id: string
           eventSeq: number
@@ -505,6 +526,9 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       const { at, delivered, retryAt } = outcome
       const status = delivered ? 'delivered' : retryAt !== null ? 'pending' : 'failed'
       const ended = delivered ? 'delivered' : 'failed'
+      // A 410 for a delivery failed meanwhile (its endpoint disabled, deleted, or enabled again since)
+      // disables nothing.
+      const held = sql.leasedDelivery.get(outcome.id, outcome.lease) as { status: string } | undefined
       const row = sql.recordDelivery.get(
         at,
         outcome.status,
@@ -525,7 +549,7 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
           if (status === 'failed') sql.failMessage.run(row.messageSeq)
         }
       }
-      if (outcome.disableEndpoint) {
+      if (outcome.disableEndpoint && held?.status === 'pending') {
         sql.disableEndpoint.run(at, 'answered 410 Gone', row.endpointSeq)
         failDeliveries(row.endpointSeq, 'endpoint disabled')
       }

@@ -283,6 +283,22 @@ export function webhooksContract(open: OpenStore): void {
     assert.equal(await store.deliveriesDue(), false)
   })
 
+  it('webhooks: claims smaller than the endpoints with deliveries due serve them in turn', async (t) => {
+    const store = await open(t)
+    for (const name of ['a', 'b', 'c']) {
+      const owner = await account(store, `${name}@example.com`)
+      await subscribe(store, owner, `https://${name}.example/hook`, ['message.created'])
+      for (let i = 0; i < 3; i++) await store.createMessage(owner, `${name}${i}`)
+    }
+    const served: string[] = []
+    for (let i = 0; i < 6; i++) {
+      const claimed = await store.claimDeliveries(1, LEASE_MS, 8)
+      served.push(...claimed.map((c) => new URL(c.url).hostname[0] as string))
+    }
+    // Each endpoint's turn comes before any has a second: a, b, c, then again.
+    assert.deepEqual(served, ['a', 'b', 'c', 'a', 'b', 'c'])
+  })
+
   it('webhooks: attempts under way when their endpoint is disabled still record their outcome', async (t) => {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')
@@ -320,6 +336,31 @@ export function webhooksContract(open: OpenStore): void {
     assert.deepEqual(await store.claimDeliveries(10, LEASE_MS), [])
   })
 
+  it('webhooks: a delivery failed under a live lease is not sent again until that attempt ends, nor disables again', async (t) => {
+    const store = await open(t)
+    const alice = await account(store, 'alice@example.com')
+    const endpoint = await subscribe(store, alice, 'https://a.example/hook', ['message.created'])
+    await store.createMessage(alice, 'in flight')
+    const [claimed] = await store.claimDeliveries(10, LEASE_MS)
+    assert.ok(claimed)
+    // Disabled by hand while the attempt is under way, then enabled again.
+    await store.updateWebhookEndpoint(alice, endpoint.id, { enabled: false })
+    await store.updateWebhookEndpoint(alice, endpoint.id, { enabled: true })
+    // Neither a resend nor a recovery sends it a second time at once.
+    const resend = await store.redeliver(alice, claimed.id)
+    assert.deepEqual([resend?.resent, resend?.delivery.status], [false, 'failed'])
+    const since = new Date(Date.now() - 60_000).toISOString()
+    assert.deepEqual(await store.recoverDeliveries(alice, endpoint.id, since, 10), { queued: 0, more: true })
+    assert.deepEqual(await store.claimDeliveries(10, LEASE_MS), [])
+    // Its answer, a 410, is recorded; it does not disable the endpoint enabled since.
+    const at = new Date().toISOString()
+    const gone = { id: claimed.id, lease: claimed.lease, at, status: 410, error: null, delivered: false }
+    assert.ok(await store.recordDelivery({ ...gone, retryAt: null, disableEndpoint: true }))
+    assert.equal((await store.getWebhookEndpoint(alice, endpoint.id))?.status, 'enabled')
+    // Now it may be sent again.
+    assert.equal((await store.redeliver(alice, claimed.id))?.resent, true)
+  })
+
   it('webhooks: a lease that ran out is taken over; concurrent claims never share a delivery', async (t) => {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')
@@ -354,9 +395,9 @@ export function webhooksContract(open: OpenStore): void {
     await subscribe(store, bob, 'https://b.example/hook', ['message.created'])
     await store.createMessage(bob, 'b0')
     const urls = (claimed: { url: string }[]) => claimed.map((c) => new URL(c.url).hostname)
-    // Bob's one delivery, queued after all of Alice's, comes second: turns first, then age.
+    // Bob's one delivery, queued after all of Alice's, is taken with her first four, not after all twelve.
     const first = await store.claimDeliveries(10, LEASE_MS, 4)
-    assert.deepEqual(urls(first), ['a.example', 'b.example', 'a.example', 'a.example', 'a.example'])
+    assert.deepEqual(urls(first).sort(), ['a.example', 'a.example', 'a.example', 'a.example', 'b.example'])
     // Alice's endpoint has its 4 leases in flight: nothing more of it until one is recorded.
     assert.deepEqual(await store.claimDeliveries(10, LEASE_MS, 4), [])
     const [done] = first
