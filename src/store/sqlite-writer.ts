@@ -496,7 +496,7 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       }
       const offered: { seq: number; endpoint: number; turn: number }[] = []
       for (const endpoint of endpoints) {
-        const due = sql.endpointDue.all(endpoint.seq, at, endpoint.room) as { seq: number }[]
+        const due = sql.endpointDue.all(endpoint.seq, at, Math.min(endpoint.room, limit)) as { seq: number }[]
         offered.push(...due.map(({ seq }, turn) => ({ seq, endpoint: endpoint.seq, turn })))
       }
       // In turn, and within a turn in the order the endpoints were found (after the last one served).
