@@ -104,7 +104,7 @@ const STATUS_CODES: Record<number, ErrorCode> = {
 
 /** An id the client sent, as a message repeats it: as it is when plain, else quoted, so that a blank one shows. */
 export function sentId(id: string): string {
-  return /^[\x21-\x7e]{1,64}$/.test(id)
+  return /^[\x21\x23-\x7e]{1,64}$/.test(id)
     ? id
     : JSON.stringify(id.length > 64 ? `${id.slice(0, 64).toWellFormed()}…` : id)
 }

@@ -780,7 +780,7 @@ export interface components {
        */
       url: string
       /**
-       * @description The event types to send to it, each once: `order.*` (or `message.*`) stands for all of that resource’s, and the endpoint lists them one by one.
+       * @description The event types to send to it, each name once: `order.*` (or `message.*`) stands for all of that resource’s, and the endpoint lists them one by one (a type also named by a wildcard is sent once).
        * @example [
        *       "order.placed",
        *       "order.completed"
@@ -920,7 +920,7 @@ export interface components {
        */
       url?: string
       /**
-       * @description The event types to send to it, each once: `order.*` (or `message.*`) stands for all of that resource’s, and the endpoint lists them one by one.
+       * @description The event types to send to it, each name once: `order.*` (or `message.*`) stands for all of that resource’s, and the endpoint lists them one by one (a type also named by a wildcard is sent once).
        * @example [
        *       "order.placed",
        *       "order.completed"

@@ -337,7 +337,8 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
         throw new ApiError('webhook_endpoint_disabled', `Webhook endpoint ${endpointId} is disabled: enable it first.`)
       }
       const redelivered = await app.store.redeliver(accountId, deliveryId)
-      if (!redelivered) throw deliveryNotFound(deliveryId)
+      // Found above: the endpoint was disabled or deleted since.
+      if (!redelivered) throw await notSendable(accountId, endpointId)
       if (!redelivered.resent) {
         throw new ApiError(
           'delivery_in_progress',

@@ -51,8 +51,8 @@ const webhookFields = {
       maxItems: SUBSCRIPTIONS.length,
       uniqueItems: true,
       description:
-        'The event types to send to it, each once: `order.*` (or `message.*`) stands for all of that resource’s, ' +
-        'and the endpoint lists them one by one.',
+        'The event types to send to it, each name once: `order.*` (or `message.*`) stands for all of that ' +
+        'resource’s, and the endpoint lists them one by one (a type also named by a wildcard is sent once).',
       examples: [['order.placed', 'order.completed']],
     },
   ),

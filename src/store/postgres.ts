@@ -315,8 +315,9 @@ const SQL = {
         AND NOT (lease IS NOT NULL AND next_attempt_at > now()) ORDER BY seq LIMIT $3 FOR UPDATE)
     UPDATE deliveries d SET status = 'pending', next_attempt_at = now(), lease = NULL, retry_base = d.attempts
     FROM chosen WHERE d.seq = chosen.seq AND d.status = 'failed' RETURNING d.message_seq AS "messageSeq"`,
-  failedSince: `SELECT EXISTS (SELECT 1 FROM deliveries
-    WHERE endpoint_seq = $1 AND status = 'failed' AND created_at >= $2) AS more`,
+  // As recoverDeliveries chooses: not one whose attempt is still under way.
+  failedSince: `SELECT EXISTS (SELECT 1 FROM deliveries WHERE endpoint_seq = $1 AND status = 'failed'
+    AND created_at >= $2 AND NOT (lease IS NOT NULL AND next_attempt_at > now())) AS more`,
   requeueMessages: "UPDATE messages SET status = 'queued' WHERE seq = ANY($1::bigint[]) AND status = 'failed'",
   listEvents: `SELECT ${EVENT_COLUMNS} FROM event_log WHERE account_id = $1 AND seq < $2
     AND ($3::timestamptz IS NULL OR created_at > $3) AND ($4::text[] IS NULL OR type = ANY($4))

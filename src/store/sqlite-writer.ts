@@ -166,7 +166,9 @@ function prepareWrites(db: DatabaseSync) {
       WHERE seq IN (SELECT seq FROM deliveries WHERE endpoint_seq = ? AND status = 'failed' AND created_at >= ?
         AND NOT (lease IS NOT NULL AND next_attempt_at > ?) ORDER BY seq LIMIT ?)
       RETURNING message_seq AS messageSeq`,
-    failedSince: `SELECT 1 FROM deliveries WHERE endpoint_seq = ? AND status = 'failed' AND created_at >= ? LIMIT 1`,
+    // As recoverDeliveries chooses: not one whose attempt is still under way.
+    failedSince: `SELECT 1 FROM deliveries WHERE endpoint_seq = ? AND status = 'failed' AND created_at >= ?
+      AND NOT (lease IS NOT NULL AND next_attempt_at > ?) LIMIT 1`,
     // From the endpoint after ?, those with a delivery due and room under ? leases in flight, in
     // turn, no more than ? of them (decision 122): each a probe by the primary key and two indexes.
     offeringEndpoints: `SELECT seq, ? - busy AS room FROM (SELECT w.seq, (SELECT count(*) FROM deliveries b
@@ -479,7 +481,7 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       const at = now()
       const recovered = sql.recoverDeliveries.all(at, endpoint.seq, since, at, limit) as { messageSeq: number | null }[]
       for (const { messageSeq } of recovered) if (messageSeq !== null) sql.requeueMessage.run(messageSeq)
-      return { queued: recovered.length, more: sql.failedSince.get(endpoint.seq, since) !== undefined }
+      return { queued: recovered.length, more: sql.failedSince.get(endpoint.seq, since, at) !== undefined }
     },
     claimDeliveries(limit: number, leaseMs: number, perEndpoint: number): ClaimedDelivery[] {
       const at = now()

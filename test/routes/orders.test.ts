@@ -159,6 +159,8 @@ describe('Store: orders and inventory (beta)', () => {
     // An id that is blank, or not printable, is quoted, so that the message shows what was sent.
     const blank = await test.app.inject({ method: 'POST', url: '/v1/store/orders/%20/complete', headers: stranger })
     assert.equal(errorBody(blank).message, 'No order " " for this account.')
+    const quoted = await test.app.inject({ url: '/v1/store/orders/%22ord_x%22', headers: stranger })
+    assert.equal(errorBody(quoted).message, 'No order "\\"ord_x\\"" for this account.')
     const plain = await test.app.inject({ url: '/v1/store/orders/ord_doesnotexist0000', headers: stranger })
     assert.equal(errorBody(plain).message, 'No order ord_doesnotexist0000 for this account.')
     assert.deepEqual((await test.app.inject({ url: '/v1/store/orders', headers: stranger })).json(), [])

@@ -388,6 +388,16 @@ describe('Webhook endpoints (experimental)', () => {
     assert.equal(disabled.statusCode, 409)
     assert.equal(errorBody(disabled).code, 'webhook_endpoint_disabled')
     assert.equal(nudges.length, 1)
+    // Disabled between the route's look and the store's resend (a hostile pass met it): 409 too, not 404.
+    await call('PATCH', `/webhook-endpoints/${endpoint.id}`, { status: 'enabled' })
+    const { store } = test.app
+    const redeliver = store.redeliver.bind(store)
+    store.redeliver = async (...args) => {
+      await store.updateWebhookEndpoint(args[0], endpoint.id, { enabled: false })
+      return redeliver(...args)
+    }
+    const raced = await call('POST', `/webhook-endpoints/${endpoint.id}/deliveries/${claimed.id}/redeliver`)
+    assert.equal(errorBody(raced).code, 'webhook_endpoint_disabled')
   })
 
   it('sendWebhookTestEvent: 202 with a webhook.test event, sent signed to that endpoint alone, recorded like any', async (t) => {
