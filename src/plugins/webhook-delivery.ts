@@ -19,7 +19,7 @@ import { signatureHeaders } from '../webhooks/signing.ts'
 const POLL_MS = 500
 /** Deliveries in flight per instance. */
 const CONCURRENCY = 32
-/** Deliveries in flight per endpoint (claims running at once may add a few): a slow one holds up no other (decision 122). */
+/** Deliveries in flight per endpoint, from every instance: a slow one holds up no other (decision 122). */
 export const ENDPOINT_CONCURRENCY = 8
 /** A lease outlives the attempt's own bound by this much: the outcome is recorded within it. */
 const LEASE_MARGIN_MS = 10_000

@@ -272,32 +272,37 @@ const SQL = {
   // the event twice at once.
   redeliver: `UPDATE deliveries SET status = 'pending', next_attempt_at = now(), lease = NULL, retry_base = attempts
     WHERE seq = $1 AND NOT (lease IS NOT NULL AND next_attempt_at > now()) RETURNING seq`,
-  // Any instance may claim: SKIP LOCKED lets them share the due deliveries, each leased to one. A
-  // lease moves next_attempt_at to its end, so a delivery whose holder died is due again then.
-  // Endpoints take turns (decision 122): from the endpoint after $5, those with a delivery due and
-  // room under $4 leases in flight (found by skipping along deliveries_endpoint_due, one probe per
-  // endpoint with any pending, and no further than $1 such endpoints); each offers its oldest, locked
-  // (and checked again, in case another instance claimed one meanwhile), and the claim takes the
-  // first of each, then the second. The locks of those not taken end with the statement.
-  claimDeliveries: `WITH RECURSIVE pending AS (
-      (SELECT endpoint_seq, next_attempt_at FROM deliveries WHERE status = 'pending' AND endpoint_seq > $5
+  // The endpoints a claim serves (decision 122): from the endpoint after $1, those with a delivery
+  // due, enabled, with room under $2 leases in flight, no more than $3 of them, found by skipping
+  // along deliveries_endpoint_due (one probe per endpoint with any pending). Each is held for the
+  // claim's transaction by an advisory lock that another claim does not wait for but passes over,
+  // so that the claim's count of its leases, in the next statement, is exact.
+  claimableEndpoints: `WITH RECURSIVE pending AS (
+      (SELECT endpoint_seq, next_attempt_at FROM deliveries WHERE status = 'pending' AND endpoint_seq > $1
         ORDER BY endpoint_seq, next_attempt_at LIMIT 1)
       UNION ALL
       SELECT n.endpoint_seq, n.next_attempt_at FROM pending p CROSS JOIN LATERAL (
         SELECT endpoint_seq, next_attempt_at FROM deliveries WHERE status = 'pending' AND endpoint_seq > p.endpoint_seq
-        ORDER BY endpoint_seq, next_attempt_at LIMIT 1) n),
-    candidates AS MATERIALIZED (
-      SELECT p.endpoint_seq AS seq, $4::bigint - busy.n AS room FROM pending p
-      JOIN webhook_endpoints w ON w.seq = p.endpoint_seq AND w.disabled_at IS NULL AND w.deleted_at IS NULL
-      CROSS JOIN LATERAL (SELECT count(*) AS n FROM deliveries b WHERE b.endpoint_seq = p.endpoint_seq
-        AND b.status = 'pending' AND b.lease IS NOT NULL AND b.next_attempt_at > now()) busy
-      WHERE p.next_attempt_at <= now() AND busy.n < $4::bigint
-      LIMIT $1),
+        ORDER BY endpoint_seq, next_attempt_at LIMIT 1) n)
+    SELECT p.endpoint_seq AS seq FROM pending p
+    JOIN webhook_endpoints w ON w.seq = p.endpoint_seq AND w.disabled_at IS NULL AND w.deleted_at IS NULL
+    WHERE p.next_attempt_at <= now() AND (SELECT count(*) FROM deliveries b WHERE b.endpoint_seq = p.endpoint_seq
+      AND b.status = 'pending' AND b.lease IS NOT NULL AND b.next_attempt_at > now()) < $2::bigint
+      AND pg_try_advisory_xact_lock(hashtext('animal-store:claim:' || current_schema()), (p.endpoint_seq % 2147483647)::int)
+    LIMIT $3`,
+  // Leases deliveries of those endpoints ($5), each offering its oldest due up to its room under $4
+  // leases in flight, locked (and checked again, in case an instance's earlier claim took one), the
+  // first of each taken, then the second. A lease moves next_attempt_at to its end, so a delivery
+  // whose holder died is due again then. The locks of those not taken end with the transaction.
+  claimDeliveries: `WITH candidates AS MATERIALIZED (
+      SELECT c.seq, $4::bigint - (SELECT count(*) FROM deliveries b WHERE b.endpoint_seq = c.seq
+        AND b.status = 'pending' AND b.lease IS NOT NULL AND b.next_attempt_at > now()) AS room
+      FROM unnest($5::bigint[]) WITH ORDINALITY AS c(seq, place)),
     offered AS MATERIALIZED (
       SELECT d.seq, c.seq AS endpoint, row_number() OVER (PARTITION BY c.seq ORDER BY d.next_attempt_at, d.seq) AS turn
       FROM candidates c CROSS JOIN LATERAL (SELECT x.seq, x.next_attempt_at FROM deliveries x
         WHERE x.endpoint_seq = c.seq AND x.status = 'pending' AND x.next_attempt_at <= now()
-        ORDER BY x.next_attempt_at LIMIT least(c.room, $1) FOR UPDATE SKIP LOCKED) d),
+        ORDER BY x.next_attempt_at LIMIT greatest(least(c.room, $1), 0) FOR UPDATE SKIP LOCKED) d),
     due AS (SELECT seq FROM offered ORDER BY turn, endpoint LIMIT $1)
     UPDATE deliveries d SET lease = $2, next_attempt_at = now() + $3::float8 * interval '1 millisecond',
       attempts = d.attempts + 1
@@ -859,14 +864,23 @@ export class PostgresStore implements Store {
     perEndpoint = Number.MAX_SAFE_INTEGER,
   ): Promise<ClaimedDelivery[]> {
     type Row = Omit<ClaimedDelivery, 'secrets'> & { secret: string; previousSecret: string | null; endpointSeq: string }
-    const claim = (max: number, after: number) =>
-      this.#query<Row>('claimDeliveries', [max, randomId('lease'), leaseMs, perEndpoint, after], 'write')
-    // The endpoints after the last one served first, then from the first: each gets its turn.
-    const after = await claim(limit, this.#servedEndpoint)
-    const wrapped = after.length < limit && this.#servedEndpoint > 0 ? await claim(limit - after.length, 0) : []
-    const last = wrapped.length > 0 ? wrapped : after
-    if (last.length > 0) this.#servedEndpoint = Math.max(...last.map((row) => Number(row.endpointSeq)))
-    return [...after, ...wrapped].map(({ secret, previousSecret, endpointSeq: _, ...claimed }) => ({
+    const rows = await this.#transaction(async (run) => {
+      // The endpoints after the last one served first, then from the first: each gets its turn.
+      const find = (after: number, max: number) =>
+        run<{ seq: string }>('claimableEndpoints', [after, perEndpoint, max]).then((found) => found.map((e) => e.seq))
+      const endpoints = await find(this.#servedEndpoint, limit)
+      if (endpoints.length < limit && this.#servedEndpoint > 0) {
+        const more = await find(0, limit - endpoints.length)
+        endpoints.push(...more.filter((seq) => !endpoints.includes(seq)))
+      }
+      if (endpoints.length === 0) return []
+      return run<Row>('claimDeliveries', [limit, randomId('lease'), leaseMs, perEndpoint, endpoints])
+    })
+    // The next claim starts after the last endpoint served, in the order this one took them.
+    const served = rows.map((row) => Number(row.endpointSeq))
+    const wrapped = served.filter((seq) => seq <= this.#servedEndpoint)
+    if (served.length > 0) this.#servedEndpoint = Math.max(...(wrapped.length > 0 ? wrapped : served))
+    return rows.map(({ secret, previousSecret, endpointSeq: _, ...claimed }) => ({
       ...claimed,
       secrets: previousSecret === null ? [secret] : [secret, previousSecret],
     }))

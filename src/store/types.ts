@@ -499,8 +499,9 @@ export interface Store {
    * before now, no live lease) to the caller for `leaseMs`, counting the attempt. Across instances
    * a delivery is leased to one at a time; an instance that died loses its leases when they run out.
    * Endpoints take turns: each offers its oldest due deliveries, at most `perEndpoint` (default: no
-   * cap) less the live leases it already has, so one endpoint's backlog holds up no other's.
-   * Claims running at once on several instances may together lease an endpoint a few more.
+   * cap) less the live leases it already has (on every instance), so one endpoint's backlog holds
+   * up no other's; endpoints are served in turn across claims. A claim running at the same moment
+   * as another may pass over the endpoints that one is serving, and take fewer.
    */
   claimDeliveries(limit: number, leaseMs: number, perEndpoint?: number): Promise<ClaimedDelivery[]>
   /**
