@@ -86,9 +86,7 @@ export default fp<{ config: Config }>(
         retryAt: delay === null ? null : new Date(Date.now() + delay).toISOString(),
         disableEndpoint: gone,
       })
-      app.metrics?.webhookDelivery(
-        !recorded ? 'lease_lost' : result.delivered ? 'delivered' : delay === null ? 'failed' : 'retry',
-      )
+      app.metrics?.webhookDelivery(recorded === null ? 'lease_lost' : recorded === 'pending' ? 'retry' : recorded)
       app.log.info(
         {
           delivery: delivery.id,
@@ -97,7 +95,7 @@ export default fp<{ config: Config }>(
           status: result.status,
           error: result.error ?? undefined,
           ms: result.ms,
-          leaseLost: recorded ? undefined : true,
+          leaseLost: recorded === null ? true : undefined,
         },
         result.delivered ? 'webhook delivered' : 'webhook not delivered',
       )
@@ -121,7 +119,12 @@ export default fp<{ config: Config }>(
           again = false
           // Once attempts are being cut short, none is claimed: it would be cut at once, and claimed again.
           while (!closing && !shutDown.signal.aborted && sending.size < CONCURRENCY && (await store.deliveriesDue())) {
-            const claimed = await store.claimDeliveries(CONCURRENCY - sending.size, leaseMs, ENDPOINT_CONCURRENCY)
+            const claimed = await store.claimDeliveries(
+              CONCURRENCY - sending.size,
+              leaseMs,
+              ENDPOINT_CONCURRENCY,
+              config.webhookTimeoutMs,
+            )
             if (claimed.length === 0) break
             for (const delivery of claimed) {
               const running: Promise<unknown> = deliver(delivery)

@@ -16,7 +16,7 @@ import type { Event } from '../schemas/events.ts'
 import type { Message } from '../schemas/messages.ts'
 import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
-import { type Delivery, EVENT_TYPES, type EventType, type Recovery } from '../schemas/webhooks.ts'
+import { type Delivery, type DeliveryStatus, EVENT_TYPES, type EventType, type Recovery } from '../schemas/webhooks.ts'
 import { FEED_COLUMNS, type FeedRow, feedEventFromRow } from './feed-rows.ts'
 import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
 import { latestMigration, newerThanCode, readMigrations } from './migrations.ts'
@@ -273,7 +273,8 @@ const SQL = {
   redeliver: `UPDATE deliveries SET status = 'pending', next_attempt_at = now(), lease = NULL, retry_base = attempts
     WHERE seq = $1 AND NOT (lease IS NOT NULL AND next_attempt_at > now()) RETURNING seq`,
   // The endpoints a claim serves (decision 122): from the endpoint after $1, those with a delivery
-  // due, enabled, with room under $2 leases in flight, no more than $3 of them, found by skipping
+  // due, enabled, with room under $2 attempts in flight (leases more than $4 ms from their end), no
+  // more than $3 of them, found by skipping
   // along deliveries_endpoint_due (one probe per endpoint with any pending). Each is held for the
   // claim's transaction by an advisory lock that another claim does not wait for but passes over,
   // so that the claim's count of its leases, in the next statement, is exact.
@@ -287,16 +288,18 @@ const SQL = {
     SELECT p.endpoint_seq AS seq FROM pending p
     JOIN webhook_endpoints w ON w.seq = p.endpoint_seq AND w.disabled_at IS NULL AND w.deleted_at IS NULL
     WHERE p.next_attempt_at <= now() AND (SELECT count(*) FROM deliveries b WHERE b.endpoint_seq = p.endpoint_seq
-      AND b.status = 'pending' AND b.lease IS NOT NULL AND b.next_attempt_at > now()) < $2::bigint
+      AND b.status = 'pending' AND b.lease IS NOT NULL
+      AND b.next_attempt_at > now() + $4::float8 * interval '1 millisecond') < $2::bigint
       AND pg_try_advisory_xact_lock(hashtext('animal-store:claim:' || current_schema()), (p.endpoint_seq % 2147483647)::int)
     LIMIT $3`,
   // Leases deliveries of those endpoints ($5), each offering its oldest due up to its room under $4
-  // leases in flight, locked (and checked again, in case an instance's earlier claim took one), the
+  // attempts in flight (as above, $6), locked (and checked again, in case an instance's earlier claim took one), the
   // first of each taken, then the second. A lease moves next_attempt_at to its end, so a delivery
   // whose holder died is due again then. The locks of those not taken end with the transaction.
   claimDeliveries: `WITH candidates AS MATERIALIZED (
       SELECT c.seq, $4::bigint - (SELECT count(*) FROM deliveries b WHERE b.endpoint_seq = c.seq
-        AND b.status = 'pending' AND b.lease IS NOT NULL AND b.next_attempt_at > now()) AS room
+        AND b.status = 'pending' AND b.lease IS NOT NULL
+        AND b.next_attempt_at > now() + $6::float8 * interval '1 millisecond') AS room
       FROM unnest($5::bigint[]) WITH ORDINALITY AS c(seq, place)),
     offered AS MATERIALIZED (
       SELECT d.seq, c.seq AS endpoint, row_number() OVER (PARTITION BY c.seq ORDER BY d.next_attempt_at, d.seq) AS turn
@@ -350,7 +353,7 @@ const SQL = {
       next_attempt_at = CASE WHEN $5 OR status = 'failed' THEN NULL ELSE $6::timestamptz END,
       delivered_at = CASE WHEN $5 THEN $3 ELSE delivered_at END
     WHERE id = $1 AND lease = $2 AND status IN ('pending', 'failed')
-    RETURNING endpoint_seq AS "endpointSeq", message_seq AS "messageSeq"`,
+    RETURNING endpoint_seq AS "endpointSeq", message_seq AS "messageSeq", status`,
   deliveriesDue: `SELECT EXISTS (SELECT 1 FROM deliveries WHERE status = 'pending' AND next_attempt_at <= now()) AS due`,
   markUndeliveredMessages: "UPDATE messages SET status = 'undelivered' WHERE status = 'queued' AND fanout = 0",
   outboxStats: `SELECT count(*)::int AS depth, min(created_at) AS "oldestAt" FROM deliveries WHERE status = 'pending'`,
@@ -862,19 +865,24 @@ export class PostgresStore implements Store {
     limit: number,
     leaseMs: number,
     perEndpoint = Number.MAX_SAFE_INTEGER,
+    attemptMs = leaseMs,
   ): Promise<ClaimedDelivery[]> {
+    // A lease is an attempt in flight until its attempt's bound: past it, its holder has died.
+    const busyAfter = leaseMs - attemptMs
     type Row = Omit<ClaimedDelivery, 'secrets'> & { secret: string; previousSecret: string | null; endpointSeq: string }
     const rows = await this.#transaction(async (run) => {
       // The endpoints after the last one served first, then from the first: each gets its turn.
       const find = (after: number, max: number) =>
-        run<{ seq: string }>('claimableEndpoints', [after, perEndpoint, max]).then((found) => found.map((e) => e.seq))
+        run<{ seq: string }>('claimableEndpoints', [after, perEndpoint, max, busyAfter]).then((found) =>
+          found.map((e) => e.seq),
+        )
       const endpoints = await find(this.#servedEndpoint, limit)
       if (endpoints.length < limit && this.#servedEndpoint > 0) {
         const more = await find(0, limit - endpoints.length)
         endpoints.push(...more.filter((seq) => !endpoints.includes(seq)))
       }
       if (endpoints.length === 0) return []
-      return run<Row>('claimDeliveries', [limit, randomId('lease'), leaseMs, perEndpoint, endpoints])
+      return run<Row>('claimDeliveries', [limit, randomId('lease'), leaseMs, perEndpoint, endpoints, busyAfter])
     })
     // The next claim starts after the last endpoint served, in the order this one took them.
     const served = rows.map((row) => Number(row.endpointSeq))
@@ -886,7 +894,7 @@ export class PostgresStore implements Store {
     }))
   }
 
-  recordDelivery(outcome: DeliveryOutcome): Promise<boolean> {
+  recordDelivery(outcome: DeliveryOutcome): Promise<DeliveryStatus | null> {
     const { id, lease, at, delivered, status, error, retryAt, disableEndpoint } = outcome
     return this.#transaction(async (run) => {
       // The endpoint's lock before the delivery's, the order in which a delete takes them. A 410 for a
@@ -894,12 +902,13 @@ export class PostgresStore implements Store {
       let disabling = false
       if (disableEndpoint) {
         const [held] = await run<{ status: string }>('lockDeliveryEndpoint', [id, lease])
-        if (!held) return false
+        if (!held) return null
         disabling = held.status === 'pending'
       }
       const values = [id, lease, at, status, delivered, delivered ? null : retryAt, error]
-      const [row] = await run<{ endpointSeq: number; messageSeq: number | null }>('recordDelivery', values)
-      if (!row) return false
+      type Row = { endpointSeq: number; messageSeq: number | null; status: DeliveryStatus }
+      const [row] = await run<Row>('recordDelivery', values)
+      if (!row) return null
       if (row.messageSeq !== null) {
         // Also locks the message, so that the last two deliveries of one message to fail take turns.
         await run('countAttempt', [row.messageSeq, delivered, at])
@@ -909,7 +918,7 @@ export class PostgresStore implements Store {
         await run('disableEndpoint', [row.endpointSeq, at])
         await this.#failPendingDeliveries(run, row.endpointSeq, 'endpoint disabled')
       }
-      return true
+      return row.status
     })
   }
 

@@ -23,6 +23,7 @@ import type { Event } from '../schemas/events.ts'
 import type { Message } from '../schemas/messages.ts'
 import type { Order } from '../schemas/orders.ts'
 import type { Pet } from '../schemas/pets.ts'
+import type { DeliveryStatus } from '../schemas/webhooks.ts'
 import { type IdempotencyRow, idempotencyState } from './idempotency.ts'
 import { FILE_GONE, fileIdentity, filesIdentity } from './sqlite-file.ts'
 import type {
@@ -169,8 +170,9 @@ function prepareWrites(db: DatabaseSync) {
     // As recoverDeliveries chooses: not one whose attempt is still under way.
     failedSince: `SELECT 1 FROM deliveries WHERE endpoint_seq = ? AND status = 'failed' AND created_at >= ?
       AND NOT (lease IS NOT NULL AND next_attempt_at > ?) LIMIT 1`,
-    // From the endpoint after ?, those with a delivery due and room under ? leases in flight, in
-    // turn, no more than ? of them (decision 122): each a probe by the primary key and two indexes.
+    // From the endpoint after ?, those with a delivery due and room under ? attempts in flight (leases
+    // ending after ?), in turn, no more than ? of them (decision 122): a probe by the primary key and
+    // two indexes each.
     offeringEndpoints: `SELECT seq, ? - busy AS room FROM (SELECT w.seq, (SELECT count(*) FROM deliveries b
         WHERE b.endpoint_seq = w.seq AND b.status = 'pending' AND b.lease IS NOT NULL AND b.next_attempt_at > ?) AS busy
       FROM webhook_endpoints w WHERE w.seq > ? AND w.disabled_at IS NULL AND w.deleted_at IS NULL AND EXISTS (SELECT 1
@@ -191,7 +193,7 @@ function prepareWrites(db: DatabaseSync) {
       status = CASE WHEN status = 'failed' THEN ? ELSE ? END,
       next_attempt_at = CASE WHEN status = 'failed' THEN NULL ELSE ? END, delivered_at = coalesce(?, delivered_at)
       WHERE id = ? AND lease = ? AND status IN ('pending', 'failed')
-      RETURNING message_seq AS messageSeq, endpoint_seq AS endpointSeq`,
+      RETURNING message_seq AS messageSeq, endpoint_seq AS endpointSeq, status`,
     markUndelivered: "UPDATE messages SET status = 'undelivered' WHERE status = 'queued' AND fanout = 0",
     insertSecret: 'INSERT INTO secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING',
     dropStaleIdempotency: `DELETE FROM idempotency_keys WHERE scope = ? AND key = ?
@@ -483,14 +485,19 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       for (const { messageSeq } of recovered) if (messageSeq !== null) sql.requeueMessage.run(messageSeq)
       return { queued: recovered.length, more: sql.failedSince.get(endpoint.seq, since, at) !== undefined }
     },
-    claimDeliveries(limit: number, leaseMs: number, perEndpoint: number): ClaimedDelivery[] {
+    claimDeliveries(limit: number, leaseMs: number, perEndpoint: number, attemptMs: number): ClaimedDelivery[] {
       const at = now()
       const lease = randomId('lease')
       const until = new Date(Date.parse(at) + leaseMs).toISOString()
+      // A lease is an attempt in flight until its attempt's bound: past it, its holder has died.
+      const busyAfter = new Date(Date.parse(at) + leaseMs - attemptMs).toISOString()
       // The endpoints after the last one served first, then from the first: each gets its turn. Each
       // offers its oldest due deliveries up to its room; the first of each is taken, then the second.
       const offering = (after: number, max: number) =>
-        sql.offeringEndpoints.all(perEndpoint, at, after, at, perEndpoint, max) as { seq: number; room: number }[]
+        sql.offeringEndpoints.all(perEndpoint, busyAfter, after, at, perEndpoint, max) as {
+          seq: number
+          room: number
+        }[]
       const endpoints = offering(servedEndpoint, limit)
       if (endpoints.length < limit && servedEndpoint > 0) {
         const taken = new Set(endpoints.map(({ seq }) => seq))
@@ -524,7 +531,7 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
         return { id, lease, eventId: event.id, body: event.body, url: endpoint.url, secrets, attempts, traceparent }
       })
     },
-    recordDelivery(outcome: DeliveryOutcome): boolean {
+    recordDelivery(outcome: DeliveryOutcome): DeliveryStatus | null {
       const { at, delivered, retryAt } = outcome
       const status = delivered ? 'delivered' : retryAt !== null ? 'pending' : 'failed'
       const ended = delivered ? 'delivered' : 'failed'
@@ -542,8 +549,8 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
         delivered ? at : null,
         outcome.id,
         outcome.lease,
-      ) as { messageSeq: number | null; endpointSeq: number } | undefined
-      if (!row) return false
+      ) as { messageSeq: number | null; endpointSeq: number; status: DeliveryStatus } | undefined
+      if (!row) return null
       if (row.messageSeq !== null) {
         if (delivered) sql.deliverMessage.run(at, row.messageSeq)
         else {
@@ -555,7 +562,7 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
         sql.disableEndpoint.run(at, 'answered 410 Gone', row.endpointSeq)
         failDeliveries(row.endpointSeq, 'endpoint disabled')
       }
-      return true
+      return row.status
     },
     markUndeliveredMessages(): number {
       return Number(sql.markUndelivered.run().changes)

@@ -18,7 +18,7 @@ import type { Event } from '../schemas/events.ts'
 import type { Message } from '../schemas/messages.ts'
 import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import { DEFAULT_PET_STATUS, type NewPet, type Pet, type PetStatus } from '../schemas/pets.ts'
-import type { Delivery, Recovery } from '../schemas/webhooks.ts'
+import type { Delivery, DeliveryStatus, Recovery } from '../schemas/webhooks.ts'
 import { FEED_COLUMNS, type FeedRow, feedEventFromRow } from './feed-rows.ts'
 import { latestMigration, newerThanCode, readMigrations } from './migrations.ts'
 import { FILE_GONE, filesIdentity, makeFolders, sqlitePath } from './sqlite-file.ts'
@@ -553,11 +553,16 @@ export class SqliteStore implements T.Store {
     return this.#write('recoverDeliveries', accountId, endpointId, since, limit)
   }
 
-  claimDeliveries(limit: number, leaseMs: number, perEndpoint = Number.MAX_SAFE_INTEGER): Promise<T.ClaimedDelivery[]> {
-    return this.#write('claimDeliveries', limit, leaseMs, perEndpoint)
+  claimDeliveries(
+    limit: number,
+    leaseMs: number,
+    perEndpoint = Number.MAX_SAFE_INTEGER,
+    attemptMs = leaseMs,
+  ): Promise<T.ClaimedDelivery[]> {
+    return this.#write('claimDeliveries', limit, leaseMs, perEndpoint, attemptMs)
   }
 
-  recordDelivery(outcome: T.DeliveryOutcome): Promise<boolean> {
+  recordDelivery(outcome: T.DeliveryOutcome): Promise<DeliveryStatus | null> {
     return this.#write('recordDelivery', outcome)
   }
 

@@ -21,7 +21,14 @@ import type { Event } from '../schemas/events.ts'
 import type { Message, MessageStatus } from '../schemas/messages.ts'
 import type { Inventory, Order, OrderStatus } from '../schemas/orders.ts'
 import type { NewPet, Pet, PetStatus } from '../schemas/pets.ts'
-import type { AnyEventType, Delivery, EventType, Recovery, WebhookEndpoint } from '../schemas/webhooks.ts'
+import type {
+  AnyEventType,
+  Delivery,
+  DeliveryStatus,
+  EventType,
+  Recovery,
+  WebhookEndpoint,
+} from '../schemas/webhooks.ts'
 
 export { DatabaseUnavailableError } from '../errors.ts'
 
@@ -499,16 +506,18 @@ export interface Store {
    * before now, no live lease) to the caller for `leaseMs`, counting the attempt. Across instances
    * a delivery is leased to one at a time; an instance that died loses its leases when they run out.
    * Endpoints take turns: each offers its oldest due deliveries, at most `perEndpoint` (default: no
-   * cap) less the live leases it already has (on every instance), so one endpoint's backlog holds
+   * cap) less its attempts in flight (on every instance: leases in their first `attemptMs`, default
+   * `leaseMs`; past that, the holder has died), so one endpoint's backlog holds
    * up no other's; endpoints are served in turn across claims. A claim running at the same moment
    * as another may pass over the endpoints that one is serving, and take fewer.
    */
-  claimDeliveries(limit: number, leaseMs: number, perEndpoint?: number): Promise<ClaimedDelivery[]>
+  claimDeliveries(limit: number, leaseMs: number, perEndpoint?: number, attemptMs?: number): Promise<ClaimedDelivery[]>
   /**
-   * Records an attempt's outcome, and the message's status when the event is a message's. False when
-   * the lease was lost (nothing is recorded).
+   * Records an attempt's outcome, and the message's status when the event is a message's. Returns the
+   * delivery's status then (`failed` for one failed under the attempt, whatever its answer but a 2xx),
+   * or null when the lease was lost (nothing is recorded).
    */
-  recordDelivery(outcome: DeliveryOutcome): Promise<boolean>
+  recordDelivery(outcome: DeliveryOutcome): Promise<DeliveryStatus | null>
   /**
    * Queues a `webhook.test` event to this endpoint alone (whatever it subscribes to), recorded like
    * any event: the event log and one delivery, due now. Its data is the endpoint without its

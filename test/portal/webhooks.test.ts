@@ -489,7 +489,7 @@ describe('Portal: recent deliveries', () => {
       retryAt: null,
       disableEndpoint: false,
     })
-    assert.ok(recorded)
+    assert.equal(recorded, 'failed')
 
     const page = `/portal/webhooks/${id}`
     const detail = await browser.get(page)

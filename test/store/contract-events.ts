@@ -44,7 +44,7 @@ async function failAll(store: Store): Promise<string[]> {
       retryAt: null,
       disableEndpoint: false,
     }
-    assert.equal(await store.recordDelivery(outcome), true)
+    assert.equal(await store.recordDelivery(outcome), 'failed')
   }
   return claimed.map(({ id }) => id)
 }
@@ -266,7 +266,7 @@ export function eventsContract(open: OpenStore): void {
     assert.ok(ok)
     const at = new Date().toISOString()
     const outcome = { at, delivered: true, status: 204, error: null, retryAt: null, disableEndpoint: false }
-    assert.equal(await store.recordDelivery({ id: ok.id, lease: ok.lease, ...outcome }), true)
+    assert.equal(await store.recordDelivery({ id: ok.id, lease: ok.lease, ...outcome }), 'delivered')
     assert.equal((await store.getMessage(alice, messages[0]?.id ?? ''))?.status, 'failed')
 
     assert.deepEqual(await store.recoverDeliveries(alice, endpoint.id, since, 2), { queued: 2, more: true })

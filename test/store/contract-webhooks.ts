@@ -190,16 +190,16 @@ export function webhooksContract(open: OpenStore): void {
     // A stale lease records nothing.
     assert.equal(
       await store.recordDelivery({ ...outcome, id: one.id, lease: 'lease_stale', delivered: false, retryAt: at }),
-      false,
+      null,
     )
     // Retried: due again at once (retryAt is now).
     assert.equal(
       await store.recordDelivery({ ...outcome, id: one.id, lease: one.lease, delivered: false, retryAt: at }),
-      true,
+      'pending',
     )
     assert.equal(
       await store.recordDelivery({ ...outcome, id: one.id, lease: one.lease, delivered: false, retryAt: at }),
-      false,
+      null,
     )
     assert.equal((await store.getMessage(alice, message.id))?.attempts, 1)
     const [again] = await store.claimDeliveries(10, LEASE_MS)
@@ -215,7 +215,7 @@ export function webhooksContract(open: OpenStore): void {
         delivered: false,
         retryAt: null,
       }),
-      true,
+      'failed',
     )
     assert.equal((await store.getMessage(alice, message.id))?.status, 'queued')
     assert.equal(
@@ -227,7 +227,7 @@ export function webhooksContract(open: OpenStore): void {
         delivered: true,
         retryAt: null,
       }),
-      true,
+      'delivered',
     )
     const delivered = await store.getMessage(alice, message.id)
     assert.equal(delivered?.status, 'delivered')
@@ -267,7 +267,7 @@ export function webhooksContract(open: OpenStore): void {
       retryAt: null,
       disableEndpoint: true,
     })
-    assert.equal(recorded, true)
+    assert.equal(recorded, 'failed')
     assert.equal((await store.getWebhookEndpoint(alice, endpoint.id))?.status, 'disabled')
     // Failed, not undelivered: an endpoint was subscribed. The deliveries say why, not the message.
     for (const { id } of [first, second]) {
@@ -313,14 +313,15 @@ export function webhooksContract(open: OpenStore): void {
     const messageId = (text: string) => JSON.parse(claimed.find((c) => c.body.includes(text))?.body ?? '{}').data.id
     // One attempt answers 410: the endpoint is disabled, and the two others fail with it, under way.
     const gone = { ...sent('gone'), status: 410, error: null, delivered: false, retryAt: null, disableEndpoint: true }
-    assert.ok(await store.recordDelivery(gone))
+    assert.equal(await store.recordDelivery(gone), 'failed')
     // One of them had arrived (200): it is delivered, and so is its message.
     const arrived = { ...sent('arrived'), status: 200, error: null, delivered: true, retryAt: null }
-    assert.ok(await store.recordDelivery({ ...arrived, disableEndpoint: false }))
+    assert.equal(await store.recordDelivery({ ...arrived, disableEndpoint: false }), 'delivered')
     // The other was refused (500, a retry due): it stays failed for its endpoint, its attempt recorded.
     const retryAt = new Date(Date.now() + 60_000).toISOString()
     const refused = { ...sent('refused'), status: 500, error: 'status 500', delivered: false, retryAt }
-    assert.ok(await store.recordDelivery({ ...refused, disableEndpoint: false }))
+    // Failed, though its answer asked for a retry: the metrics count it so (not a retry).
+    assert.equal(await store.recordDelivery({ ...refused, disableEndpoint: false }), 'failed')
     const deliveries = (await store.listDeliveries(alice, endpoint.id, 10)) ?? []
     const byId = new Map(deliveries.map((d) => [d.id, d]))
     const seen = (id: string) => {
@@ -332,7 +333,7 @@ export function webhooksContract(open: OpenStore): void {
     assert.equal((await store.getMessage(alice, messageId('arrived')))?.status, 'delivered')
     assert.equal((await store.getMessage(alice, messageId('refused')))?.status, 'failed')
     // Recorded once: the lease is spent.
-    assert.equal(await store.recordDelivery({ ...arrived, disableEndpoint: false }), false)
+    assert.equal(await store.recordDelivery({ ...arrived, disableEndpoint: false }), null)
     assert.deepEqual(await store.claimDeliveries(10, LEASE_MS), [])
   })
 
@@ -356,7 +357,7 @@ export function webhooksContract(open: OpenStore): void {
     // Its answer, a 410, is recorded; it does not disable the endpoint enabled since.
     const at = new Date().toISOString()
     const gone = { id: claimed.id, lease: claimed.lease, at, status: 410, error: null, delivered: false }
-    assert.ok(await store.recordDelivery({ ...gone, retryAt: null, disableEndpoint: true }))
+    assert.equal(await store.recordDelivery({ ...gone, retryAt: null, disableEndpoint: true }), 'failed')
     assert.equal((await store.getWebhookEndpoint(alice, endpoint.id))?.status, 'enabled')
     // Now it may be sent again.
     assert.equal((await store.redeliver(alice, claimed.id))?.resent, true)
@@ -385,10 +386,7 @@ export function webhooksContract(open: OpenStore): void {
     assert.equal(taken[0]?.id, short.id)
     assert.equal(taken[0]?.attempts, 2)
     const stale = { id: short.id, lease: short.lease, at: new Date().toISOString(), status: 200, error: null }
-    assert.equal(
-      await store.recordDelivery({ ...stale, delivered: true, retryAt: null, disableEndpoint: false }),
-      false,
-    )
+    assert.equal(await store.recordDelivery({ ...stale, delivered: true, retryAt: null, disableEndpoint: false }), null)
   })
 
   it('webhooks: endpoints take turns, each up to its share of leases, whatever its backlog', async (t) => {

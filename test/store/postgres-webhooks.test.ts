@@ -362,9 +362,9 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
       await store.recordDelivery(
         outcome(claimed, { delivered: false, status: 500, error: 'HTTP 500', retryAt, at: failedAt }),
       ),
-      true,
+      'pending',
     )
-    assert.equal(await store.recordDelivery(outcome(claimed)), false, 'the lease ended with the record')
+    assert.equal(await store.recordDelivery(outcome(claimed)), null, 'the lease ended with the record')
     let [listed] = (await store.listDeliveries(alice, hook.id, 10)) ?? []
     assert.deepEqual(listed, {
       id: claimed.id,
@@ -393,7 +393,7 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
     assert.equal(second.body, claimed.body)
     assert.equal(second.eventId, claimed.eventId)
     const deliveredAt = new Date().toISOString()
-    assert.equal(await store.recordDelivery(outcome(second, { at: deliveredAt })), true)
+    assert.equal(await store.recordDelivery(outcome(second, { at: deliveredAt })), 'delivered')
     ;[listed] = (await store.listDeliveries(alice, hook.id, 10)) ?? []
     assert.deepEqual(
       [listed?.status, listed?.attempts, listed?.nextAttemptAt, listed?.deliveredAt, listed?.lastStatus],
@@ -411,7 +411,10 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
     const doomed = await store.createMessage(alice, 'doomed')
     const [third] = await store.claimDeliveries(10, 60_000)
     assert.ok(third)
-    assert.equal(await store.recordDelivery(outcome(third, { delivered: false, status: null, error: 'refused' })), true)
+    assert.equal(
+      await store.recordDelivery(outcome(third, { delivered: false, status: null, error: 'refused' })),
+      'failed',
+    )
     assert.deepEqual(await store.getMessage(alice, doomed.id), { ...doomed, status: 'failed', attempts: 1 })
     const [failed] = (await store.listDeliveries(alice, hook.id, 10)) ?? []
     assert.deepEqual(
@@ -473,9 +476,9 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
     assert.ok(claimed)
     const at = new Date().toISOString()
     const answer = { delivered: false, status: 410, error: 'HTTP 410', disableEndpoint: true, at }
-    assert.equal(await store.recordDelivery(outcome(claimed, { ...answer, lease: 'lease_wrong' })), false)
+    assert.equal(await store.recordDelivery(outcome(claimed, { ...answer, lease: 'lease_wrong' })), null)
     assert.equal((await store.getWebhookEndpoint(alice, gone.id))?.status, 'enabled', 'a lost lease disables nothing')
-    assert.equal(await store.recordDelivery(outcome(claimed, answer)), true)
+    assert.equal(await store.recordDelivery(outcome(claimed, answer)), 'failed')
     const disabled = await store.getWebhookEndpoint(alice, gone.id)
     assert.deepEqual([disabled?.status, disabled?.disabledReason], ['disabled', 'answered 410 Gone'])
     assert.deepEqual(
@@ -556,13 +559,13 @@ describe('PostgreSQL store: webhooks and the outbox', { skip: DATABASE !== 'post
     assert.equal(taken.id, old.id)
     assert.notEqual(taken.lease, old.lease)
     assert.equal(taken.attempts, 2)
-    assert.equal(await store.recordDelivery(outcome(old)), false)
-    assert.equal(await store.recordDelivery(outcome(old, { delivered: false, disableEndpoint: true })), false)
+    assert.equal(await store.recordDelivery(outcome(old)), null)
+    assert.equal(await store.recordDelivery(outcome(old, { delivered: false, disableEndpoint: true })), null)
     const [listed] = (await store.listDeliveries(alice, hook.id, 10)) ?? []
     assert.deepEqual([listed?.status, listed?.lastAttemptAt], ['pending', null], 'nothing recorded')
     assert.deepEqual(await store.getMessage(alice, message.id), message)
     assert.equal((await store.getWebhookEndpoint(alice, hook.id))?.status, 'enabled')
-    assert.equal(await store.recordDelivery(outcome(taken)), true)
+    assert.equal(await store.recordDelivery(outcome(taken)), 'delivered')
     assert.equal((await store.getMessage(alice, message.id))?.status, 'delivered')
   })
 
