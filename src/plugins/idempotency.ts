@@ -14,6 +14,7 @@ import { hash } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError } from '../errors.ts'
+import { backgroundJob } from '../observability/background.ts'
 import type { IdempotencyRef } from '../store/types.ts'
 
 declare module 'fastify' {
@@ -105,12 +106,11 @@ export default fp<{ eventRetentionMs: number }>(
     } satisfies FastifyInstance['idempotent'])
 
     // The housekeeping sweep of every instance: expired records, and events past EVENT_RETENTION_DAYS.
+    const job = backgroundJob(app.log, 'purge')
     const purge = setInterval(() => {
       const now = Date.now()
       const eventsBefore = new Date(now - eventRetentionMs).toISOString()
-      app.store
-        .purgeExpired(new Date(now).toISOString(), eventsBefore)
-        .catch((err) => app.log.warn({ err }, 'purge failed'))
+      app.store.purgeExpired(new Date(now).toISOString(), eventsBefore).then(job.worked, job.failed)
     }, PURGE_INTERVAL_MS).unref()
     app.addHook('onClose', async () => clearInterval(purge))
   },

@@ -3,19 +3,22 @@
  * each instance sweeps every SWEEP_MS, and the database gives each order to one sweep (decision 76).
  */
 import fp from 'fastify-plugin'
+import { backgroundJob } from '../observability/background.ts'
 
 const SWEEP_MS = 1000
 
 export default fp(
   async (app) => {
     let sweeping = false
+    const job = backgroundJob(app.log, 'order expiry sweep')
     const sweep = async () => {
       if (sweeping) return
       sweeping = true
       try {
         await app.store.expireOrders(new Date().toISOString())
+        job.worked()
       } catch (err) {
-        app.log.warn({ err }, 'order expiry sweep failed')
+        job.failed(err)
       } finally {
         sweeping = false
       }

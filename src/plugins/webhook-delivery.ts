@@ -8,6 +8,7 @@
 import { setMaxListeners } from 'node:events'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
+import { backgroundJob } from '../observability/background.ts'
 import { tracedDeliveries, traceHeaders } from '../observability/tracing.ts'
 import { WEBHOOKS_STABILITY } from '../schemas/webhooks.ts'
 import type { ClaimedDelivery } from '../store/types.ts'
@@ -59,6 +60,8 @@ export default fp<{ config: Config }>(
     // Each attempt in flight listens to it: more than the default 10 is no leak.
     setMaxListeners(CONCURRENCY + 1, shutDown.signal)
     let cut: NodeJS.Timeout | null = null
+    const pass = backgroundJob(app.log, 'webhook delivery pass')
+    const marking = backgroundJob(app.log, 'marking undelivered messages')
 
     const attempt = async (delivery: ClaimedDelivery): Promise<SendResult> => {
       const started = new Date()
@@ -137,9 +140,10 @@ export default fp<{ config: Config }>(
             }
           }
         } while (again && !closing)
+        pass.worked()
       } catch (err) {
         // The database is away: the next poll tries again, and the leases taken run out meanwhile.
-        app.log.warn({ err }, 'webhook delivery pass failed')
+        pass.failed(err)
       } finally {
         claiming = false
         done()
@@ -149,8 +153,9 @@ export default fp<{ config: Config }>(
     const poll = async () => {
       try {
         await store.markUndeliveredMessages()
+        marking.worked()
       } catch (err) {
-        app.log.warn({ err }, 'marking undelivered messages failed')
+        marking.failed(err)
       }
       await fill()
     }
