@@ -303,7 +303,8 @@ export async function startServer(
       check()
     })
 
-  let port = fixedPort || null
+  // A PORT of the caller's own: a server with METRICS_PORT listens on two.
+  let port = Number(env.PORT) || fixedPort || null
   /** The port, once the server listens (with ready: false the caller waits its own way first). */
   const knownPort = () => {
     port ??= listeningPort(child.pid as number)

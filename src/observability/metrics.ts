@@ -221,6 +221,8 @@ export default fp<{ config: Config }>(
           this.reset()
           const numbers = await fromDatabase()
           if (numbers) show(this, numbers)
+          // A gauge without labels cannot go missing (it reads 0 once reset): NaN says "unknown".
+          else if (options.labelNames === undefined) this.set(Number.NaN)
         },
       })
     databaseGauge({ name: 'animal_store_pets', help: 'Pets by status.', labelNames: ['status'] }, (gauge, { pets }) => {

@@ -9,7 +9,7 @@ import { type AddressInfo, connect, createServer, type Server, type Socket } fro
 import { describe, it } from 'node:test'
 import { setTimeout as pause } from 'node:timers/promises'
 import { postgres, testDatabaseUrl } from '../helper.ts'
-import { cliKey, startServer } from '../processes.ts'
+import { cliKey, freePort, startServer } from '../processes.ts'
 import { until } from '../wait.ts'
 
 const TIMEOUT_SECONDS = 1
@@ -71,6 +71,8 @@ describe('Scale-out: the database going away and coming back', () => {
       DATABASE_URL: viaProxy.toString(),
       DATABASE_TIMEOUT_SECONDS: String(TIMEOUT_SECONDS),
       API_KEY_CACHE_SECONDS: '0', // every request needs the database, the worst case
+      PORT: String(await freePort()),
+      METRICS_PORT: String(await freePort()),
     }
     const key = await cliKey(env)
     const server = await startServer(t, env)
@@ -130,6 +132,10 @@ describe('Scale-out: the database going away and coming back', () => {
       })
       const before = acknowledged.length
       const answeredBefore = answered
+      // What the database holds is unknown meanwhile: missing, or NaN where a gauge cannot go missing.
+      const scrape = await (await fetch(`http://127.0.0.1:${env.METRICS_PORT}/metrics`)).text()
+      assert.doesNotMatch(scrape, /^animal_store_pets\{/m)
+      assert.match(scrape, /^animal_store_webhook_outbox_depth nan$/im)
       // Every writer tries again during the outage (each try ends within the bound): none may succeed.
       await until(`writes answered while the database is ${mode}d`, () => answered >= answeredBefore + 6, {
         timeoutMs: 4 * MAX_REQUEST_MS,
@@ -143,6 +149,10 @@ describe('Scale-out: the database going away and coming back', () => {
     }
     writing = false
     await Promise.all(writers)
+    // Each background job said it failed once per outage, not at every turn (order expiry: once a second).
+    const sweeps = server.logs().filter((line) => String(line.msg).startsWith('order expiry sweep failed'))
+    assert.ok(sweeps.length >= 1 && sweeps.length <= 2, `${sweeps.length} order expiry failure lines`)
+    assert.ok(sweeps.every((line) => line.err === undefined && typeof line.detail === 'string'))
 
     const schema = direct.searchParams.get('options')?.split('=')[1]
     const stored = new Set(
