@@ -274,10 +274,10 @@ const SQL = {
     WHERE seq = $1 AND NOT (lease IS NOT NULL AND next_attempt_at > now()) RETURNING seq`,
   // The endpoints a claim serves (decision 122): from the endpoint after $1, those with a delivery
   // due, enabled, with room under $2 attempts in flight (leases more than $4 ms from their end), no
-  // more than $3 of them, found by skipping
-  // along deliveries_endpoint_due (one probe per endpoint with any pending). Each is held for the
-  // claim's transaction by an advisory lock that another claim does not wait for but passes over,
-  // so that the claim's count of its leases, in the next statement, is exact.
+  // more than $3 of them, found by skipping along deliveries_endpoint_due (one probe per endpoint
+  // with any pending). Each is held for the claim's transaction by an advisory lock that another
+  // claim does not wait for but passes over, so that the claim's count of its leases, in the next
+  // statement, is exact.
   claimableEndpoints: `WITH RECURSIVE pending AS (
       (SELECT endpoint_seq, next_attempt_at FROM deliveries WHERE status = 'pending' AND endpoint_seq > $1
         ORDER BY endpoint_seq, next_attempt_at LIMIT 1)
@@ -292,21 +292,22 @@ const SQL = {
       AND b.next_attempt_at > now() + $4::float8 * interval '1 millisecond') < $2::bigint
       AND pg_try_advisory_xact_lock(hashtext('animal-store:claim:' || current_schema()), (p.endpoint_seq % 2147483647)::int)
     LIMIT $3`,
-  // Leases deliveries of those endpoints ($5), each offering its oldest due up to its room under $4
-  // attempts in flight (as above, $6), locked (and checked again, in case an instance's earlier claim took one), the
-  // first of each taken, then the second. A lease moves next_attempt_at to its end, so a delivery
-  // whose holder died is due again then. The locks of those not taken end with the transaction.
+  // Leases deliveries of those endpoints ($5, in the order found), each offering its oldest due up to
+  // its room under $4 attempts in flight (as above, $6), locked (and checked again, in case an
+  // earlier claim took one): the first of each taken, then the second. A lease moves
+  // next_attempt_at to its end, so a delivery whose holder died is due again then. The locks of
+  // those not taken end with the transaction.
   claimDeliveries: `WITH candidates AS MATERIALIZED (
-      SELECT c.seq, $4::bigint - (SELECT count(*) FROM deliveries b WHERE b.endpoint_seq = c.seq
+      SELECT c.seq, c.place, $4::bigint - (SELECT count(*) FROM deliveries b WHERE b.endpoint_seq = c.seq
         AND b.status = 'pending' AND b.lease IS NOT NULL
         AND b.next_attempt_at > now() + $6::float8 * interval '1 millisecond') AS room
       FROM unnest($5::bigint[]) WITH ORDINALITY AS c(seq, place)),
     offered AS MATERIALIZED (
-      SELECT d.seq, c.seq AS endpoint, row_number() OVER (PARTITION BY c.seq ORDER BY d.next_attempt_at, d.seq) AS turn
+      SELECT d.seq, c.place, row_number() OVER (PARTITION BY c.seq ORDER BY d.next_attempt_at, d.seq) AS turn
       FROM candidates c CROSS JOIN LATERAL (SELECT x.seq, x.next_attempt_at FROM deliveries x
         WHERE x.endpoint_seq = c.seq AND x.status = 'pending' AND x.next_attempt_at <= now()
         ORDER BY x.next_attempt_at LIMIT greatest(least(c.room, $1), 0) FOR UPDATE SKIP LOCKED) d),
-    due AS (SELECT seq FROM offered ORDER BY turn, endpoint LIMIT $1)
+    due AS (SELECT seq FROM offered ORDER BY turn, place LIMIT $1)
     UPDATE deliveries d SET lease = $2, next_attempt_at = now() + $3::float8 * interval '1 millisecond',
       attempts = d.attempts + 1
     FROM due, events e, webhook_endpoints w
