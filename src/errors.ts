@@ -102,13 +102,6 @@ const STATUS_CODES: Record<number, ErrorCode> = {
   431: 'headers_too_large',
 }
 
-/** An id the client sent, as a message repeats it: as it is when plain, else quoted, so that a blank one shows. */
-export function sentId(id: string): string {
-  return /^[\x21\x23-\x7e]{1,64}$/.test(id)
-    ? id
-    : JSON.stringify(id.length > 64 ? `${id.slice(0, 64).toWellFormed()}…` : id)
-}
-
 /**
  * The database cannot be reached or did not answer in time. Stores throw it instead of a driver
  * error so that the API can answer 503 with Retry-After; the write it interrupted was not applied

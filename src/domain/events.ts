@@ -22,7 +22,12 @@ export type Subscription = (typeof SUBSCRIPTIONS)[number]
 
 /** The types a subscription names, wildcards spelled out, each once, in EVENT_TYPES order. */
 export function subscribedTypes(names: readonly Subscription[]): EventType[] {
-  return EVENT_TYPES.filter((type) => names.includes(type) || names.includes(`${type.split('.')[0]}.*` as Subscription))
+  return namedTypes(EVENT_TYPES, names)
+}
+
+/** Those of `types` that `names` name, by themselves or by their resource's wildcard, in their order. */
+function namedTypes<T extends string>(types: readonly T[], names: readonly string[]): T[] {
+  return types.filter((type) => names.includes(type) || names.includes(`${type.split('.')[0]}.*`))
 }
 
 /**
@@ -72,6 +77,5 @@ export const EVENT_TYPE_FILTERS: readonly string[] = [...ALL_EVENT_TYPES, ...WIL
  * The filter's syntax is the schema's (a pattern of EVENT_TYPE_FILTERS): any other name is ignored.
  */
 export function filteredTypes(filter: string): AnyEventType[] {
-  const names = filter.split(',')
-  return ALL_EVENT_TYPES.filter((type) => names.includes(type) || names.includes(`${type.split('.')[0]}.*`))
+  return namedTypes(ALL_EVENT_TYPES, filter.split(','))
 }

@@ -11,6 +11,7 @@ import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
 import type { AnyEventType } from '../domain/events.ts'
 import { ApiError } from '../errors.ts'
+import { backgroundJob } from '../observability/background.ts'
 import type { FeedEvent, FeedPosition } from '../store/types.ts'
 
 /** How often the feed reads the store: an event reaches every instance's streams within this and a read. */
@@ -94,7 +95,7 @@ export default fp<{ config: Config }>(
     let position: FeedPosition | null = null
     let reading = false
     // An outage is logged once, when the feed first fails, not at every poll.
-    let failing = false
+    const feed = backgroundJob(app.log, 'event stream: reading the feed')
     let timers: NodeJS.Timeout[] = []
 
     /** Writes; a live stream whose client has stopped reading is cut instead (it resumes where it got to). */
@@ -152,13 +153,7 @@ export default fp<{ config: Config }>(
       if (reading) return
       reading = true
       readFeed()
-        .then(() => {
-          failing = false
-        })
-        .catch((err) => {
-          if (!failing) app.log.warn({ err }, 'event stream: reading the feed failed; retrying every poll')
-          failing = true
-        })
+        .then(feed.worked, feed.failed)
         .finally(() => {
           reading = false
         })

@@ -7,7 +7,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { ALL_EVENT_TYPES, type AnyEventType, filteredTypes, scopeToReceive } from '../domain/events.ts'
 import { sharedCursorCodec } from '../domain/pagination.ts'
-import { ApiError, sentId } from '../errors.ts'
+import { ApiError } from '../errors.ts'
 import { apiRoutes } from '../plugins/auth.ts'
 import { wantsEventStream } from '../plugins/event-stream.ts'
 import { insufficientScope } from '../plugins/scopes.ts'
@@ -26,6 +26,7 @@ import {
   ListEventsQuerySchema,
   withEventStream,
 } from '../schemas/events.ts'
+import { sentId } from '../schemas/validation.ts'
 import { WEBHOOKS_STABILITY } from '../schemas/webhooks.ts'
 import { cursorPage, pageResponse } from './next-page.ts'
 

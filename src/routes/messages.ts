@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { sharedCursorCodec } from '../domain/pagination.ts'
-import { ApiError, sentId } from '../errors.ts'
+import { ApiError } from '../errors.ts'
 import { apiRoutes } from '../plugins/auth.ts'
 import {
   DEFAULT_PAGE_SIZE,
@@ -19,6 +19,7 @@ import {
   MessagesSchema,
   NewMessageSchema,
 } from '../schemas/messages.ts'
+import { sentId } from '../schemas/validation.ts'
 import { cursorPage, pageResponse } from './next-page.ts'
 
 const tags = ['messages']

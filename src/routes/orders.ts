@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
 import { sharedCursorCodec } from '../domain/pagination.ts'
-import { ApiError, sentId } from '../errors.ts'
+import { ApiError } from '../errors.ts'
 import { requestOrigin } from '../http/host.ts'
 import { apiRoutes } from '../plugins/auth.ts'
 import type { Stability } from '../plugins/stability.ts'
@@ -25,6 +25,7 @@ import {
   OrderSchema,
   OrdersSchema,
 } from '../schemas/orders.ts'
+import { sentId } from '../schemas/validation.ts'
 import type { TransitionResult } from '../store/types.ts'
 import { cursorPage, pageResponse } from './next-page.ts'
 

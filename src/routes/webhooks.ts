@@ -7,7 +7,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
 import { scopeToReceive, subscribedTypes } from '../domain/events.ts'
-import { ApiError, type ErrorCode, sentId } from '../errors.ts'
+import { ApiError, type ErrorCode } from '../errors.ts'
 import { requestOrigin } from '../http/host.ts'
 import { apiRoutes } from '../plugins/auth.ts'
 import { insufficientScope } from '../plugins/scopes.ts'
@@ -24,6 +24,7 @@ import {
   RATE_LIMIT_HEADERS,
 } from '../schemas/common.ts'
 import { EventSchema } from '../schemas/events.ts'
+import { sentId } from '../schemas/validation.ts'
 import {
   CreatedWebhookEndpointSchema,
   DeliveriesSchema,

@@ -100,10 +100,16 @@ export function schemaErrorFormatter(errors: ErrorObject[], dataVar: string): Er
 /** Longest name of the client's own (an unknown field, a key in its body) that a message repeats. */
 const NAME_SHOWN = 64
 
+const cutShort = (text: string) => (text.length > NAME_SHOWN ? `${text.slice(0, NAME_SHOWN).toWellFormed()}…` : text)
+
 /** A name the client chose, as a message shows it: cut short if long, and visible if empty. */
 export function shown(name: string): string {
-  if (name === '') return '""'
-  return name.length > NAME_SHOWN ? `${name.slice(0, NAME_SHOWN).toWellFormed()}…` : name
+  return name === '' ? '""' : cutShort(name)
+}
+
+/** An id the client sent, as a not-found message repeats it: as it is when plain, else quoted (a blank one shows). */
+export function sentId(id: string): string {
+  return /^[\x21\x23-\x7e]+$/.test(id) && id.length <= NAME_SHOWN ? id : JSON.stringify(cutShort(id))
 }
 
 function describe(part: string, error: ErrorObject): string {
