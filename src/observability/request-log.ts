@@ -42,7 +42,7 @@ export class RequestLog extends LogController {
     const req = `{"method":"${request.method}","url":${JSON.stringify(redactApiKeys(request.url))},"remoteAddress":${address}}`
     // Milliseconds to the microsecond: the clock's other digits are noise, and cost thrice as much to print.
     const ms = Math.round(reply.elapsedTime * 1000) / 1000
-    // A 401 or 429 says why here rather than in a line of its own (src/plugins/error-handler.ts).
+    // An answer we chose (a 4xx, 501, our own 503) says why here, not in a line of its own (src/plugins/error-handler.ts).
     const refusal = request.refusal
     const why = refusal ? `"code":"${refusal.code}","detail":${JSON.stringify(redactApiKeys(refusal.message))},` : ''
     this.#stream.write(

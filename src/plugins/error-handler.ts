@@ -4,7 +4,6 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { redactApiKeys } from '../domain/api-keys.ts'
 import { ApiError, DatabaseUnavailableError, toApiError, toErrorBody } from '../errors.ts'
 import { hasBody } from '../http/request-body.ts'
 
@@ -19,8 +18,8 @@ function emptyPathParameter(error: unknown, request: FastifyRequest): boolean {
 
 /**
  * Logs an error answered as `sent`: failures (5xx) at error, with the stack; a database outage at
- * warn, in one line; answers we chose (4xx, 501, our own 503s) at info. `what` names the request
- * in the message ("portal request failed").
+ * warn, in one line; answers we chose (4xx, 501, our own 503s) in the request's line, at info.
+ * `what` names the request in a failure's message ("portal request failed").
  */
 export function logError(error: unknown, sent: ApiError, request: FastifyRequest, what = 'request'): void {
   if (error instanceof DatabaseUnavailableError) {
@@ -31,14 +30,11 @@ export function logError(error: unknown, sent: ApiError, request: FastifyRequest
     // (A 501 is the client's doing, a method or coding we do not take, not a failure of ours; an
     // ApiError is an answer we chose, such as /readyz's 503 while shutting down.)
     request.log.error({ err: error }, `${what} failed`)
-  } else if (sent.statusCode === 401 || sent.statusCode === 429) {
-    // What a flood of bad keys or of one busy key repeats: its code goes in the request's own
-    // line (src/observability/request-log.ts), since a second line cost more than the rest of
-    // such a refusal (decision 84).
-    request.refusal = sent
   } else {
-    // A message can echo what the client sent (a field name, a path): mask anything shaped like a key.
-    request.log.info({ code: sent.code, detail: redactApiKeys(sent.message) }, `${what} refused`)
+    // An answer we chose says why in the request's own line (src/observability/request-log.ts,
+    // which masks anything shaped like a key): a second line cost more than the rest of a refusal
+    // (decision 84).
+    request.refusal = sent
   }
 }
 
@@ -63,7 +59,7 @@ export function sendError(error: unknown, request: FastifyRequest, reply: Fastif
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** A 401 or 429 sent: the request log gives its code and detail (logError). */
+    /** An answer we chose (a 4xx, 501, our own 503) sent: the request log gives its code and detail (logError). */
     refusal: ApiError | null
   }
   interface FastifyContextConfig {

@@ -94,7 +94,12 @@ export function schemaErrorFormatter(errors: ErrorObject[], dataVar: string): Er
   const error = errors[0]
   const part = PART_NAMES[dataVar] ?? dataVar
   const message = error ? describe(part, error) : `${part} is invalid`
-  return new Error(message)
+  // The client's mistake needs no stack trace, and its capture cost a 400 a tenth of its CPU.
+  const limit = Error.stackTraceLimit
+  Error.stackTraceLimit = 0
+  const invalid = new Error(message)
+  Error.stackTraceLimit = limit
+  return invalid
 }
 
 /** Longest name of the client's own (an unknown field, a key in its body) that a message repeats. */

@@ -126,6 +126,30 @@ describe('Errors: every error is application/json {code, message, status}', () =
     assert.match(String(loggedAsOutage(test.logs, response).detail), /ECONNREFUSED/)
   })
 
+  it('a refusal (400, 404, 409) is logged in its request line, with its code and detail: one line a request', async () => {
+    const test = await failing()
+    const { secret } = await test.newKey()
+    const json = { ...bearer(secret), 'content-type': 'application/json' }
+    const refusals = [
+      await test.app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers: json,
+        payload: { name: 'Rex', categoryId: 'x' },
+      }),
+      await test.app.inject({ url: '/v1/pets/999999', headers: bearer(secret) }),
+      await test.app.inject({ url: '/v1/nowhere', headers: bearer(secret) }),
+    ]
+    for (const response of refusals) {
+      const lines = test.logs.filter((line) => line.requestId === response.headers['x-request-id'])
+      const { code, message, status } = errorBody(response)
+      assert.deepEqual(
+        lines.map((line) => [line.msg, line.status, line.code, line.detail]),
+        [['request completed', status, code, message]],
+      )
+    }
+  })
+
   it('a thrown non-Error value is still a masked 500', async () => {
     const test = await failing()
     const response = await test.app.inject({ url: '/odd' })

@@ -41,8 +41,9 @@ describe('Health probes: /healthz and /readyz (point 10)', () => {
     assert.equal(ready.statusCode, 503)
     assert.equal(errorBody(ready).message, 'The service is shutting down.')
     assert.equal(ready.headers['retry-after'], '5')
+    // An answer we chose, not a failure: at info, in its request line.
     const refused = test.logs.find((line) => line.requestId === ready.headers['x-request-id'] && line.code)
-    assert.deepEqual([refused?.level, refused?.msg], [30, 'request refused'])
+    assert.deepEqual([refused?.level, refused?.msg, refused?.status], [30, 'request completed', 503])
     const pets = await test.app.inject({ url: '/v1/pets', headers: bearer(secret) })
     assert.equal(pets.statusCode, 200)
     assert.equal(pets.headers.connection, 'close')
