@@ -12,7 +12,7 @@ import { CliError, printable, UsageError } from './cli.ts'
 import { AnimalStoreError, createAnimalStoreClient, type Event, streamEvents } from './client/index.ts'
 import { type Config, clientApiKey, clientApiUrl } from './config.ts'
 import { apiKeyDeployment } from './domain/api-keys.ts'
-import { EVENT_TYPE_FILTERS, eventBody } from './domain/events.ts'
+import { ALL_EVENT_TYPES, EVENT_TYPE_FILTERS, eventBody, scopeToReceive } from './domain/events.ts'
 import { BoundedMap } from './lib/bounded-map.ts'
 import { signatureHeaders } from './webhooks/signing.ts'
 
@@ -60,7 +60,10 @@ export async function listen(argv: string[], config: Config, io: ListenIo): Prom
   if (!apiKey) throw new UsageError('An API key is required: export API_KEY=… or pass --api-key.')
   // The checksum catches a mistyped key here, before it gives a secret that no delivery will match.
   if (apiKeyDeployment(apiKey) === null) {
-    throw new UsageError('The API key is not one of ours (as_test_… or as_live_…): check API_KEY or --api-key.')
+    throw new UsageError(
+      'The API key is malformed (a character mistyped, missing or extra): copy it whole, as `keys create` ' +
+        'or the portal showed it, into API_KEY or --api-key.',
+    )
   }
   const secret = listenSecret(apiKey)
   if (values['print-secret']) {
@@ -77,8 +80,8 @@ export async function listen(argv: string[], config: Config, io: ListenIo): Prom
       : apiUrl(clientApiUrl(io.env) ?? `http://127.0.0.1:${config.port}`, 'ANIMAL_STORE_URL')
   const types = values.events === undefined ? undefined : eventTypes(values.events)
   const resumeAfter = values['resume-after']
-  if (resumeAfter !== undefined && !/^[\x21-\x7e]{1,100}$/.test(resumeAfter)) {
-    throw new UsageError(`--resume-after must be an event id (evt_…), not "${resumeAfter}".`)
+  if (resumeAfter !== undefined && !/^evt_[0-9A-Za-z]{1,96}$/.test(resumeAfter)) {
+    throw new UsageError(`--resume-after must be an event id (evt_…, as listen prints them), not "${resumeAfter}".`)
   }
 
   const say = (line: string) => io.print(printable(line))
@@ -93,6 +96,8 @@ export async function listen(argv: string[], config: Config, io: ListenIo): Prom
       if (!reconnected) {
         say(`Your signing secret for this key is ${secret} (animal-store listen --print-secret prints it alone).`)
         say(`Ready: forwarding ${types ?? 'every event'} from ${api} to ${target.href} (Ctrl-C to stop).`)
+        // A note only: a failure here leaves the stream to say what is wrong.
+        if (types === undefined) unreadable(client).then((note) => note && say(note), () => {})
         return
       }
       const seconds = ((performance.now() - lostAt) / 1000).toFixed(1)
@@ -188,10 +193,28 @@ function apiUrl(text: string, source: '--url' | 'ANIMAL_STORE_URL'): string {
   return `${url.origin}${path === '' ? '/v1' : path}`
 }
 
+/** `--events` as the API's `type` takes it: names separated by commas (spaces around them dropped). */
 function eventTypes(text: string): string {
-  const unknown = text.split(',').find((name) => !EVENT_TYPE_FILTERS.includes(name))
+  const names = text.split(',').map((name) => name.trim())
+  const unknown = names.find((name) => !EVENT_TYPE_FILTERS.includes(name))
   if (unknown !== undefined) {
     throw new UsageError(`--events: "${unknown}" is not an event type, nor one of ${EVENT_TYPE_FILTERS.join(', ')}.`)
   }
-  return text
+  return names.join(',')
+}
+
+/**
+ * Without --events, the stream carries only the types the key may read: a key without
+ * `messages:read` gets no message.created, and would look as if none happened. Asks the API, which
+ * refuses (403) a type the key may not read; a line naming what is left out, or null.
+ */
+async function unreadable(client: ReturnType<typeof createAnimalStoreClient>): Promise<string | null> {
+  const byScope = Map.groupBy(ALL_EVENT_TYPES, scopeToReceive)
+  const missing: string[] = []
+  for (const [scope, types] of byScope) {
+    const { response } = await client.GET('/events', { params: { query: { type: types.join(','), limit: 1 } } })
+    if (response.status === 403) missing.push(`${types.join(', ')} (${scope})`)
+  }
+  if (missing.length === 0) return null
+  return `Note: this key may not read ${missing.join(', ')}: those events are not forwarded.`
 }

@@ -136,11 +136,16 @@ describe('animal-store listen', () => {
       [['--forward-to', 'http://127.0.0.1:3000/hook', '--events', 'order.*,pet.created'], key, /"pet\.created"/],
       [['--forward-to', 'http://127.0.0.1:3000/hook'], {}, /API key is required/],
       // Mistyped: its checksum fails, and its secret would match no delivery.
-      [['--print-secret'], { API_KEY: 'nonsense' }, /not one of ours/],
+      [['--print-secret'], { API_KEY: 'nonsense' }, /API key is malformed/],
       [
         ['--print-secret'],
         { API_KEY: `${key.API_KEY.slice(0, -1)}${key.API_KEY.endsWith('x') ? 'y' : 'x'}` },
-        /not one of ours/,
+        /API key is malformed/,
+      ],
+      [
+        ['--forward-to', 'http://127.0.0.1:3000/hook', '--resume-after', 'nope'],
+        key,
+        /--resume-after must be an event id/,
       ],
       [
         ['--forward-to', 'http://127.0.0.1:3000/hook'],
@@ -158,6 +163,29 @@ describe('animal-store listen', () => {
       assert.match(run.stderr, /^animal-store: [^\n]+\n$/, what)
       assert.match(run.stderr, message, what)
     }
+  })
+
+  it('takes --events with spaces after the commas; with none, names the types the key may not read', async (t) => {
+    const { app, newKey } = await build(t, WEBHOOKS)
+    const api = await app.listen({ port: 0, host: '127.0.0.1' })
+    const spaced = startListen(
+      t,
+      ['--forward-to', 'http://127.0.0.1:9/hook', '--url', api, '--events', 'order.*, message.created'],
+      {
+        API_KEY: (await newKey()).secret,
+      },
+    )
+    await spaced.printed('ready', /^Ready: forwarding order\.\*,message\.created from /m)
+    assert.equal(await spaced.stop(), 0, spaced.stderr())
+
+    const { secret } = await newKey({ scopes: 'webhooks:read orders:read' })
+    const narrow = startListen(t, ['--forward-to', 'http://127.0.0.1:9/hook', '--url', api], { API_KEY: secret })
+    await narrow.printed('the note', /^Note: /m)
+    assert.match(
+      narrow.stdout(),
+      /^Note: this key may not read message\.created \(messages:read\): those events are not forwarded\.$/m,
+    )
+    assert.equal(await narrow.stop(), 0, narrow.stderr())
   })
 
   it('--help or -h prints its usage, and exits 0', async () => {

@@ -6470,7 +6470,7 @@ export interface operations {
         /** @description Maximum number of events returned. */
         limit?: number
         /**
-         * @description Only events of these types: one, or several separated by commas; `order.*` names every order event. The types: message.created, order.placed, order.completed, order.canceled, order.expired, webhook.test.
+         * @description Only events of these types, separated by commas: message.created, order.placed, order.completed, order.canceled, order.expired, webhook.test; or message.*, order.*, webhook.* for every type of one resource.
          * @example order.*,message.created
          */
         type?: string

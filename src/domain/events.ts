@@ -73,9 +73,13 @@ const WILDCARDS = [...new Set(ALL_EVENT_TYPES.map((type) => `${type.split('.')[0
 export const EVENT_TYPE_FILTERS: readonly string[] = [...ALL_EVENT_TYPES, ...WILDCARDS]
 
 /**
- * The types a filter such as `order.*,message.created` names, each once, in ALL_EVENT_TYPES order.
- * The filter's syntax is the schema's (a pattern of EVENT_TYPE_FILTERS): any other name is ignored.
+ * The types a filter such as `order.*, message.created` names, each once, in ALL_EVENT_TYPES order.
+ * The filter's syntax is the schema's (a pattern of EVENT_TYPE_FILTERS, spaces allowed after a
+ * comma, as people write lists): any other name is ignored.
  */
 export function filteredTypes(filter: string): AnyEventType[] {
-  return namedTypes(ALL_EVENT_TYPES, filter.split(','))
+  return namedTypes(
+    ALL_EVENT_TYPES,
+    filter.split(',').map((name) => name.trim()),
+  )
 }

@@ -67,10 +67,11 @@ export const ListEventsQuerySchema = Type.Object(
     type: Type.Optional(
       Type.String({
         maxLength: 500,
-        pattern: `^${FILTER_NAME}(?:,${FILTER_NAME})*$`,
+        pattern: `^${FILTER_NAME}(?:, *${FILTER_NAME})*$`,
+        // Also the message of a 400 (query.type … is invalid: …): plain words, no Markdown.
         description:
-          'Only events of these types: one, or several separated by commas; `order.*` names every order event. ' +
-          `The types: ${ALL_EVENT_TYPES.join(', ')}.`,
+          `Only events of these types, separated by commas: ${ALL_EVENT_TYPES.join(', ')}; or ` +
+          `${EVENT_TYPE_FILTERS.filter((name) => name.endsWith('.*')).join(', ')} for every type of one resource.`,
         examples: ['order.*,message.created'],
       }),
     ),

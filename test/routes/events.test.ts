@@ -170,6 +170,11 @@ describe('Events (experimental)', () => {
       'message.created',
     ])
     assert.deepEqual(await types('?type=order.expired,webhook.*'), [])
+    // A space after a comma, as people write lists (and the link to the next page keeps working).
+    assert.deepEqual(
+      await types('?type=order.placed,%20message.created'),
+      await types('?type=message.created,order.placed'),
+    )
     assert.deepEqual(await types(`?createdAfter=${cut}`), ['message.created', 'order.completed', 'order.placed'])
     // Any offset, the same instant.
     // (With its milliseconds: cut to the second, it would take in the first message or not, by chance.)
@@ -183,7 +188,10 @@ describe('Events (experimental)', () => {
   it('refuses bad input with a 400 JSON error naming it, never a 5xx', async () => {
     const { call } = await setUp(await shared())
     for (const [query, message] of [
-      ['type=pet.adopted', /^query\.type \("pet\.adopted"\) is invalid: Only events of these types/],
+      [
+        'type=pet.adopted',
+        /^query\.type \("pet\.adopted"\) is invalid: Only events of these types, separated by commas: message\.created, .*; or message\.\*, order\.\*, webhook\.\* for every type of one resource\.$/,
+      ],
       ['type=order.placed,', /^query\.type \("order\.placed,"\) is invalid/],
       ['type=Order.placed', /^query\.type \("Order\.placed"\) is invalid/],
       ['type=order.**', /^query\.type \("order\.\*\*"\) is invalid/],
