@@ -83,7 +83,10 @@ export class ApiError extends Error {
 const FASTIFY_CODES: Record<string, [ErrorCode, string?]> = {
   FST_ERR_CTP_INVALID_MEDIA_TYPE: ['unsupported_media_type'],
   FST_ERR_CTP_BODY_TOO_LARGE: ['payload_too_large'],
-  FST_ERR_CTP_EMPTY_JSON_BODY: ['invalid_json'],
+  FST_ERR_CTP_EMPTY_JSON_BODY: [
+    'invalid_json',
+    'The request body is empty, which is not JSON: send a JSON body, or no Content-Type when there is none.',
+  ],
   FST_ERR_CTP_INVALID_JSON_BODY: ['invalid_json'],
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: ['bad_request', 'The Content-Length header does not match the body.'],
   FST_ERR_BAD_URL: [

@@ -97,7 +97,11 @@ export async function listen(argv: string[], config: Config, io: ListenIo): Prom
         say(`Your signing secret for this key is ${secret} (animal-store listen --print-secret prints it alone).`)
         say(`Ready: forwarding ${types ?? 'every event'} from ${api} to ${target.href} (Ctrl-C to stop).`)
         // A note only: a failure here leaves the stream to say what is wrong.
-        if (types === undefined) unreadable(client).then((note) => note && say(note), () => {})
+        if (types === undefined)
+          unreadable(client).then(
+            (note) => note && say(note),
+            () => {},
+          )
         return
       }
       const seconds = ((performance.now() - lostAt) / 1000).toFixed(1)

@@ -6483,6 +6483,11 @@ export interface operations {
         cursor?: string
       }
       header: {
+        /**
+         * @description With `Accept: text/event-stream`: the stream starts after this event (its `id`), replaying those that came since; 410 `last_event_id_unknown` when it is no longer kept. The list ignores it.
+         * @example evt_3kTMd9PqLw2xY8aZ
+         */
+        'last-event-id'?: string
         /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
         'animal-store-beta': 'webhooks'
       }

@@ -23,6 +23,7 @@ import {
   EventParamsSchema,
   EventSchema,
   EventsSchema,
+  ListEventsHeadersSchema,
   ListEventsQuerySchema,
   withEventStream,
 } from '../schemas/events.ts'
@@ -83,6 +84,7 @@ const events: FastifyPluginAsyncTypebox = async (app) => {
           '`Last-Event-ID` resumes after an event, 410 `last_event_id_unknown` when it is no longer kept).',
         tags,
         querystring: ListEventsQuerySchema,
+        headers: ListEventsHeadersSchema,
         response: {
           200: withEventStream(pageResponse('events', EventsSchema, '/v1/events')),
           ...errorResponses(400, 401, 429, 500, 503),

@@ -81,6 +81,18 @@ export const ListEventsQuerySchema = Type.Object(
   { additionalProperties: false },
 )
 
+/** The header that resumes a stream, declared so that generated clients know it (the list ignores it). */
+export const ListEventsHeadersSchema = Type.Object({
+  'last-event-id': Type.Optional(
+    Type.String({
+      description:
+        'With `Accept: text/event-stream`: the stream starts after this event (its `id`), replaying those that ' +
+        'came since; 410 `last_event_id_unknown` when it is no longer kept. The list ignores it.',
+      examples: ['evt_3kTMd9PqLw2xY8aZ'],
+    }),
+  ),
+})
+
 /** The 200 of GET /v1/events, which also answers `Accept: text/event-stream` with the live stream (decision 116). */
 export function withEventStream<Response extends { content: Record<string, unknown> }>(response: Response) {
   const stream = Type.String({

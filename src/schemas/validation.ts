@@ -117,6 +117,14 @@ export function sentId(id: string): string {
   return /^[\x21\x23-\x7e]+$/.test(id) && id.length <= NAME_SHOWN ? id : JSON.stringify(cutShort(id))
 }
 
+/** The first field of the object `error` is about that its schema does not know, if it forbids such. */
+function unknownField(error: ErrorObject): string | undefined {
+  const schema = error.parentSchema as { additionalProperties?: unknown; properties?: object } | undefined
+  if (schema?.additionalProperties !== false || typeof error.data !== 'object' || error.data === null) return undefined
+  const known = schema.properties ?? {}
+  return Object.keys(error.data).find((name) => !Object.hasOwn(known, name))
+}
+
 function describe(part: string, error: ErrorObject): string {
   const path = error.instancePath
     .split('/')
@@ -126,8 +134,11 @@ function describe(part: string, error: ErrorObject): string {
   const p = error.params as Record<string, unknown>
   const schema = (error.parentSchema ?? {}) as { description?: string }
   switch (error.keyword) {
-    case 'required':
-      return `${field}.${p.missingProperty} is required`
+    case 'required': {
+      // A misspelt field is both missing and unknown: name the field it was sent as, too.
+      const sent = unknownField(error)
+      return `${field}.${p.missingProperty} is required${sent === undefined ? '' : ` (${field}.${shown(sent)} is not a known field)`}`
+    }
     case 'additionalProperties':
       return `${field}.${shown(String(p.additionalProperty))} is not a known field`
     case 'type':

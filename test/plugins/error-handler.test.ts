@@ -36,6 +36,8 @@ describe('Errors: every error is application/json {code, message, status}', () =
       })
       assert.equal(response.statusCode, 400, JSON.stringify(payload))
       assert.equal(errorBody(response).code, 'invalid_json')
+      // An empty body says so: a client that sent a Content-Type with no body sees why at once.
+      if (payload === '') assert.match(errorBody(response).message, /^The request body is empty/)
     }
   })
 

@@ -544,6 +544,14 @@ describe('OpenAPI: what the document promises, the server keeps (issue 38)', () 
     }
   })
 
+  it('declares Last-Event-ID on listEvents, whose stream it resumes, so that generated clients know it', async () => {
+    const doc = await withWebhooks()
+    const listEvents = doc.paths['/events'].get as Operation
+    const lastEventId = headerParameter(listEvents, 'last-event-id')
+    assert.ok(lastEventId, 'listEvents declares Last-Event-ID')
+    assert.notEqual(lastEventId.required, true)
+  })
+
   it('gives the webhook event types in the top-level webhooks, each with the body it is sent, only where offered', async () => {
     const doc = await withWebhooks()
     assert.equal((await document()).webhooks, undefined)
