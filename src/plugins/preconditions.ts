@@ -13,7 +13,8 @@
  * (§13.2.2). Conditions count only where the answer without them would be 2xx (§13.2.1): on GET
  * and HEAD they are judged on that answer, once it is ready (its ETag header); on other methods,
  * once the key and the rate limit have passed and before the content is read (preParsing), so a
- * failed condition writes nothing. A target has a representation there when a GET route serves
+ * failed condition writes nothing, and one on a target that is not there (config.exists) leaves
+ * the handler to answer 404. A target has a representation there when a GET route serves
  * its path. A route whose target has an ETag only the database knows (config.etag: updatePet) has
  * its handler read the resource and ask `request.preconditions(etag)`, then write only that version
  * (the store compares it in the write's transaction, so a change in between is not overwritten).
@@ -26,6 +27,11 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** The target has an ETag its handler reads: the handler judges the conditions (see above). */
     etag?: true
+    /**
+     * Whether the target exists for the caller. A condition that fails on a missing target is
+     * ignored, and the handler answers its 404: without the condition the answer is no 2xx (§13.2.1).
+     */
+    exists?: (request: FastifyRequest) => Promise<boolean>
   }
   interface FastifyRequest {
     /** Whether the request has If-Match or If-None-Match, which its handler must judge (config.etag). */
@@ -123,8 +129,13 @@ export default fp(
         exists = app.hasRoute({ method: 'GET', url: path })
         readable.set(path, exists)
       }
-      const outcome = evaluate(request, exists ? { etag: null } : undefined)
-      done(outcome === 'ok' ? null : new ApiError('precondition_failed'), payload)
+      if (evaluate(request, exists ? { etag: null } : undefined) === 'ok') return done(null, payload)
+      const target = request.routeOptions.config.exists
+      if (target === undefined) return done(new ApiError('precondition_failed'), payload)
+      target(request).then(
+        (found) => done(found ? new ApiError('precondition_failed') : null, payload),
+        (error: Error) => done(error, payload),
+      )
     })
   },
   { name: 'preconditions' },

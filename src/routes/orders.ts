@@ -157,7 +157,13 @@ const orders: FastifyPluginAsyncTypebox<{ orderHoldMs: number }> = async (app, {
             ),
           },
         },
-        config: { scope: 'orders:write', stability },
+        config: {
+          scope: 'orders:write',
+          stability,
+          // A condition on an order that is not there leaves its 404 (§13.2.1).
+          exists: async ({ caller, params }: FastifyRequest) =>
+            (await app.store.getOrder(caller.accountId, (params as { orderId: string }).orderId)) !== null,
+        },
       },
       async function moveOrder(request) {
         const { orderId } = request.params

@@ -88,6 +88,14 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
     }
   }
 
+  /** The config of a change to one endpoint: a condition on an endpoint that is not there leaves its 404 (§13.2.1). */
+  const endpointWrite = {
+    scope: 'webhooks:write',
+    stability,
+    exists: async ({ caller, params }: FastifyRequest) =>
+      (await app.store.getWebhookEndpoint(caller.accountId, (params as { endpointId: string }).endpointId)) !== null,
+  } as const
+
   /** Refuses a URL events could never be sent to, with the sentence that says why. */
   function checkUrl(url: string | undefined): void {
     if (url === undefined) return
@@ -204,7 +212,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
           ...INVALID,
         },
       },
-      config: { scope: 'webhooks:write', stability },
+      config: endpointWrite,
     },
     async function updateWebhookEndpoint(request) {
       const { endpointId } = request.params
@@ -241,7 +249,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
           ...endpointErrors(400, 401, 404, 429, 500, 503),
         },
       },
-      config: { scope: 'webhooks:write', stability },
+      config: endpointWrite,
     },
     async function deleteWebhookEndpoint({ caller, params: { endpointId } }, reply) {
       if (!(await app.store.deleteWebhookEndpoint(caller.accountId, endpointId))) {
@@ -267,7 +275,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
           ...endpointErrors(400, 401, 404, 429, 500, 503),
         },
       },
-      config: { scope: 'webhooks:write', stability },
+      config: endpointWrite,
     },
     async function rotateWebhookSecret({ caller, params: { endpointId } }) {
       const previousSecretExpiresAt = new Date(Date.now() + PREVIOUS_SECRET_MS).toISOString()
@@ -325,7 +333,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
           ),
         },
       },
-      config: { scope: 'webhooks:write', stability },
+      config: endpointWrite,
     },
     async function redeliverWebhook(request, reply) {
       const { endpointId, deliveryId } = request.params
@@ -377,7 +385,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
           ...DISABLED,
         },
       },
-      config: { scope: 'webhooks:write', stability },
+      config: endpointWrite,
     },
     async function sendWebhookTestEvent({ caller, params: { endpointId } }, reply) {
       const event = await app.store.sendTestEvent(caller.accountId, endpointId)
@@ -405,7 +413,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
           ...DISABLED,
         },
       },
-      config: { scope: 'webhooks:write', stability },
+      config: endpointWrite,
     },
     async function recoverWebhookDeliveries({ caller, params: { endpointId }, body }, reply) {
       const since = new Date(body.since).toISOString()

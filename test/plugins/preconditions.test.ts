@@ -175,4 +175,43 @@ describe('Conditional requests (RFC 9110 §13): against the ETag where there is 
     })
     assert.equal(created.statusCode, 201)
   })
+
+  it('a condition on an order or a webhook endpoint that is not there is ignored: 404, as without it', async (t) => {
+    const test = await build(t, { EXPERIMENTAL_FEATURES: 'webhooks' })
+    const { secret } = await test.newKey()
+    const headers = { ...bearer(secret), 'animal-store-beta': 'orders, webhooks', 'content-type': 'application/json' }
+    const pet = await test.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers,
+      payload: { name: 'Rex', categoryId: 1 },
+    })
+    const order = await test.app.inject({
+      method: 'POST',
+      url: '/v1/store/orders',
+      headers,
+      payload: { petId: pet.json().id },
+    })
+    const endpoint = await test.app.inject({
+      method: 'POST',
+      url: '/v1/webhook-endpoints',
+      headers,
+      payload: { url: 'https://example.com/hook', events: ['order.*'] },
+    })
+    const missing = 'AAAAAAAAAAAAAAAA'
+    for (const [method, path, body] of [
+      ['POST', `/v1/store/orders/${order.json().id}/cancel`, undefined],
+      ['PATCH', `/v1/webhook-endpoints/${endpoint.json().id}`, { description: 'x' }],
+      ['DELETE', `/v1/webhook-endpoints/${endpoint.json().id}`, undefined],
+      ['POST', `/v1/webhook-endpoints/${endpoint.json().id}/rotate-secret`, undefined],
+    ] as const) {
+      const there = { method, url: path, headers: { ...headers, 'if-match': '"x"' }, ...(body && { payload: body }) }
+      if (body === undefined) delete (there.headers as Record<string, string>)['content-type']
+      const refused = await test.app.inject(there)
+      assert.equal(refused.statusCode, 412, `${method} ${path}`)
+      const gone = path.replace(/(ord|we)_\w+/, (id) => `${id.slice(0, id.indexOf('_'))}_${missing}`)
+      const absent = await test.app.inject({ ...there, url: gone })
+      assert.equal(absent.statusCode, 404, `${method} ${gone}: ${absent.body}`)
+    }
+  })
 })

@@ -136,11 +136,7 @@ describe('createPet: POST /v1/pets (point 1)', () => {
   const invalid: [string, unknown, RegExp][] = [
     ['name missing', { categoryId: 1 }, /body\.name is required/],
     ['categoryId missing', { name: 'Rex' }, /body\.categoryId is required/],
-    [
-      'a misspelt field',
-      { nam: 'Rex', categoryId: 1 },
-      /^body\.name is required \(body\.nam is not a known field\)$/,
-    ],
+    ['a misspelt field', { nam: 'Rex', categoryId: 1 }, /^body\.name is required \(body\.nam is not a known field\)$/],
     ['categoryId as a string "7"', { name: 'Rex', categoryId: '7' }, /body\.categoryId must be an integer/],
     ['name as a number', { name: 5, categoryId: 1 }, /body\.name must be a string/],
     ['categoryId fractional', { name: 'Rex', categoryId: 1.5 }, /body\.categoryId must be an integer/],
