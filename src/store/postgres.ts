@@ -538,6 +538,8 @@ export class PostgresStore implements Store {
 
   updatePet(id: number, changes: PetChanges, ifVersion?: number): Promise<UpdatePetResult> {
     return this.#transaction(async (run) => {
+      // A hold that has ended frees the pet first, as placeOrder does (the order's row, then the pet's).
+      if (changes.status !== undefined) await this.#expireHeld(run, id)
       const [current] = await run<Pet & { version: number }>('lockPet', [id])
       if (!current) return { refused: 'not_found' }
       if (ifVersion !== undefined && current.version !== ifVersion) return { refused: 'version_mismatch' }
@@ -576,11 +578,7 @@ export class PostgresStore implements Store {
   placeOrder(order: PlaceOrder, idempotency?: IdempotencyRef): Promise<PlaceOrderResult> {
     return this.#transaction(async (run) => {
       // A hold that has ended frees the pet now, whatever the sweep has done yet.
-      const [expired] = await run<AccountOrder>('expirePetOrder', [order.petId])
-      if (expired) {
-        await run('releasePet', ['available', order.petId])
-        await this.#emitOrder(run, 'order.expired', expired)
-      }
+      await this.#expireHeld(run, order.petId)
       if ((await run('holdPet', [order.petId])).length === 0) {
         const exists = (await run('petExists', [order.petId])).length > 0
         return { refused: exists ? 'pet_not_available' : 'pet_not_found' }
@@ -1122,6 +1120,15 @@ export class PostgresStore implements Store {
     const values = [randomId('evt'), accountId, type, body, endpoints, ids, messageSeq, traceparent]
     await run('insertEvent', [...values, JSON.stringify(data), timestamp])
     return endpoints.length
+  }
+
+  /** Expires the pet's placed order if its hold has ended, freeing the pet; returns it (with its account). */
+  async #expireHeld(run: Run, petId: number): Promise<AccountOrder | undefined> {
+    const [expired] = await run<AccountOrder>('expirePetOrder', [petId])
+    if (!expired) return undefined
+    await run('releasePet', ['available', petId])
+    await this.#emitOrder(run, 'order.expired', expired)
+    return expired
   }
 
   /** An order's event, for the account the order belongs to (its data without that account). */

@@ -291,6 +291,9 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       return id
     },
     updatePet(id: number, changes: PetChanges, ifVersion: number | null): UpdatePetResult {
+      // A hold that has ended frees the pet first, as placeOrder does: else its order, which can
+      // no longer move, would hold the pet until the sweep.
+      if (changes.status !== undefined) expireHeld(id, now())
       const current = sql.getVersionedPet.get(id) as (Pet & { version: number }) | undefined
       if (!current) return { refused: 'not_found' }
       if (ifVersion !== null && current.version !== ifVersion) return { refused: 'version_mismatch' }

@@ -381,7 +381,8 @@ export interface Store {
   getVersionedPet(id: number): Promise<VersionedPet | null>
   /**
    * Applies `changes` to a pet in one transaction. A pet held by a placed order cannot change
-   * status, and no pet becomes `pending` this way; with `ifVersion`, only that version is changed.
+   * status (an order whose hold has ended is expired first, freeing the pet), and no pet becomes
+   * `pending` this way; with `ifVersion`, only that version is changed.
    */
   updatePet(id: number, changes: PetChanges, ifVersion?: number): Promise<UpdatePetResult>
   /** How many pets have each status; every status is present. */

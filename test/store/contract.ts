@@ -455,6 +455,18 @@ export function storeContract(name: string, open: OpenStore): void {
       assert.ok(swept.every((o) => o.status === 'expired'))
       for (const pet of [a, b, c]) assert.equal((await store.getPet(pet.id))?.status, 'available')
       assert.deepEqual(await store.expireOrders(new Date().toISOString()), [])
+
+      // A status change of a pet whose hold has ended expires its order first, as a move would.
+      const d = await store.createPet({ name: 'D', categoryId: 1 })
+      const held = await store.placeOrder({ accountId: account.id, petId: d.id, holdMs: ended })
+      assert.ok('placed' in held)
+      const sold = await store.updatePet(d.id, { status: 'sold' })
+      assert.ok('updated' in sold && sold.updated.pet.status === 'sold', JSON.stringify(sold))
+      assert.equal((await store.getOrder(account.id, held.placed.id))?.status, 'expired')
+      assert.deepEqual(await store.expireOrders(new Date().toISOString()), [])
+      assert.equal((await store.getPet(d.id))?.status, 'sold')
+      const events = await store.listEvents({ accountId: account.id, limit: 100, types: ['order.expired'] })
+      assert.ok(events.events.some((event) => (event.data as { id: string }).id === held.placed.id))
     })
 
     it("orders: listed newest first, by status and pet, in pages; never another account's", async (t) => {
