@@ -96,11 +96,16 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
       (await app.store.getWebhookEndpoint(caller.accountId, (params as { endpointId: string }).endpointId)) !== null,
   } as const
 
-  /** Refuses a URL events could never be sent to, with the sentence that says why. */
-  function checkUrl(url: string | undefined): void {
-    if (url === undefined) return
+  /**
+   * The URL as events will be sent to it (the parser's form: `https:example.com/h` is
+   * `https://example.com/h`), so that what is shown is what is used; refuses one events could never
+   * be sent to, with the sentence that says why.
+   */
+  function acceptedUrl<U extends string | undefined>(url: U): U {
+    if (url === undefined) return url
     const problem = webhookUrlProblem(url, urlPolicy)
     if (problem !== null) throw new ApiError('invalid_webhook_url', problem)
+    return new URL(url).href as U
   }
 
   app.post(
@@ -135,9 +140,9 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
       ...app.idempotent,
     },
     async function createWebhookEndpoint(request, reply) {
-      const { url, description = '' } = request.body
+      const { description = '' } = request.body
+      const url = acceptedUrl(request.body.url)
       const events = subscribedTypes(request.body.events)
-      checkUrl(url)
       checkEvents(request.caller.scopes, events)
       const { accountId } = request.caller
       const endpoint = { accountId, url, events, description, secret: newWebhookSecret(), max: MAX_WEBHOOK_ENDPOINTS }
@@ -216,9 +221,9 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
     },
     async function updateWebhookEndpoint(request) {
       const { endpointId } = request.params
-      const { url, description, status } = request.body
+      const { description, status } = request.body
+      const url = acceptedUrl(request.body.url)
       const events = request.body.events && subscribedTypes(request.body.events)
-      checkUrl(url)
       // Where the events go, or which: judged on the subscription the endpoint will have (decision 97).
       if (url !== undefined || events !== undefined || status === 'enabled') {
         const { accountId } = request.caller

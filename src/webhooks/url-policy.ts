@@ -27,6 +27,7 @@ export function webhookUrlProblem(url: string, policy: UrlPolicy): string | null
   }
   if (parsed.username !== '' || parsed.password !== '') return 'The URL must not contain a username or password.'
   if (parsed.hostname === '') return 'The URL has no host.'
+  if (parsed.port === '0') return 'The URL has port 0, on which nothing can receive.'
   if (policy.allowPrivate) return null
   // The URL parser has already turned 0x7f.1, 2130706433 and the like into dotted IPv4.
   const host = parsed.hostname.replace(/^\[(.*)\]$/, '$1')

@@ -262,6 +262,16 @@ describe('Webhook endpoints (experimental)', () => {
     assert.deepEqual(unchanged.json(), enabled.json())
     const bad = await patch({ url: 'https://10.1.2.3/' })
     assert.equal(errorBody(bad).code, 'invalid_webhook_url')
+    // Kept as events will be sent to it: the shown URL is the one used.
+    for (const [sent, kept] of [
+      ['https:example.net/h', 'https://example.net/h'],
+      ['https:///Example.NET/a/../b', 'https://example.net/b'],
+      ['HTTPS://example.net', 'https://example.net/'],
+    ]) {
+      const normalised = await patch({ url: sent }, 'application/json')
+      assert.equal(normalised.json().url, kept, sent)
+    }
+    await patch({ url: 'https://example.net/new' }, 'application/json')
     for (const body of [{ description: null }, { status: 'paused' }, { secret: 'x' }, { events: [] }, ['x']]) {
       const response = await patch(body)
       assert.equal(response.statusCode, 400, JSON.stringify(body))

@@ -31,6 +31,7 @@ describe('Webhook URL policy', () => {
     ['ftp://example.com/', /must start with https:\/\//],
     ['https://user:pw@example.com/', /username or password/],
     ['https://user@example.com/', /username or password/],
+    ['https://example.com:0/', /port 0/],
     // The parser would drop or encode these: the URL shown would not be the one posted to.
     ['https://example.com/ok\r\nX: y', /spaces or control characters/],
     [' https://example.com/', /spaces or control characters/],
