@@ -1,9 +1,12 @@
 /**
- * Opaque pagination cursors: `<base64url(afterId.status)>.<HMAC>`. The HMAC (SHA-256, truncated to
- * 128 bits, keyed by a secret shared through the database) means a cursor cannot be forged or
- * edited, and it binds the cursor to the filters it was issued for (`status=sold`, `petId=7`).
+ * Opaque pagination cursors: `<base64url(encrypted afterId.filter)>.<HMAC>`. The HMAC (SHA-256,
+ * truncated to 128 bits, keyed by a secret shared through the database) means a cursor cannot be
+ * forged or edited, and it binds the cursor to the filters it was issued for (`status=sold`,
+ * `petId=7`). The position is encrypted (AES-256-CTR with the HMAC as its IV, as SIV does): a list's
+ * position is a sequence all accounts share, and in clear it would tell one account how busy the
+ * others are. The same page always gets the same cursor.
  */
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
+import { createCipheriv, createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
 import { ApiError } from '../errors.ts'
 import { BoundedMap } from '../lib/bounded-map.ts'
 import type { Store } from '../store/types.ts'
@@ -24,6 +27,12 @@ const issued = (filter: string | undefined) =>
 
 export function cursorCodec(secret: string): CursorCodec {
   const mac = (payload: string) => createHmac('sha256', secret).update(payload).digest().subarray(0, MAC_BYTES)
+  const encryptionKey = createHmac('sha256', secret).update('cursor encryption').digest()
+  /** Encrypts or decrypts (CTR is its own inverse) under the cursor's MAC, a 16-byte IV. */
+  const crypt = (data: Buffer, iv: Buffer) => {
+    const cipher = createCipheriv('aes-256-ctr', encryptionKey, iv)
+    return Buffer.concat([cipher.update(data), cipher.final()])
+  }
   const invalid = (why: string) => new ApiError('invalid_cursor', `The cursor ${why}; start again without one.`)
 
   const encoded = new BoundedMap<string, string>(ENCODED_CURSORS)
@@ -33,7 +42,8 @@ export function cursorCodec(secret: string): CursorCodec {
       const payload = `${afterId}.${filter ?? ''}`
       let cursor = encoded.get(payload)
       if (cursor === undefined) {
-        cursor = `${Buffer.from(payload).toString('base64url')}.${mac(payload).toString('base64url')}`
+        const tag = mac(payload)
+        cursor = `${crypt(Buffer.from(payload), tag).toString('base64url')}.${tag.toString('base64url')}`
         encoded.set(payload, cursor)
       }
       return cursor
@@ -42,13 +52,19 @@ export function cursorCodec(secret: string): CursorCodec {
       const parts = cursor.split('.')
       if (parts.length !== 2) throw invalid('is not valid')
       const [encoded = '', signature = ''] = parts
-      const payload = Buffer.from(encoded, 'base64url').toString()
+      const body = Buffer.from(encoded, 'base64url')
       const given = Buffer.from(signature, 'base64url')
       // Only the canonical spelling counts, so that a cursor has exactly one valid form.
-      const canonical =
-        given.toString('base64url') === signature && Buffer.from(payload).toString('base64url') === encoded
+      const canonical = given.toString('base64url') === signature && body.toString('base64url') === encoded
       if (given.length !== MAC_BYTES || !canonical) throw invalid('is not valid')
-      if (!timingSafeEqual(given, mac(payload))) throw invalid('is not valid')
+      let payload = crypt(body, given).toString()
+      if (!timingSafeEqual(given, mac(payload))) {
+        // Issued before positions were encrypted, by a link a client may still be following.
+        payload = body.toString()
+        if (Buffer.from(payload).toString('base64url') !== encoded || !timingSafeEqual(given, mac(payload))) {
+          throw invalid('is not valid')
+        }
+      }
       // The filter may hold dots (`type=order.placed`, a time): only the first one ends the id.
       const dot = payload.indexOf('.')
       const afterId = payload.slice(0, dot)
