@@ -796,7 +796,7 @@ export interface components {
         | 'order.*'
       )[]
       /**
-       * @description A note for the account’s own use: 0 to 200 characters.
+       * @description A note for the account’s own use: 0 to 200 characters on one line, no control characters.
        * @default
        * @example Order sync
        */
@@ -936,7 +936,7 @@ export interface components {
         | 'order.*'
       )[]
       /**
-       * @description A note for the account’s own use: 0 to 200 characters.
+       * @description A note for the account’s own use: 0 to 200 characters on one line, no control characters.
        * @example Order sync
        */
       description?: string

@@ -17,7 +17,7 @@ const INT64_MIN = -(2n ** 63n)
 const INT64_MAX = 2n ** 63n - 1n
 const DECIMAL = /^(?:0|-?[1-9][0-9]*)$/
 const RFC3339 =
-  /^(\d{4})-(\d{2})-(\d{2})T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,9})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)$/
+  /^(\d{4})-(\d{2})-(\d{2})[Tt]([01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,9})?(?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)$/
 
 /** Whether `text` is an RFC 3339 date-time of a day that exists, within years 1 to 9999 in UTC. */
 export function isDateTime(text: string): boolean {

@@ -58,9 +58,10 @@ const webhookFields = {
   ),
   description: Type.String({
     maxLength: WEBHOOK_DESCRIPTION_MAX_LENGTH,
-    // No NUL: PostgreSQL cannot store U+0000 in text.
-    pattern: '^[^\\u0000]*$',
-    description: `A note for the account’s own use: 0 to ${WEBHOOK_DESCRIPTION_MAX_LENGTH} characters.`,
+    // One line of text: no control character (a terminal escape would reach the CLI's output and the
+    // portal), NUL included, which PostgreSQL cannot store in text.
+    pattern: '^[^\\u0000-\\u001f\\u007f-\\u009f]*$',
+    description: `A note for the account’s own use: 0 to ${WEBHOOK_DESCRIPTION_MAX_LENGTH} characters on one line, no control characters.`,
     examples: ['Order sync'],
   }),
 }

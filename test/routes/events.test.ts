@@ -182,6 +182,9 @@ describe('Events (experimental)', () => {
     const inParis = `?createdAfter=${encodeURIComponent(offset)}&type=message.created`
     assert.deepEqual(await types(inParis), ['message.created'])
     assert.deepEqual(await types(`?createdAfter=${cut}&type=message.created`), ['message.created'])
+    // RFC 3339 §5.6: t and z may be written lower case.
+    const lower = cut.replace('T', 't').replace('Z', 'z')
+    assert.deepEqual(await types(`?createdAfter=${lower}&type=message.created`), ['message.created'])
     assert.deepEqual(await types('?createdAfter=9999-12-31T23:59:59Z'), [])
   })
 

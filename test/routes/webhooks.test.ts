@@ -147,6 +147,8 @@ describe('Webhook endpoints (experimental)', () => {
       { ...NEW, events: ['order.placed', 'order.placed'] },
       { ...NEW, events: ['pet.adopted'] },
       { ...NEW, description: 'x'.repeat(201) },
+      { ...NEW, description: '\u001b[31mred' },
+      { ...NEW, description: 'two\nlines' },
       { ...NEW, secret: 'whsec_mine' },
       { ...NEW, url: 42 },
     ]) {
