@@ -41,7 +41,12 @@ const server = http
         response.writeHead(204).end()
         if (once) server.close()
       } catch (error) {
-        console.log(`refused a delivery: ${(error as Error).message}`)
+        // The usual cause: the secret of another sender (an endpoint's, listen's) in WEBHOOK_SECRET.
+        const hint = /signature/i.test((error as Error).message)
+          ? ' (is WEBHOOK_SECRET the secret of what sends here? listen: `animal-store listen --print-secret`;' +
+            ' an endpoint: the `secret` its creation answered)'
+          : ''
+        console.log(`refused a delivery: ${(error as Error).message}${hint}`)
         response.writeHead(400).end()
       }
     })
