@@ -285,10 +285,17 @@ describe('Webhook delivery: signed, at least once', () => {
     for (let i = 0; i < backlog; i++) await send(slow.test, slow.key.secret, `slow ${i}`)
     await until('the slow endpoint busy', () => slow.hook.holding > 0)
     const fast = await subscribed(t, slow.test)
+    // How many of the backlog had arrived when the other endpoint's delivery did (counted as it arrives).
+    let before = Number.POSITIVE_INFINITY
+    fast.hook.delayMs = () => {
+      before = slow.hook.received.length
+      return 0
+    }
     await send(fast.test, fast.key.secret, 'queued after the backlog')
     await until('the other endpoint served', () => fast.hook.received.length === 1)
-    // It was sent alongside the first round, not after the whole backlog (32 slots would have taken 20).
-    assert.ok(slow.hook.received.length <= ENDPOINT_CONCURRENCY, `${slow.hook.received.length} sent before it`)
+    // Sent alongside the first round, or the second on a machine too busy to claim again within an
+    // answer's 300 ms, never after the whole backlog (which 32 slots without a cap would send first).
+    assert.ok(before <= 2 * ENDPOINT_CONCURRENCY && before < backlog, `${before} sent before it`)
     await until('the backlog delivered', () => slow.hook.received.length === backlog)
     assert.equal(mostHeld, ENDPOINT_CONCURRENCY)
   })
