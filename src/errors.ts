@@ -70,12 +70,26 @@ export class ApiError extends Error {
     // is logged) and whose capture was a tenth of a refused request's CPU (decision 84).
     const limit = Error.stackTraceLimit
     Error.stackTraceLimit = 0
-    super(message)
-    Error.stackTraceLimit = limit
+    try {
+      super(message)
+    } finally {
+      Error.stackTraceLimit = limit
+    }
     this.name = 'ApiError'
     this.code = code
     this.statusCode = ERRORS[code][0]
     this.headers = headers
+  }
+}
+
+/** An Error with no stack trace: for a client's mistake, whose stack nobody reads (decision 84). */
+export function errorWithoutStack(message: string): Error {
+  const limit = Error.stackTraceLimit
+  Error.stackTraceLimit = 0
+  try {
+    return new Error(message)
+  } finally {
+    Error.stackTraceLimit = limit
   }
 }
 

@@ -97,11 +97,11 @@ export async function listen(argv: string[], config: Config, io: ListenIo): Prom
         say(`Your signing secret for this key is ${secret} (animal-store listen --print-secret prints it alone).`)
         say(`Ready: forwarding ${types ?? 'every event'} from ${api} to ${target.href} (Ctrl-C to stop).`)
         // A note only: a failure here leaves the stream to say what is wrong.
-        if (types === undefined)
-          unreadable(client).then(
-            (note) => note && say(note),
-            () => {},
-          )
+        if (types === undefined) {
+          unreadable(client, io.signal)
+            .then((note) => note && say(note))
+            .catch(() => {})
+        }
         return
       }
       const seconds = ((performance.now() - lostAt) / 1000).toFixed(1)
@@ -212,13 +212,18 @@ function eventTypes(text: string): string {
  * `messages:read` gets no message.created, and would look as if none happened. Asks the API, which
  * refuses (403) a type the key may not read; a line naming what is left out, or null.
  */
-async function unreadable(client: ReturnType<typeof createAnimalStoreClient>): Promise<string | null> {
+async function unreadable(
+  client: ReturnType<typeof createAnimalStoreClient>,
+  stop: AbortSignal,
+): Promise<string | null> {
   const byScope = Map.groupBy(ALL_EVENT_TYPES, scopeToReceive)
   const missing: string[] = []
+  const signal = AbortSignal.any([stop, AbortSignal.timeout(FORWARD_TIMEOUT_MS)])
   for (const [scope, types] of byScope) {
-    const { response } = await client.GET('/events', { params: { query: { type: types.join(','), limit: 1 } } })
+    const query = { type: types.join(','), limit: 1 }
+    const { response } = await client.GET('/events', { params: { query }, signal })
     if (response.status === 403) missing.push(`${types.join(', ')} (${scope})`)
   }
-  if (missing.length === 0) return null
+  if (missing.length === 0 || stop.aborted) return null
   return `Note: this key may not read ${missing.join(', ')}: those events are not forwarded.`
 }

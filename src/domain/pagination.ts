@@ -12,6 +12,8 @@ import { BoundedMap } from '../lib/bounded-map.ts'
 import type { Store } from '../store/types.ts'
 
 const MAC_BYTES = 16
+/** Digits of the largest position, 2^53 - 1. */
+const POSITION_DIGITS = 16
 /** Cursors kept once made: the next-page link of a popular page is the same cursor every time. */
 const ENCODED_CURSORS = 1000
 
@@ -26,7 +28,11 @@ const issued = (filter: string | undefined) =>
   !filter ? 'the list without filters' : filter.includes('=') ? filter : `status=${filter}`
 
 export function cursorCodec(secret: string): CursorCodec {
-  const mac = (payload: string) => createHmac('sha256', secret).update(payload).digest().subarray(0, MAC_BYTES)
+  // Keys of their own for the MAC and the cipher: a tag of the current form never passes the older
+  // form's check (legacyMac), which would tell a client whether a guessed position is right.
+  const legacyMac = (payload: string) => createHmac('sha256', secret).update(payload).digest().subarray(0, MAC_BYTES)
+  const macKey = createHmac('sha256', secret).update('cursor mac').digest()
+  const mac = (payload: string) => createHmac('sha256', macKey).update(payload).digest().subarray(0, MAC_BYTES)
   const encryptionKey = createHmac('sha256', secret).update('cursor encryption').digest()
   /** Encrypts or decrypts (CTR is its own inverse) under the cursor's MAC, a 16-byte IV. */
   const crypt = (data: Buffer, iv: Buffer) => {
@@ -39,7 +45,8 @@ export function cursorCodec(secret: string): CursorCodec {
 
   return {
     encode(afterId, filter) {
-      const payload = `${afterId}.${filter ?? ''}`
+      // At a fixed width, so that a cursor's length does not tell the position's digits either.
+      const payload = `${String(afterId).padStart(POSITION_DIGITS, '0')}.${filter ?? ''}`
       let cursor = encoded.get(payload)
       if (cursor === undefined) {
         const tag = mac(payload)
@@ -61,7 +68,7 @@ export function cursorCodec(secret: string): CursorCodec {
       if (!timingSafeEqual(given, mac(payload))) {
         // Issued before positions were encrypted, by a link a client may still be following.
         payload = body.toString()
-        if (Buffer.from(payload).toString('base64url') !== encoded || !timingSafeEqual(given, mac(payload))) {
+        if (Buffer.from(payload).toString('base64url') !== encoded || !timingSafeEqual(given, legacyMac(payload))) {
           throw invalid('is not valid')
         }
       }

@@ -132,6 +132,11 @@ export default fp(
       if (evaluate(request, exists ? { etag: null } : undefined) === 'ok') return done(null, payload)
       const target = request.routeOptions.config.exists
       if (target === undefined) return done(new ApiError('precondition_failed'), payload)
+      // Parameters are validated after this hook: one the schema refuses (a NUL the database cannot
+      // take) is left to that 400, and never looked up.
+      if (request.getValidationFunction('params')?.({ ...(request.params as object) }) === false) {
+        return done(null, payload)
+      }
       target(request).then(
         (found) => done(found ? new ApiError('precondition_failed') : null, payload),
         (error: Error) => done(error, payload),

@@ -47,7 +47,7 @@ import {
 } from '../schemas/webhooks.ts'
 import type { StoredWebhookEndpoint, WebhookEndpointChanges } from '../store/types.ts'
 import { newWebhookSecret } from '../webhooks/signing.ts'
-import { type UrlPolicy, webhookUrlProblem } from '../webhooks/url-policy.ts'
+import { type UrlPolicy, webhookUrl } from '../webhooks/url-policy.ts'
 
 const stability = WEBHOOKS_STABILITY
 const tags = ['webhooks']
@@ -96,16 +96,12 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
       (await app.store.getWebhookEndpoint(caller.accountId, (params as { endpointId: string }).endpointId)) !== null,
   } as const
 
-  /**
-   * The URL as events will be sent to it (the parser's form: `https:example.com/h` is
-   * `https://example.com/h`), so that what is shown is what is used; refuses one events could never
-   * be sent to, with the sentence that says why.
-   */
+  /** The URL as events will be sent to it (webhookUrl); refuses one they could never go to, saying why. */
   function acceptedUrl<U extends string | undefined>(url: U): U {
     if (url === undefined) return url
-    const problem = webhookUrlProblem(url, urlPolicy)
-    if (problem !== null) throw new ApiError('invalid_webhook_url', problem)
-    return new URL(url).href as U
+    const accepted = webhookUrl(url, urlPolicy)
+    if ('problem' in accepted) throw new ApiError('invalid_webhook_url', accepted.problem)
+    return accepted.url as U
   }
 
   app.post(
@@ -338,7 +334,15 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
           ),
         },
       },
-      config: endpointWrite,
+      config: {
+        ...endpointWrite,
+        // The target is the delivery: one that is not among the endpoint's recent ones is 404 too.
+        exists: async ({ caller, params }: FastifyRequest) => {
+          const { endpointId, deliveryId } = params as { endpointId: string; deliveryId: string }
+          const recent = await app.store.listDeliveries(caller.accountId, endpointId, REDELIVERABLE)
+          return recent?.some((delivery) => delivery.id === deliveryId) ?? false
+        },
+      },
     },
     async function redeliverWebhook(request, reply) {
       const { endpointId, deliveryId } = request.params

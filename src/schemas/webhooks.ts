@@ -1,6 +1,7 @@
 import Type, { type TSchema } from 'typebox'
 import { ALL_EVENT_TYPES, type AnyEventType, EVENT_TYPES, type EventType, SUBSCRIPTIONS } from '../domain/events.ts'
 import type { Stability } from '../plugins/stability.ts'
+import { CONTROL_CHARACTERS } from './accounts.ts'
 import { DateTimeInput, PageLimit } from './common.ts'
 
 export { ALL_EVENT_TYPES, type AnyEventType, EVENT_TYPES, type EventType } from '../domain/events.ts'
@@ -60,7 +61,7 @@ const webhookFields = {
     maxLength: WEBHOOK_DESCRIPTION_MAX_LENGTH,
     // One line of text: no control character (a terminal escape would reach the CLI's output and the
     // portal), NUL included, which PostgreSQL cannot store in text.
-    pattern: '^[^\\u0000-\\u001f\\u007f-\\u009f]*$',
+    pattern: `^[^${CONTROL_CHARACTERS}]*$`,
     description: `A note for the account’s own use: 0 to ${WEBHOOK_DESCRIPTION_MAX_LENGTH} characters on one line, no control characters.`,
     examples: ['Order sync'],
   }),

@@ -15,9 +15,24 @@ export interface UrlPolicy {
 
 export const MAX_WEBHOOK_URL_LENGTH = 2048
 
+/**
+ * The URL as events will be sent to it, in the WHATWG parser's form (`https:example.com/h` is
+ * `https://example.com/h`), so that what an endpoint shows is what is used; or why it cannot be.
+ */
+export function webhookUrl(url: string, policy: UrlPolicy): { url: string } | { problem: string } {
+  const problem = webhookUrlProblem(url, policy)
+  if (problem !== null) return { problem }
+  const { href } = new URL(url)
+  // The parser's form can be longer (a non-ASCII path is percent-encoded, each byte in 3 characters).
+  if (href.length > MAX_WEBHOOK_URL_LENGTH) return { problem: tooLong }
+  return { url: href }
+}
+
+const tooLong = `The URL is longer than ${MAX_WEBHOOK_URL_LENGTH} characters.`
+
 /** What is wrong with `url` as a webhook endpoint, as a sentence, or null when nothing is. */
 export function webhookUrlProblem(url: string, policy: UrlPolicy): string | null {
-  if (url.length > MAX_WEBHOOK_URL_LENGTH) return `The URL is longer than ${MAX_WEBHOOK_URL_LENGTH} characters.`
+  if (url.length > MAX_WEBHOOK_URL_LENGTH) return tooLong
   if (!URL.canParse(url)) return 'The URL is not an absolute URL (such as https://example.com/webhooks).'
   // The parser drops tabs and line breaks and trims spaces: the URL shown would not be the one used.
   if (/[\s\p{Cc}]/u.test(url)) return 'The URL must not contain spaces or control characters.'

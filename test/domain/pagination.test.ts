@@ -22,6 +22,7 @@ describe('Pagination cursors (point 5)', () => {
       assert.ok(!text.includes('123456') && !text.includes('sold'), text)
     }
     assert.equal(codec.encode(123456, 'status=sold'), cursor, 'the same page, the same cursor')
+    assert.equal(codec.encode(7, 'status=sold').length, cursor.length, 'nor its length the digits')
   })
 
   it('still takes a cursor issued before positions were encrypted (a link being followed)', () => {
@@ -29,6 +30,15 @@ describe('Pagination cursors (point 5)', () => {
     const tag = createHmac('sha256', 'a secret').update(payload).digest().subarray(0, 16)
     const legacy = `${Buffer.from(payload).toString('base64url')}.${tag.toString('base64url')}`
     assert.equal(codec.decode(legacy, 'sold'), 42)
+    // A current cursor's tag with a guessed position in clear is refused: no oracle for guesses.
+    const [, tag2] = codec.encode(42, 'sold').split('.')
+    for (const guess of ['42.sold', '0000000000000042.sold']) {
+      const guessed = `${Buffer.from(guess).toString('base64url')}.${tag2}`
+      assert.throws(
+        () => codec.decode(guessed, 'sold'),
+        (e: ApiError) => e.code === 'invalid_cursor',
+      )
+    }
   })
 
   it('refuses cursors signed with another secret, edited ones, and ones for another status', () => {

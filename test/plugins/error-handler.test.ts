@@ -128,7 +128,7 @@ describe('Errors: every error is application/json {code, message, status}', () =
     assert.match(String(loggedAsOutage(test.logs, response).detail), /ECONNREFUSED/)
   })
 
-  it('a refusal (400, 404, 409) is logged in its request line, with its code and detail: one line a request', async () => {
+  it('a refusal (400, 404) is logged in its request line, with its code and detail: one line a request', async () => {
     const test = await failing()
     const { secret } = await test.newKey()
     const json = { ...bearer(secret), 'content-type': 'application/json' }

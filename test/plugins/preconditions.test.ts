@@ -212,6 +212,17 @@ describe('Conditional requests (RFC 9110 §13): against the ETag where there is 
       const gone = path.replace(/(ord|we)_\w+/, (id) => `${id.slice(0, id.indexOf('_'))}_${missing}`)
       const absent = await test.app.inject({ ...there, url: gone })
       assert.equal(absent.statusCode, 404, `${method} ${gone}: ${absent.body}`)
+      // An id the schema refuses is never looked up (PostgreSQL cannot take a NUL): its 400.
+      const malformed = path.replace(/(ord|we)_\w+/, '%00')
+      const refusedId = await test.app.inject({ ...there, url: malformed })
+      assert.equal(refusedId.statusCode, 400, `${method} ${malformed}: ${refusedId.body}`)
     }
+    // A resend's target is the delivery: one that is not there is 404 under an endpoint that is.
+    const resend = await test.app.inject({
+      method: 'POST',
+      url: `/v1/webhook-endpoints/${endpoint.json().id}/deliveries/dlv_${missing}/redeliver`,
+      headers: { ...bearer(secret), 'animal-store-beta': 'webhooks', 'if-match': '"x"' },
+    })
+    assert.equal(resend.statusCode, 404, resend.body)
   })
 })

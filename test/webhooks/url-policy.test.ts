@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { addressProblem, isIpv4Compatible, webhookUrlProblem } from '../../src/webhooks/url-policy.ts'
+import { addressProblem, isIpv4Compatible, webhookUrl, webhookUrlProblem } from '../../src/webhooks/url-policy.ts'
 
 const strict = { allowHttp: false, allowPrivate: false }
 const open = { allowHttp: true, allowPrivate: true }
@@ -21,6 +21,13 @@ describe('Webhook URL policy', () => {
     ]) {
       assert.equal(webhookUrlProblem(url, strict), null, url)
     }
+  })
+
+  it('keeps a URL in the parser form events are sent to, within the length limit once in that form', () => {
+    assert.deepEqual(webhookUrl('HTTPS:example.com/a/../b', strict), { url: 'https://example.com/b' })
+    // 1,000 é are 1,020 characters as typed and 6,020 percent-encoded.
+    const encoded = webhookUrl(`https://example.com/${'é'.repeat(1000)}`, strict)
+    assert.deepEqual(encoded, { problem: 'The URL is longer than 2048 characters.' })
   })
 
   const refused: [string, RegExp][] = [

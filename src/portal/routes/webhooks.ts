@@ -14,7 +14,7 @@ import { isDateTime } from '../../schemas/validation.ts'
 import { EVENT_TYPES, type EventType, MAX_RECOVERED, MAX_WEBHOOK_ENDPOINTS } from '../../schemas/webhooks.ts'
 import type { StoredWebhookEndpoint } from '../../store/types.ts'
 import { newWebhookSecret } from '../../webhooks/signing.ts'
-import { webhookUrlProblem } from '../../webhooks/url-policy.ts'
+import { webhookUrl } from '../../webhooks/url-policy.ts'
 import { accountId, type Portal } from '../context.ts'
 import {
   CsrfOnlyForm,
@@ -142,11 +142,14 @@ const webhooks: FastifyPluginAsyncTypebox<{ portal: Portal; config: Config }> = 
       }
       const { description } = request.body
       // A pasted address often brings a space or a line break with it.
-      const url = request.body.url.trim()
+      const typed = request.body.url.trim()
       const events = checked(request.body)
-      const form = { url, description, events }
-      const problem = webhookUrlProblem(url, policy)
-      if (problem) return refused(request, reply, 400, { ...form, error: { field: 'url', message: problem } })
+      const form = { url: typed, description, events }
+      const accepted = webhookUrl(typed, policy)
+      if ('problem' in accepted) {
+        return refused(request, reply, 400, { ...form, error: { field: 'url', message: accepted.problem } })
+      }
+      const { url } = accepted
       if (events.length === 0) {
         const error = { field: 'events', message: 'Choose at least one event to send.' }
         return refused(request, reply, 400, { ...form, error })
