@@ -85,6 +85,8 @@ const BEARER = /^Bearer +([^\s]+) *$/i
  * and a token after a tab or a no-break space is a key sent in a malformed header instead.
  */
 const NO_BEARER_TOKEN = /^(?!bearer(\s|$))|^bearer\s*$/i
+/** One of our keys sent without its scheme (`Authorization: as_test_…`): meant as a key, malformed. */
+const KEY_WITHOUT_SCHEME = /^\s*as_(live|test)_/
 
 export default fp<{ config: Config }>(
   async (app, { config }) => {
@@ -158,7 +160,7 @@ export default fp<{ config: Config }>(
       const secret = header && BEARER.exec(header)?.[1]
       if (!secret) {
         // RFC 6750 §3.1: a request with no bearer token at all gets a challenge without an error code.
-        if (!header || NO_BEARER_TOKEN.test(header)) return MISSING
+        if (!header || (NO_BEARER_TOKEN.test(header) && !KEY_WITHOUT_SCHEME.test(header))) return MISSING
         return MALFORMED_HEADER
       }
       const entry = cache.get(secret)

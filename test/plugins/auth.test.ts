@@ -64,7 +64,14 @@ describe('Authentication: HTTP bearer API keys (point 3)', () => {
   }
 
   // A token after another separator than spaces (a tab, a no-break space) was meant as a key.
-  for (const header of ['Bearer a b', 'Bearer\tas_test_abc', 'Bearer\u00a0as_test_abc', 'Bearer \tas_test_abc']) {
+  // So was one of our keys with no scheme before it.
+  for (const header of [
+    'Bearer a b',
+    'Bearer\tas_test_abc',
+    'Bearer\u00a0as_test_abc',
+    'Bearer \tas_test_abc',
+    generateApiKey('staging').secret,
+  ]) {
     it(`refuses a malformed Bearer header (${JSON.stringify(header)}) with 401 invalid_api_key and error="invalid_request"`, async () => {
       const { app } = await shared()
       const response = await app.inject({ url: '/v1/pets', headers: { authorization: header } })
