@@ -1440,7 +1440,7 @@ export interface operations {
     parameters: {
       query?: never
       header?: {
-        /** @description 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
+        /** @description 1 to 255 visible ASCII characters but `"`, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
         'idempotency-key'?: string
       }
       path?: never
@@ -2488,7 +2488,7 @@ export interface operations {
     parameters: {
       query?: never
       header?: {
-        /** @description 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
+        /** @description 1 to 255 visible ASCII characters but `"`, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
         'idempotency-key'?: string
       }
       path?: never
@@ -3140,7 +3140,7 @@ export interface operations {
     parameters: {
       query?: never
       header: {
-        /** @description 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
+        /** @description 1 to 255 visible ASCII characters but `"`, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
         'idempotency-key'?: string
         /** @description Opts in to this beta operation: `orders` (a comma-separated list of features naming it is taken too). */
         'animal-store-beta': 'orders'
@@ -4429,7 +4429,7 @@ export interface operations {
     parameters: {
       query?: never
       header: {
-        /** @description 1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
+        /** @description 1 to 255 visible ASCII characters but `"`, e.g. a UUID, optionally in double quotes. Makes retries safe (draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key. */
         'idempotency-key'?: string
         /** @description Opts in to this experimental operation: `webhooks` (a comma-separated list of features naming it is taken too). */
         'animal-store-beta': 'webhooks'

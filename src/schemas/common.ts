@@ -210,11 +210,12 @@ export const NoQuerySchema = Type.Object({}, { additionalProperties: false })
 export const IdempotencyHeadersSchema = Type.Object({
   'idempotency-key': Type.Optional(
     Type.String({
-      // A quoted key must hold something: `""` is no key. The quotes do not count towards the 255.
-      pattern: '^(?!""$)(?:"[!-~]{1,255}"|[!-~]{1,255})$',
+      // A quoted key must hold something (`""` is no key), and a quote is only ever around a key, not
+      // in one (`"a` is a broken quoting). The quotes do not count towards the 255.
+      pattern: '^(?:"[!#-~]{1,255}"|[!#-~]{1,255})$',
       // The rule first: a malformed key's 400 quotes the description (src/schemas/validation.ts).
       description:
-        '1 to 255 visible ASCII characters, e.g. a UUID, optionally in double quotes. Makes retries safe ' +
+        '1 to 255 visible ASCII characters but `"`, e.g. a UUID, optionally in double quotes. Makes retries safe ' +
         '(draft-ietf-httpapi-idempotency-key-header); remembered for 24 hours per API key.',
     }),
   ),
