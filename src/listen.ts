@@ -12,7 +12,7 @@ import { CliError, printable, UsageError } from './cli.ts'
 import { AnimalStoreError, createAnimalStoreClient, type Event, streamEvents } from './client/index.ts'
 import { type Config, clientApiKey, clientApiUrl } from './config.ts'
 import { apiKeyDeployment } from './domain/api-keys.ts'
-import { ALL_EVENT_TYPES, EVENT_TYPE_FILTERS, eventBody, scopeToReceive } from './domain/events.ts'
+import { ALL_EVENT_TYPES, EVENT_TYPE_FILTERS, eventBody, filterNames, scopeToReceive } from './domain/events.ts'
 import { BoundedMap } from './lib/bounded-map.ts'
 import { signatureHeaders } from './webhooks/signing.ts'
 
@@ -199,7 +199,7 @@ function apiUrl(text: string, source: '--url' | 'ANIMAL_STORE_URL'): string {
 
 /** `--events` as the API's `type` takes it: names separated by commas (spaces around them dropped). */
 function eventTypes(text: string): string {
-  const names = text.split(',').map((name) => name.trim())
+  const names = filterNames(text)
   const unknown = names.find((name) => !EVENT_TYPE_FILTERS.includes(name))
   if (unknown !== undefined) {
     throw new UsageError(`--events: "${unknown}" is not an event type, nor one of ${EVENT_TYPE_FILTERS.join(', ')}.`)

@@ -67,7 +67,7 @@ export function subscribes(events: string, type: EventType): boolean {
 }
 
 /** `order.*` and the like: every type of one resource. */
-const WILDCARDS = [...new Set(ALL_EVENT_TYPES.map((type) => `${type.split('.')[0]}.*`))]
+export const WILDCARDS = [...new Set(ALL_EVENT_TYPES.map((type) => `${type.split('.')[0]}.*`))]
 
 /** The names a type filter may list, separated by commas: a type, or a resource's wildcard. */
 export const EVENT_TYPE_FILTERS: readonly string[] = [...ALL_EVENT_TYPES, ...WILDCARDS]
@@ -78,8 +78,10 @@ export const EVENT_TYPE_FILTERS: readonly string[] = [...ALL_EVENT_TYPES, ...WIL
  * comma, as people write lists): any other name is ignored.
  */
 export function filteredTypes(filter: string): AnyEventType[] {
-  return namedTypes(
-    ALL_EVENT_TYPES,
-    filter.split(',').map((name) => name.trim()),
-  )
+  return namedTypes(ALL_EVENT_TYPES, filterNames(filter))
+}
+
+/** The names a filter lists, separated by commas, the spaces around each dropped. */
+export function filterNames(filter: string): string[] {
+  return filter.split(',').map((name) => name.trim())
 }

@@ -96,6 +96,12 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
       (await app.store.getWebhookEndpoint(caller.accountId, (params as { endpointId: string }).endpointId)) !== null,
   } as const
 
+  /** Whether the delivery is among the endpoint's REDELIVERABLE most recent (the store finds one by the account alone). */
+  async function isRecentDelivery(accountId: number, endpointId: string, deliveryId: string): Promise<boolean> {
+    const recent = await app.store.listDeliveries(accountId, endpointId, REDELIVERABLE)
+    return recent?.some((delivery) => delivery.id === deliveryId) ?? false
+  }
+
   /** The URL as events will be sent to it (webhookUrl); refuses one they could never go to, saying why. */
   function acceptedUrl<U extends string | undefined>(url: U): U {
     if (url === undefined) return url
@@ -337,10 +343,9 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
       config: {
         ...endpointWrite,
         // The target is the delivery: one that is not among the endpoint's recent ones is 404 too.
-        exists: async ({ caller, params }: FastifyRequest) => {
+        exists: ({ caller, params }: FastifyRequest) => {
           const { endpointId, deliveryId } = params as { endpointId: string; deliveryId: string }
-          const recent = await app.store.listDeliveries(caller.accountId, endpointId, REDELIVERABLE)
-          return recent?.some((delivery) => delivery.id === deliveryId) ?? false
+          return isRecentDelivery(caller.accountId, endpointId, deliveryId)
         },
       },
     },
@@ -348,9 +353,7 @@ const webhooks: FastifyPluginAsyncTypebox<{ urlPolicy: UrlPolicy }> = async (app
       const { endpointId, deliveryId } = request.params
       const { accountId } = request.caller
       const endpoint = found(await app.store.getWebhookEndpoint(accountId, endpointId), endpointId)
-      // The store finds a delivery by the account alone: it must also be this endpoint's.
-      const recent = await app.store.listDeliveries(accountId, endpointId, REDELIVERABLE)
-      if (!recent?.some((delivery) => delivery.id === deliveryId)) throw deliveryNotFound(deliveryId)
+      if (!(await isRecentDelivery(accountId, endpointId, deliveryId))) throw deliveryNotFound(deliveryId)
       if (endpoint.status === 'disabled') {
         throw new ApiError('webhook_endpoint_disabled', `Webhook endpoint ${endpointId} is disabled: enable it first.`)
       }

@@ -3,7 +3,7 @@
  * an endpoint was subscribed to it, kept EVENT_RETENTION_DAYS (decision 113).
  */
 import Type from 'typebox'
-import { ALL_EVENT_TYPES, EVENT_TYPE_FILTERS } from '../domain/events.ts'
+import { ALL_EVENT_TYPES, EVENT_TYPE_FILTERS, WILDCARDS } from '../domain/events.ts'
 import { Cursor, DateTimeInput, PageLimit } from './common.ts'
 import { AnyEventTypeSchema } from './webhooks.ts'
 
@@ -71,7 +71,7 @@ export const ListEventsQuerySchema = Type.Object(
         // Also the message of a 400 (query.type … is invalid: …): plain words, no Markdown.
         description:
           `Only events of these types, separated by commas: ${ALL_EVENT_TYPES.join(', ')}; or ` +
-          `${EVENT_TYPE_FILTERS.filter((name) => name.endsWith('.*')).join(', ')} for every type of one resource.`,
+          `${WILDCARDS.join(', ')} for every type of one resource.`,
         examples: ['order.*,message.created'],
       }),
     ),

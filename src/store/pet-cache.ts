@@ -243,13 +243,11 @@ type Told<M extends PetWrite> = (args: Parameters<Store[M]>, result: Awaited<Ret
 type PetWrite = 'createPet' | 'updatePet' | 'placeOrder' | 'transitionOrder' | 'expireOrders'
 const PET_WRITES: { [M in PetWrite]: Told<M> } = {
   createPet: (_, pet) => [{ petId: pet.id, from: null, to: pet.status }],
-  updatePet: ([id, changes], result) =>
-    'updated' in result
-      ? ANY_BEFORE.map((from) => ({ petId: id, from, to: result.updated.pet.status }))
-      : // Refused, it may still have expired the pet's ended hold (Store.updatePet).
-        changes.status !== undefined
-        ? [{ petId: id, from: 'pending', to: 'available' }]
-        : [],
+  updatePet: ([id, changes], result) => {
+    if ('updated' in result) return ANY_BEFORE.map((from) => ({ petId: id, from, to: result.updated.pet.status }))
+    // Refused, a status change may still have expired the pet's ended hold (Store.updatePet).
+    return changes.status === undefined ? [] : [{ petId: id, from: 'pending', to: 'available' }]
+  },
   placeOrder: ([order], result) =>
     'placed' in result ? [{ petId: order.petId, from: 'available', to: 'pending' }] : [],
   transitionOrder: ([, , to], result) =>
