@@ -111,6 +111,9 @@ describe('Configuration: read and validated once (point 9)', () => {
     const config = loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'https://collector:4318/', OTEL_SERVICE_NAME: 'store-eu' })
     assert.deepEqual([config.otelTracesUrl, config.otelServiceName], ['https://collector:4318/v1/traces', 'store-eu'])
     assert.equal(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://h/otlp' }).otelTracesUrl, 'http://h/otlp/v1/traces')
+    // 128 spans an export unless OTEL_BSP_MAX_EXPORT_BATCH_SIZE says otherwise (decision 125).
+    assert.equal(loadConfig({}).otelExportBatchSize, 128)
+    assert.equal(loadConfig({ OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '512' }).otelExportBatchSize, 512)
   })
 
   it('tracing: OTEL_TRACES_EXPORTER=console traces with no collector; none turns an endpoint off', () => {
@@ -190,6 +193,9 @@ describe('Configuration: read and validated once (point 9)', () => {
     ['OTEL_EXPORTER_OTLP_ENDPOINT', 'http://collector:99999'],
     ['OTEL_EXPORTER_OTLP_ENDPOINT', 'http://collector/?x=1'],
     ['OTEL_SERVICE_NAME', 'animal store'],
+    ['OTEL_BSP_MAX_EXPORT_BATCH_SIZE', '0'],
+    ['OTEL_BSP_MAX_EXPORT_BATCH_SIZE', '2049'],
+    ['OTEL_BSP_MAX_EXPORT_BATCH_SIZE', 'many'],
     // Not installed; nor are lists of several.
     ['OTEL_TRACES_EXPORTER', 'zipkin'],
     ['OTEL_TRACES_EXPORTER', 'otlp,console'],

@@ -68,7 +68,9 @@ export async function startTracing(config: Config): Promise<Tracing | null> {
       clientErrorsAreNotFailures,
       config.otelTracesExporter === 'console'
         ? new tracing.SimpleSpanProcessor(stderrExporter)
-        : new tracing.BatchSpanProcessor(new OTLPTraceExporter({ url: config.otelTracesUrl ?? undefined })),
+        : new tracing.BatchSpanProcessor(new OTLPTraceExporter({ url: config.otelTracesUrl ?? undefined }), {
+            maxExportBatchSize: config.otelExportBatchSize,
+          }),
     ],
     instrumentations: [instrumentation],
     // Traces only. Left unset, the SDK would also export metrics and logs over OTLP by default.

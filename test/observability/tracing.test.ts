@@ -49,6 +49,8 @@ const STATUS_ERROR = 2
 async function collector(t: TestContext) {
   const spans: Span[] = []
   const requests: { method?: string; url?: string; type?: string }[] = []
+  /** How many spans each export held. */
+  const batches: number[] = []
   const server = http.createServer((request, response) => {
     const chunks: Buffer[] = []
     request.on('data', (chunk: Buffer) => chunks.push(chunk))
@@ -56,6 +58,7 @@ async function collector(t: TestContext) {
       requests.push({ method: request.method, url: request.url, type: request.headers['content-type'] })
       if (request.method === 'POST' && request.url === '/v1/traces') {
         const body = JSON.parse(Buffer.concat(chunks).toString())
+        const before = spans.length
         for (const { resource, scopeSpans } of body.resourceSpans ?? []) {
           const service = resource?.attributes?.find((a: { key: string }) => a.key === 'service.name')
           for (const { spans: batch } of scopeSpans ?? []) {
@@ -73,6 +76,7 @@ async function collector(t: TestContext) {
             }
           }
         }
+        batches.push(spans.length - before)
       }
       response.setHeader('content-type', 'application/json')
       response.end('{}')
@@ -83,7 +87,7 @@ async function collector(t: TestContext) {
     server.closeAllConnections()
     return new Promise((resolve) => server.close(resolve))
   })
-  return { endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, spans, requests }
+  return { endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, spans, requests, batches }
 }
 
 /** Sends the spans ended so far (the SDK batches them for up to 5 s). */
@@ -226,6 +230,20 @@ describe('Traces (OpenTelemetry, OTLP/HTTP)', () => {
       )
     }
     assert.ok(petId > 0)
+  })
+
+  it('spans are exported 128 at a time, as soon as 128 have ended (decision 125)', async (t) => {
+    const otlp = await collector(t)
+    const test = await build(t, { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.endpoint })
+    const key = await test.newKey()
+    for (let i = 0; i < 130; i++) {
+      const response = await test.app.inject({ url: '/v1/pets', headers: bearer(key.secret) })
+      assert.equal(response.statusCode, 200)
+    }
+    // Sooner than the SDK's timer (5 s), which is all that would send a batch of its 512.
+    await until('a batch exported', () => otlp.batches.length > 0, { timeoutMs: 3000 })
+    assert.equal(otlp.batches[0], 128)
+    await flush() // the rest, while the collector is there
   })
 
   it('without OTEL_EXPORTER_OTLP_ENDPOINT nothing is sent, and nothing is registered', async (t) => {
