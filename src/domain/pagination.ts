@@ -76,7 +76,13 @@ export function cursorCodec(secret: string): CursorCodec {
       const dot = payload.indexOf('.')
       const afterId = payload.slice(0, dot)
       const issuedFor = payload.slice(dot + 1)
-      if ((issuedFor || undefined) !== filter) throw invalid(`was issued for ${issued(issuedFor)}`)
+      if ((issuedFor || undefined) !== filter) {
+        // Named as the store reads it (`order.*` spelled out): the link that gave it holds the same.
+        throw new ApiError(
+          'invalid_cursor',
+          `The cursor was issued for ${issued(issuedFor)}: send it with the filters of the link that gave it, or start again without one.`,
+        )
+      }
       return Number(afterId)
     },
   }
