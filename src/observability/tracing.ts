@@ -27,7 +27,7 @@ import {
   trace,
 } from '@opentelemetry/api'
 import type { tracing as sdkTracing } from '@opentelemetry/sdk-node'
-import type { FastifyRequest } from 'fastify'
+import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import type { Config } from '../config.ts'
 import type { ClaimedDelivery, Store } from '../store/types.ts'
 import type { SendResult } from '../webhooks/send.ts'
@@ -36,11 +36,21 @@ const TRACER_NAME = 'animal-store'
 /** The request id (X-Request-Id) on a request's span: no semantic convention names one. */
 export const REQUEST_ID_ATTRIBUTE = 'animal_store.request_id'
 
+/**
+ * How long a shutdown waits for the spans still batched to reach the collector. A collector that is
+ * down or hangs would hold the exit for the exporter's own timeout and retries (10 s), past the
+ * shutdown's grace, and fail it: the spans are dropped instead, and the log says so.
+ */
+export const SHUTDOWN_EXPORT_MS = 2000
+
 export interface Tracing {
   /** @fastify/otel's instrumentation: its `plugin()` is registered before the routes. */
   instrumentation: FastifyOtelInstrumentation
-  /** Exports, stops, and unregisters the OpenTelemetry globals (so that another start may follow). */
-  shutdown(): Promise<void>
+  /**
+   * Exports what is batched (for SHUTDOWN_EXPORT_MS at most; a failure is logged, not thrown),
+   * stops, and unregisters the OpenTelemetry globals (so that another start may follow).
+   */
+  shutdown(log: FastifyBaseLogger): Promise<void>
 }
 
 /**
@@ -80,11 +90,19 @@ export async function startTracing(config: Config): Promise<Tracing | null> {
   sdk.start()
   return {
     instrumentation,
-    async shutdown() {
+    async shutdown(log) {
       instrumentation.disable()
+      let timer: NodeJS.Timeout | undefined
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`not sent within ${SHUTDOWN_EXPORT_MS} ms`)), SHUTDOWN_EXPORT_MS)
+        timer.unref()
+      })
       try {
-        await sdk.shutdown()
+        await Promise.race([sdk.shutdown(), late])
+      } catch (error) {
+        log.warn({ err: error }, 'traces still batched at shutdown were dropped: the collector did not take them')
       } finally {
+        clearTimeout(timer)
         trace.disable()
         propagation.disable()
         context.disable()

@@ -12,7 +12,7 @@ export default fp<{ config: Config }>(
   async (app, { config }) => {
     const tracing = await startTracing(config)
     if (tracing === null) return
-    app.addHook('onClose', () => tracing.shutdown())
+    app.addHook('onClose', () => tracing.shutdown(app.log))
     await app.register(tracing.instrumentation.plugin())
   },
   { name: 'tracing' },

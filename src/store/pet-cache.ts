@@ -250,10 +250,14 @@ const PET_WRITES: { [M in PetWrite]: Told<M> } = {
   },
   placeOrder: ([order], result) =>
     'placed' in result ? [{ petId: order.petId, from: 'available', to: 'pending' }] : [],
-  transitionOrder: ([, , to], result) =>
-    'changed' in result && result.changed
-      ? [{ petId: result.order.petId, from: 'pending', to: to === 'completed' ? 'sold' : 'available' }]
-      : [],
+  transitionOrder: ([, , to], result) => {
+    if ('changed' in result && result.changed)
+      return [{ petId: result.order.petId, from: 'pending', to: to === 'completed' ? 'sold' : 'available' }]
+    // Refused as expired, the call may have expired the ended hold itself (Store.transitionOrder).
+    return 'order' in result && result.order.status === 'expired'
+      ? [{ petId: result.order.petId, from: 'pending', to: 'available' }]
+      : []
+  },
   expireOrders: (_, orders) => orders.map((order) => ({ petId: order.petId, from: 'pending', to: 'available' })),
 }
 

@@ -12,8 +12,9 @@ import type { AddressInfo } from 'node:net'
 import { afterEach, before, describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { context, type ProxyTracerProvider, propagation, ROOT_CONTEXT, trace } from '@opentelemetry/api'
+import { pino } from 'pino'
 import { loadConfig } from '../../src/config.ts'
-import { REQUEST_ID_ATTRIBUTE, startTracing, tracedStore } from '../../src/observability/tracing.ts'
+import { REQUEST_ID_ATTRIBUTE, SHUTDOWN_EXPORT_MS, startTracing, tracedStore } from '../../src/observability/tracing.ts'
 import type { Store } from '../../src/store/types.ts'
 import { newWebhookSecret } from '../../src/webhooks/signing.ts'
 import { bearer, build, testDatabaseUrl } from '../helper.ts'
@@ -351,6 +352,30 @@ describe('Traces (OpenTelemetry, OTLP/HTTP)', () => {
     assert.ok(createPet && descends(spans, createPet, request.spanId))
   })
 
+  it('a collector that does not answer holds a SIGTERM for 2 s at most: the spans are dropped, the exit is 0', async (t) => {
+    // Takes each export and never answers it.
+    const held: http.ServerResponse[] = []
+    const silent = http.createServer((_request, response) => held.push(response))
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
+    t.after(() => {
+      silent.closeAllConnections()
+      silent.close()
+    })
+    const env = {
+      DATABASE_URL: await testDatabaseUrl(t),
+      OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`,
+    }
+    const secret = await cliKey(env)
+    const server = await startServer(t, { ...env, LOG_LEVEL: 'info' }, { ready: false })
+    await postTraced(server, secret, 'Never exported')
+    const stoppedAt = Date.now()
+    assert.equal(await server.stop('SIGTERM'), 0)
+    const took = Date.now() - stoppedAt
+    assert.ok(took < SHUTDOWN_EXPORT_MS + 3000, `the exit took ${took} ms`)
+    assert.ok(held.length > 0, 'the spans were offered to the collector')
+    assert.ok(server.logs().some((line) => line.level === 40 && /traces still batched/.test(String(line.msg))))
+  })
+
   it('OTEL_TRACES_EXPORTER=console: no collector, each span a JSON line on stderr; stdout keeps its log', async (t) => {
     const env = { DATABASE_URL: await testDatabaseUrl(t) }
     const secret = await cliKey(env)
@@ -385,7 +410,7 @@ describe('Traces (OpenTelemetry, OTLP/HTTP)', () => {
     assert.equal(config.otelTracesUrl, `${otlp.endpoint}/v1/traces`)
     const tracing = await startTracing(config)
     assert.ok(tracing)
-    t.after(() => tracing.shutdown())
+    t.after(() => tracing.shutdown(pino({ level: 'silent' })))
     class Fake {
       #rows = [1, 2]
       count() {

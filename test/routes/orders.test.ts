@@ -197,7 +197,10 @@ describe('Store: orders and inventory (beta)', () => {
     const misused = await test.app.inject({ url: `/v1/store/orders?cursor=${cursor}`, headers })
     assert.equal(misused.statusCode, 400)
     assert.equal(errorBody(misused).code, 'invalid_cursor')
-    assert.match(errorBody(misused).message, /issued for status=placed: send it with the filters of the link that gave it/)
+    assert.match(
+      errorBody(misused).message,
+      /issued for status=placed: send it with the filters of the link that gave it/,
+    )
     const unfiltered = /cursor=([^&>]+)/.exec(
       (await test.app.inject({ url: '/v1/store/orders?limit=1', headers })).headers.link as string,
     )?.[1]

@@ -204,6 +204,27 @@ describe(`Pet cache: it forgets what changed, and only that (${DATABASE})`, () =
     await idle.query('ROLLBACK')
   })
 
+  it('a move refused because the hold had ended frees the pet at once, on this instance too', async (t) => {
+    const test = await build(t)
+    const { secret, accountId } = await test.newKey()
+    const pet = await test.app.store.createPet({ name: 'held', categoryId: 1, status: 'available' })
+    const placed = await test.app.store.placeOrder({ accountId, petId: pet.id, holdMs: 1 })
+    assert.ok('placed' in placed)
+    const reads = [`/v1/pets/${pet.id}`, '/v1/pets?status=pending']
+    for (const url of reads) await get(test, secret, url) // cached while the hold still shows
+    await new Promise((resolve) => setTimeout(resolve, 10))
+    // Before any sweep: the move expires the order first (Store.transitionOrder), then is refused.
+    const canceled = await test.app.inject({
+      method: 'POST',
+      url: `/v1/store/orders/${placed.placed.id}/cancel`,
+      headers: { ...bearer(secret), 'animal-store-beta': 'orders' },
+    })
+    assert.equal(canceled.statusCode, 409, canceled.body)
+    assert.match(canceled.json().message, /expired/)
+    assert.equal((await get(test, secret, reads[0] as string)).json().status, 'available')
+    assert.deepEqual((await get(test, secret, reads[1] as string)).json(), [])
+  })
+
   it('a write through this instance is listed by its next read, on either database', async (t) => {
     const { test, secret } = await withPets(t, 3)
     await get(test, secret, '/v1/pets?limit=20')
