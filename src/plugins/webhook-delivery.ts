@@ -83,6 +83,7 @@ export default fp<{ config: Config }>(
         id: delivery.id,
         lease: delivery.lease,
         at: started.toISOString(),
+        answeredAt: new Date().toISOString(),
         delivered: result.delivered,
         status: result.status,
         error: result.error,

@@ -353,7 +353,7 @@ const SQL = {
       status = CASE WHEN $5 THEN 'delivered' WHEN status = 'failed' OR $6::timestamptz IS NULL THEN 'failed'
         ELSE 'pending' END,
       next_attempt_at = CASE WHEN $5 OR status = 'failed' THEN NULL ELSE $6::timestamptz END,
-      delivered_at = CASE WHEN $5 THEN $3 ELSE delivered_at END
+      delivered_at = CASE WHEN $5 THEN $8::timestamptz ELSE delivered_at END
     WHERE id = $1 AND lease = $2 AND status IN ('pending', 'failed')
     RETURNING endpoint_seq AS "endpointSeq", message_seq AS "messageSeq", status`,
   deliveriesDue: `SELECT EXISTS (SELECT 1 FROM deliveries WHERE status = 'pending' AND next_attempt_at <= now()) AS due`,
@@ -892,6 +892,7 @@ export class PostgresStore implements Store {
 
   recordDelivery(outcome: DeliveryOutcome): Promise<DeliveryStatus | null> {
     const { id, lease, at, delivered, status, error, retryAt, disableEndpoint } = outcome
+    const answeredAt = outcome.answeredAt ?? at
     return this.#transaction(async (run) => {
       // The endpoint's lock before the delivery's, the order in which a delete takes them. A 410 for a
       // delivery failed meanwhile (its endpoint disabled, deleted, or enabled again since) disables nothing.
@@ -901,13 +902,13 @@ export class PostgresStore implements Store {
         if (!held) return null
         disabling = held.status === 'pending'
       }
-      const values = [id, lease, at, status, delivered, delivered ? null : retryAt, error]
+      const values = [id, lease, at, status, delivered, delivered ? null : retryAt, error, answeredAt]
       type Row = { endpointSeq: number; messageSeq: number | null; status: DeliveryStatus }
       const [row] = await run<Row>('recordDelivery', values)
       if (!row) return null
       if (row.messageSeq !== null) {
         // Also locks the message, so that the last two deliveries of one message to fail take turns.
-        await run('countAttempt', [row.messageSeq, delivered, at])
+        await run('countAttempt', [row.messageSeq, delivered, answeredAt])
         if (!delivered && retryAt === null) await run('failFinishedMessages', [[row.messageSeq]])
       }
       if (disabling) {

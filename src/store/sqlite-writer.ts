@@ -536,6 +536,7 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
     },
     recordDelivery(outcome: DeliveryOutcome): DeliveryStatus | null {
       const { at, delivered, retryAt } = outcome
+      const answeredAt = outcome.answeredAt ?? at
       const status = delivered ? 'delivered' : retryAt !== null ? 'pending' : 'failed'
       const ended = delivered ? 'delivered' : 'failed'
       // A 410 for a delivery failed meanwhile (its endpoint disabled, deleted, or enabled again since)
@@ -549,13 +550,13 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
         ended,
         status,
         delivered ? null : retryAt,
-        delivered ? at : null,
+        delivered ? answeredAt : null,
         outcome.id,
         outcome.lease,
       ) as { messageSeq: number | null; endpointSeq: number; status: DeliveryStatus } | undefined
       if (!row) return null
       if (row.messageSeq !== null) {
-        if (delivered) sql.deliverMessage.run(at, row.messageSeq)
+        if (delivered) sql.deliverMessage.run(answeredAt, row.messageSeq)
         else {
           sql.countMessageAttempt.run(row.messageSeq)
           if (status === 'failed') sql.failMessage.run(row.messageSeq)

@@ -249,6 +249,8 @@ export interface DeliveryOutcome {
   lease: string
   /** When the attempt was made. */
   at: string
+  /** When its answer arrived (a delivery's and its message's `deliveredAt`); `at` when not given. */
+  answeredAt?: string
   delivered: boolean
   status: number | null
   error: string | null

@@ -73,6 +73,20 @@ describe('Webhook delivery: signed, at least once', () => {
     assert.ok(delivered.deliveredAt)
   })
 
+  it('deliveredAt is when the 2xx arrived, not when the attempt began', async (t) => {
+    const { test, key, hook, endpoint } = await subscribed(t, await shared())
+    hook.delayMs = () => 400
+    const sent = await send(test, key.secret, 'slow receiver')
+    const message = await until('delivered', async () => {
+      const found = await messageOf(test, key.accountId, sent.id)
+      return found?.status === 'delivered' ? found : null
+    })
+    const [delivery] = (await test.app.store.listDeliveries(key.accountId, endpoint.id, 1)) ?? []
+    assert.ok(delivery?.lastAttemptAt && delivery.deliveredAt && message.deliveredAt)
+    assert.ok(Date.parse(delivery.deliveredAt) - Date.parse(delivery.lastAttemptAt) >= 400)
+    assert.equal(message.deliveredAt, delivery.deliveredAt)
+  })
+
   it('a receiver that fails twice gets the event on the third attempt, with the same webhook-id', async (t) => {
     const { test, key, hook, endpoint } = await subscribed(t, await shared())
     hook.answer = (n) => (n <= 2 ? 500 : 200)

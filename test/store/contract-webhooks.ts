@@ -179,8 +179,9 @@ export function webhooksContract(open: OpenStore): void {
   it('webhooks: outcomes under the lease only; delivered, retried, failed; the message follows', async (t) => {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')
+    const endpoints = []
     for (const url of ['https://a.example/hook', 'https://b.example/hook']) {
-      await subscribe(store, alice, url, ['message.created'])
+      endpoints.push(await subscribe(store, alice, url, ['message.created']))
     }
     const message = await store.createMessage(alice, 'hello')
     const [one, two] = await store.claimDeliveries(10, LEASE_MS)
@@ -218,11 +219,14 @@ export function webhooksContract(open: OpenStore): void {
       'failed',
     )
     assert.equal((await store.getMessage(alice, message.id))?.status, 'queued')
+    // Delivered when its answer arrived, not when the attempt began.
+    const answeredAt = new Date(Date.parse(at) + 2500).toISOString()
     assert.equal(
       await store.recordDelivery({
         ...outcome,
         id: two.id,
         lease: two.lease,
+        answeredAt,
         status: 204,
         delivered: true,
         retryAt: null,
@@ -232,7 +236,13 @@ export function webhooksContract(open: OpenStore): void {
     const delivered = await store.getMessage(alice, message.id)
     assert.equal(delivered?.status, 'delivered')
     assert.equal(delivered?.attempts, 3)
-    assert.equal(delivered?.deliveredAt, at)
+    assert.equal(delivered?.deliveredAt, answeredAt)
+    const deliveries = []
+    for (const endpoint of endpoints) deliveries.push(...((await store.listDeliveries(alice, endpoint.id, 10)) ?? []))
+    assert.deepEqual(
+      deliveries.filter((d) => d.id === two.id).map((d) => [d.lastAttemptAt, d.deliveredAt]),
+      [[at, answeredAt]],
+    )
     assert.deepEqual(plain(await store.outboxStats()), { depth: 0, oldestAt: null })
 
     // A resend makes a failed delivery pending again.
