@@ -22,7 +22,9 @@ export const MAX_WEBHOOK_URL_LENGTH = 2048
 export function webhookUrl(url: string, policy: UrlPolicy): { url: string } | { problem: string } {
   const problem = webhookUrlProblem(url, policy)
   if (problem !== null) return { problem }
-  const { href } = new URL(url)
+  const { href, hash } = new URL(url)
+  // A fragment is never sent: the endpoint would show a URL other than the one used.
+  if (hash !== '' || href.endsWith('#')) return { problem: 'The URL must not have a #fragment: it is never sent.' }
   // The parser's form can be longer (a non-ASCII path is percent-encoded, each byte in 3 characters).
   if (href.length > MAX_WEBHOOK_URL_LENGTH) return { problem: tooLong }
   return { url: href }

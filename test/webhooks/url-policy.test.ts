@@ -28,6 +28,9 @@ describe('Webhook URL policy', () => {
     // 1,000 é are 1,020 characters as typed and 6,020 percent-encoded.
     const encoded = webhookUrl(`https://example.com/${'é'.repeat(1000)}`, strict)
     assert.deepEqual(encoded, { problem: 'The URL is longer than 2048 characters.' })
+    // A fragment is never sent: refused, not shown as if it were.
+    for (const url of ['https://example.com/hook#frag', 'https://example.com/hook#'])
+      assert.deepEqual(webhookUrl(url, strict), { problem: 'The URL must not have a #fragment: it is never sent.' })
   })
 
   const refused: [string, RegExp][] = [
