@@ -45,6 +45,13 @@ async function send(test: TestApp, secret: string, message: string) {
 
 const messageOf = (test: TestApp, accountId: number, id: string) => test.app.store.getMessage(accountId, id)
 
+/** The message once it is delivered. */
+const deliveredMessage = (test: TestApp, accountId: number, id: string) =>
+  until('delivered', async () => {
+    const message = await messageOf(test, accountId, id)
+    return message?.status === 'delivered' ? message : null
+  })
+
 describe('Webhook delivery: signed, at least once', () => {
   // Each test has an account, an endpoint and a receiver of its own, and waits for its own deliveries
   // to end: one app of ENV serves those tests. Tests of another configuration, or that close their
@@ -65,10 +72,7 @@ describe('Webhook delivery: signed, at least once', () => {
     assert.equal(got.event.type, 'message.created')
     assert.equal(got.event.data.id, sent.id)
     assert.equal(got.event.data.message, 'hello hook')
-    const delivered = await until('delivered', async () => {
-      const message = await messageOf(test, key.accountId, sent.id)
-      return message?.status === 'delivered' ? message : null
-    })
+    const delivered = await deliveredMessage(test, key.accountId, sent.id)
     assert.equal(delivered.attempts, 1)
     assert.ok(delivered.deliveredAt)
   })
@@ -77,10 +81,7 @@ describe('Webhook delivery: signed, at least once', () => {
     const { test, key, hook, endpoint } = await subscribed(t, await shared())
     hook.delayMs = () => 400
     const sent = await send(test, key.secret, 'slow receiver')
-    const message = await until('delivered', async () => {
-      const found = await messageOf(test, key.accountId, sent.id)
-      return found?.status === 'delivered' ? found : null
-    })
+    const message = await deliveredMessage(test, key.accountId, sent.id)
     const [delivery] = (await test.app.store.listDeliveries(key.accountId, endpoint.id, 1)) ?? []
     assert.ok(delivery?.lastAttemptAt && delivery.deliveredAt && message.deliveredAt)
     assert.ok(Date.parse(delivery.deliveredAt) - Date.parse(delivery.lastAttemptAt) >= 400)
@@ -91,10 +92,7 @@ describe('Webhook delivery: signed, at least once', () => {
     const { test, key, hook, endpoint } = await subscribed(t, await shared())
     hook.answer = (n) => (n <= 2 ? 500 : 200)
     const sent = await send(test, key.secret, 'third time lucky')
-    const message = await until('delivered', async () => {
-      const m = await messageOf(test, key.accountId, sent.id)
-      return m?.status === 'delivered' ? m : null
-    })
+    const message = await deliveredMessage(test, key.accountId, sent.id)
     assert.equal(hook.received.length, 3)
     assert.equal(hook.ids().size, 1)
     assert.equal(message.attempts, 3)
