@@ -22,9 +22,7 @@ export const MAX_WEBHOOK_URL_LENGTH = 2048
 export function webhookUrl(url: string, policy: UrlPolicy): { url: string } | { problem: string } {
   const problem = webhookUrlProblem(url, policy)
   if (problem !== null) return { problem }
-  const { href, hash } = new URL(url)
-  // A fragment is never sent: the endpoint would show a URL other than the one used.
-  if (hash !== '' || href.endsWith('#')) return { problem: 'The URL must not have a #fragment: it is never sent.' }
+  const { href } = new URL(url)
   // The parser's form can be longer (a non-ASCII path is percent-encoded, each byte in 3 characters).
   if (href.length > MAX_WEBHOOK_URL_LENGTH) return { problem: tooLong }
   return { url: href }
@@ -45,6 +43,8 @@ export function webhookUrlProblem(url: string, policy: UrlPolicy): string | null
   if (parsed.username !== '' || parsed.password !== '') return 'The URL must not contain a username or password.'
   if (parsed.hostname === '') return 'The URL has no host.'
   if (parsed.port === '0') return 'The URL has port 0, on which nothing can receive.'
+  // A fragment (an empty one too) is never sent: the endpoint would show a URL other than the one used.
+  if (parsed.hash !== '' || parsed.href.endsWith('#')) return 'The URL must not have a #fragment: it is never sent.'
   if (policy.allowPrivate) return null
   // The URL parser has already turned 0x7f.1, 2130706433 and the like into dotted IPv4.
   const host = parsed.hostname.replace(/^\[(.*)\]$/, '$1')

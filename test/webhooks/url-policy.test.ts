@@ -28,9 +28,6 @@ describe('Webhook URL policy', () => {
     // 1,000 é are 1,020 characters as typed and 6,020 percent-encoded.
     const encoded = webhookUrl(`https://example.com/${'é'.repeat(1000)}`, strict)
     assert.deepEqual(encoded, { problem: 'The URL is longer than 2048 characters.' })
-    // A fragment is never sent: refused, not shown as if it were.
-    for (const url of ['https://example.com/hook#frag', 'https://example.com/hook#'])
-      assert.deepEqual(webhookUrl(url, strict), { problem: 'The URL must not have a #fragment: it is never sent.' })
   })
 
   const refused: [string, RegExp][] = [
@@ -42,6 +39,9 @@ describe('Webhook URL policy', () => {
     ['https://user:pw@example.com/', /username or password/],
     ['https://user@example.com/', /username or password/],
     ['https://example.com:0/', /port 0/],
+    // A fragment is never sent: refused, not shown as if it were.
+    ['https://example.com/hook#frag', /#fragment: it is never sent/],
+    ['https://example.com/hook#', /#fragment/],
     // The parser would drop or encode these: the URL shown would not be the one posted to.
     ['https://example.com/ok\r\nX: y', /spaces or control characters/],
     [' https://example.com/', /spaces or control characters/],
