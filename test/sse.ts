@@ -91,10 +91,14 @@ export async function openStream(url: string, headers: Record<string, string>): 
   }
 }
 
-/** The next event of the stream, skipping heartbeats; its data parsed. */
+/** The `position` frame a stream opened without Last-Event-ID starts with: where it began, as its `id`. */
+export const startOf = (frame: Frame) => (frame.event === 'position' ? frame.id : undefined)
+
+/** The next event of the stream, skipping heartbeats and its start; its data parsed. */
 export async function nextEvent(stream: EventStream, ms?: number) {
   for (;;) {
     const frame = await stream.next(ms)
-    if (frame.data !== undefined) return { id: frame.id, event: frame.event, data: JSON.parse(frame.data) }
+    if (frame.data !== undefined && startOf(frame) === undefined)
+      return { id: frame.id, event: frame.event, data: JSON.parse(frame.data) }
   }
 }

@@ -208,7 +208,7 @@ export const nextMessagesQuery = (link: string | null): ListMessagesQuery | null
   nextQuery(link, { limit: Number, status: (status) => status as Message['status'], cursor: String })
 
 /** The listEvents query of the `rel="next"` target of a Link header, or null when there is none. */
-const nextEventsQuery = (link: string | null): ListEventsQuery | null =>
+export const nextEventsQuery = (link: string | null): ListEventsQuery | null =>
   nextQuery(link, { limit: Number, type: String, createdAfter: String, cursor: String })
 
 /** The parameters of `fields` in the `rel="next"` target of a Link header, each read by its field's function. */
@@ -264,7 +264,8 @@ const EVENT_STREAM = 'text/event-stream'
  * text/event-stream` (Server-Sent Events, read by the eventsource-parser package). When the
  * connection is lost once the stream was open (the network, a server restarting or ending a stream
  * its reader did not keep up with), it connects again after a growing wait, with `Last-Event-ID`
- * the last event it yielded, and the server replays what followed: none skipped, none twice.
+ * the last event it yielded (before the first, where the stream began), and the server replays
+ * what followed: none skipped, none twice.
  * An error answer (401, 403, 410 `last_event_id_unknown` when that event is no longer kept, …)
  * throws an AnimalStoreError; so does a first connection that fails. 429 and 5xx answers after the
  * first connection are tried again like a lost connection.
@@ -274,19 +275,13 @@ export async function* streamEvents(
   options: StreamEventsOptions = {},
 ): AsyncGenerator<Event, void, undefined> {
   const { types, signal, idleTimeoutMs = 60_000, retryMs = 500, maxRetryMs = 5000 } = options
-  // Without an event to start after, the account's most recent one: a connection lost before the
-  // first event then loses nothing either (the events after it are replayed).
+  /** The last event yielded (or the one given to start after). */
   let lastEventId = options.lastEventId
-  try {
-    lastEventId ??= await latestEventId(client, types, signal, idleTimeoutMs)
-  } catch (error) {
-    if (signal?.aborted) return
-    throw error
-  }
+  // What the next connection resumes from: that event, or where the first stream said it began
+  // (its `position` frame), so that a connection lost before any event loses none (decision 121).
+  let resumeFrom = lastEventId
   let opened = false
   let failures = 0
-  /** The catch-up's oldest event: yielded once the stream that resumes after it is open. */
-  let held: Event | undefined
   while (!signal?.aborted) {
     const { controller: connection, unfollow } = following(signal)
     const ended = connection.signal
@@ -298,15 +293,9 @@ export async function* streamEvents(
     let reason: unknown
     try {
       awake()
-      // Started when the account had no event (of `types`): every one it has now came since. The
-      // oldest is yielded first, and the stream replays the others after it (decision 121).
-      if (opened && lastEventId === undefined) {
-        held = await oldestEvent(client, types, ended, awake)
-        lastEventId = held?.id
-      }
       const result = await client.GET('/events', {
         params: { query: types === undefined ? {} : { type: types } },
-        headers: { accept: EVENT_STREAM, ...(lastEventId !== undefined && { 'last-event-id': lastEventId }) },
+        headers: { accept: EVENT_STREAM, ...(resumeFrom !== undefined && { 'last-event-id': resumeFrom }) },
         parseAs: 'stream',
         signal: ended,
       })
@@ -319,17 +308,9 @@ export async function* streamEvents(
       } else if (!response.headers.get('content-type')?.startsWith(EVENT_STREAM) || !result.data) {
         throw new Error(`${response.url} answered ${response.status} without an event stream: is the server older?`)
       } else {
-        // Said before the held event is yielded: it is the first of those this connection brings.
-        options.onOpen?.({ reconnected: opened, lastEventId: held === undefined ? lastEventId : undefined })
+        options.onOpen?.({ reconnected: opened, lastEventId })
         opened = true
         failures = 0
-        if (held !== undefined) {
-          const oldest = held
-          held = undefined
-          clearTimeout(idle)
-          yield oldest
-          awake()
-        }
         const body = (result.data as ReadableStream<Uint8Array>).pipeThrough(new TextDecoderStream()).getReader()
         // The read ends when the connection does: undici follows the request's signal through a weak
         // reference, which a collection can clear once the response is in; this listener is held.
@@ -339,7 +320,8 @@ export async function* streamEvents(
         const parsed: Event[] = []
         const parser = createParser({
           onEvent(message) {
-            parsed.push(JSON.parse(message.data) as Event)
+            if (message.event === 'position') resumeFrom = message.id ?? resumeFrom
+            else parsed.push(JSON.parse(message.data) as Event)
           },
         })
         for (let read = await body.read(); !read.done; read = await body.read()) {
@@ -347,7 +329,7 @@ export async function* streamEvents(
           awake()
           parser.feed(chunk)
           for (const event of parsed.splice(0)) {
-            lastEventId = event.id
+            lastEventId = resumeFrom = event.id
             // The time the caller takes with an event is not the server's silence.
             clearTimeout(idle)
             yield event
@@ -373,45 +355,6 @@ export async function* streamEvents(
     if (failures === 0) options.onLost?.({ reason, lastEventId })
     await delay(Math.min(maxRetryMs, retryMs * 2 ** failures) * (0.5 + Math.random() / 2), signal)
     failures++
-  }
-}
-
-/** The account's oldest event of `types` (the last of the newest-first pages), or undefined when it has none. */
-async function oldestEvent(
-  client: AnimalStoreClient,
-  types: string | undefined,
-  signal: AbortSignal,
-  awake: () => void,
-): Promise<Event | undefined> {
-  let query: ListEventsQuery | null = { limit: 100, ...(types !== undefined && { type: types }) }
-  let oldest: Event | undefined
-  while (query) {
-    const result = await client.GET('/events', { params: { query }, signal })
-    awake()
-    oldest = unwrap(result).at(-1) ?? oldest
-    query = nextEventsQuery(result.response.headers.get('link'))
-  }
-  return oldest
-}
-
-/** The id of the account's most recent event of `types`, or undefined when it has none. */
-async function latestEventId(
-  client: AnimalStoreClient,
-  types: string | undefined,
-  signal: AbortSignal | undefined,
-  timeoutMs: number,
-): Promise<string | undefined> {
-  const query = { limit: 1, ...(types !== undefined && { type: types }) }
-  // A server that takes the connection and never answers ends the wait as silence ends a stream.
-  const { controller: asked, unfollow } = following(signal)
-  const timer = setTimeout(() => asked.abort(noAnswer(timeoutMs)), timeoutMs)
-  try {
-    const result = await client.GET('/events', { params: { query }, signal: asked.signal })
-    if (!result.response.ok) throw errorOf(result.error, result.response)
-    return result.data?.[0]?.id
-  } finally {
-    clearTimeout(timer)
-    unfollow()
   }
 }
 

@@ -6484,7 +6484,7 @@ export interface operations {
       }
       header: {
         /**
-         * @description With `Accept: text/event-stream`: the stream starts after this event (its `id`), replaying those that came since; 410 `last_event_id_unknown` when it is no longer kept. The list ignores it.
+         * @description With `Accept: text/event-stream`: the stream starts after this event (its `id`, or the `id` of the stream's `position` frame: where it began), replaying those that came since; 410 `last_event_id_unknown` when it is no longer kept. The list ignores it.
          * @example evt_3kTMd9PqLw2xY8aZ
          */
         'last-event-id'?: string

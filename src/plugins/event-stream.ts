@@ -73,6 +73,30 @@ function isAfter(a: FeedPosition, b: FeedPosition): boolean {
   return a.tx > b.tx || (a.tx === b.tx && a.seq > b.seq)
 }
 
+/**
+ * Where a stream began, as an id its client sends back as Last-Event-ID when no event has come yet
+ * (decision 121): the feed position and when, so that one older than the log's retention is refused.
+ */
+export function startId(position: FeedPosition, at: number): string {
+  return `pos_${position.tx}_${position.seq}_${at}`
+}
+
+function readStartId(id: string): { position: FeedPosition; at: number } | null {
+  const parts = /^pos_(\d{1,20})_(\d{1,16})_(\d{1,15})$/.exec(id)
+  if (parts === null) return null
+  const [, tx = '', seq = '', at = ''] = parts
+  const position = { tx: BigInt(tx), seq: Number(seq) }
+  return Number.isSafeInteger(position.seq) ? { position, at: Number(at) } : null
+}
+
+/**
+ * A fresh stream's first frame: its start as `id:`. With data, as parsers pass on no frame without; of
+ * its own type, which an EventSource's onmessage does not get (yet it keeps the id, to resume with).
+ */
+function startFrame(id: string): string {
+  return `id: ${id}\nevent: position\ndata: ${JSON.stringify({ position: id })}\n\n`
+}
+
 /** One event as the stream sends it: its id (what Last-Event-ID names), its type, the event as GET returns it. */
 function frame({ event }: FeedEvent): string {
   return `id: ${event.id}\nevent: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`
@@ -222,11 +246,14 @@ export default fp<{ config: Config }>(
       }
     }
 
-    /** Where a new stream starts: where the feed stands, or after the event a reconnecting client names. */
+    /** Where a new stream starts: where the feed stands, or after the event or start a reconnecting client names. */
     async function startAt(accountId: number, lastEventId: string | string[] | undefined): Promise<FeedPosition> {
       const head = await join()
       if (typeof lastEventId !== 'string' || lastEventId === '') return head
-      const found = await store.eventPosition(accountId, lastEventId)
+      const start = readStartId(lastEventId)
+      // A start older than the log's retention may be followed by events already pruned: a gap, refused as an old event is.
+      if (start !== null && Date.now() - start.at < config.eventRetentionMs) return start.position
+      const found = start === null ? await store.eventPosition(accountId, lastEventId) : null
       if (found !== null) return found
       throw new ApiError(
         'last_event_id_unknown',
@@ -292,7 +319,9 @@ export default fp<{ config: Config }>(
       socket.once('end', cut)
       // The heartbeat keeps the connection alive: the idle timeout is for requests, not for streams.
       socket.setTimeout(0)
-      body.write(`retry: ${RETRY_MS}\n\n`)
+      const resumed = typeof request.headers['last-event-id'] === 'string' && request.headers['last-event-id'] !== ''
+      // A fresh stream says where it starts, so that a connection lost before its first event resumes from there.
+      body.write(`retry: ${RETRY_MS}\n\n${resumed ? '' : startFrame(startId(start, Date.now()))}`)
       // Opened while the instance began to stop: ended at once, as the others were.
       if (closing) {
         body.end()

@@ -86,8 +86,9 @@ export const ListEventsHeadersSchema = Type.Object({
   'last-event-id': Type.Optional(
     Type.String({
       description:
-        'With `Accept: text/event-stream`: the stream starts after this event (its `id`), replaying those that ' +
-        'came since; 410 `last_event_id_unknown` when it is no longer kept. The list ignores it.',
+        'With `Accept: text/event-stream`: the stream starts after this event (its `id`, or the `id` of the ' +
+        "stream's `position` frame: where it began), replaying those that came since; 410 " +
+        '`last_event_id_unknown` when it is no longer kept. The list ignores it.',
       examples: ['evt_3kTMd9PqLw2xY8aZ'],
     }),
   ),
@@ -97,7 +98,9 @@ export const ListEventsHeadersSchema = Type.Object({
 export function withEventStream<Response extends { content: Record<string, unknown> }>(response: Response) {
   const stream = Type.String({
     description:
-      'Server-Sent Events: `retry:` once, then for each new event of the account `id:` (its id, what ' +
+      'Server-Sent Events: `retry:` once; when opened without `Last-Event-ID`, a `position` event whose `id:` ' +
+      'stands for where the stream began (resume from it if the connection is lost before any event); then ' +
+      'for each new event of the account `id:` (its id, what ' +
       '`Last-Event-ID` names), `event:` (its type) and `data:` (the Event as JSON); `: heartbeat` comments ' +
       'while idle (EVENT_STREAM_HEARTBEAT_SECONDS).',
     examples: [

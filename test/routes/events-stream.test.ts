@@ -3,7 +3,7 @@ import { connect, type Socket } from 'node:net'
 import { describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { bearer, build, errorBody, suiteApp, type TestApp } from '../helper.ts'
-import { nextEvent, openStream } from '../sse.ts'
+import { nextEvent, openStream, startOf } from '../sse.ts'
 import { until } from '../wait.ts'
 
 const ON = { EXPERIMENTAL_FEATURES: 'webhooks' }
@@ -66,6 +66,9 @@ describe('The live event stream (GET /v1/events, Accept: text/event-stream)', ()
       assert.equal(stream.headers.get('cache-control'), 'no-store')
       assert.equal(stream.headers.get('x-accel-buffering'), 'no')
       assert.deepEqual(await stream.next(), { retry: '2000' })
+      const start = await stream.next()
+      assert.match(start.id ?? '', /^pos_\d+_\d+_\d+$/)
+      assert.deepEqual(start, { id: start.id, event: 'position', data: JSON.stringify({ position: start.id }) })
       await other.send('not yours')
       const sent = await you.send('hello stream')
       const event = await nextEvent(stream)
@@ -97,6 +100,36 @@ describe('The live event stream (GET /v1/events, Accept: text/event-stream)', ()
       assert.equal((await nextEvent(stream)).data.data.message, 'last')
     } finally {
       stream.close()
+    }
+  })
+
+  it('resumes from where a stream began (its position frame) when the connection was lost before any event', async () => {
+    const you = await setUp(await shared())
+    const first = await you.open()
+    await first.next()
+    const start = startOf(await first.next())
+    first.close()
+    await first.closed
+    const away = await you.send('made while away')
+    const stream = await you.open('', { 'last-event-id': start as string })
+    try {
+      // Resumed, it names no new start: its client has one.
+      assert.deepEqual(await stream.next(), { retry: '2000' })
+      const frame = await stream.next()
+      assert.equal(frame.event, 'message.created')
+      assert.equal(JSON.parse(frame.data as string).data.id, away.id)
+    } finally {
+      stream.close()
+    }
+  })
+
+  it('refuses a start older than the event log keeps, or a made-up one, as it refuses an unknown event (410)', async () => {
+    const you = await setUp(await shared())
+    const days31 = 31 * 86_400_000
+    for (const id of [`pos_0_1_${Date.now() - days31}`, 'pos_1_2', `pos_0_${'9'.repeat(17)}_${Date.now()}`]) {
+      const stream = await you.open('', { 'last-event-id': id })
+      assert.equal(stream.status, 410, id)
+      assert.equal(JSON.parse(stream.error).code, 'last_event_id_unknown')
     }
   })
 
@@ -239,6 +272,7 @@ describe('The live event stream (GET /v1/events, Accept: text/event-stream)', ()
     const stream = await you.open()
     try {
       await stream.next()
+      await stream.next()
       assert.deepEqual(await stream.next(3000), { comment: 'heartbeat' })
     } finally {
       stream.close()
@@ -317,6 +351,7 @@ describe('Event stream bounds', () => {
     const test = await build(t, ON)
     const you = await setUp(test)
     const stream = await you.open()
+    await stream.next()
     await stream.next()
     await test.app.close()
     await stream.closed
