@@ -50,7 +50,8 @@ function onFrame(stream: number, frame: string, arrived: number): void {
     if (++opened === count) say({ ready: true, at: now() })
     return
   }
-  if (frame.startsWith(':')) return
+  // Comments, and where the stream began (its `position` frame): no event.
+  if (frame.startsWith(':') || frame.includes('\nevent: position\n')) return
   const idAt = frame.startsWith('id: ') ? 0 : frame.indexOf('\nid: ') + 1
   const dataAt = frame.indexOf('data: ')
   if (idAt === 0 && !frame.startsWith('id: ')) return void unparsed++
