@@ -53,3 +53,23 @@ export async function orderInvariant(databaseUrl: string): Promise<OrderInvarian
   ])
   return { placedNotPending, twicePlaced, pendingUnheld: pendingUnheld.map((row) => Number(row.id)) }
 }
+
+/**
+ * A PostgreSQL transaction that writes the account's event `evt_slow` and stays open until
+ * `commit()`: its xid is older than any later write's, so it commits out of order (decision 113).
+ */
+export async function slowEvent(
+  t: { after(fn: () => unknown): void },
+  databaseUrl: string,
+  accountId: number,
+): Promise<{ commit(): Promise<void> }> {
+  const client = new pg.Client({ connectionString: databaseUrl })
+  await client.connect()
+  t.after(() => client.end())
+  await client.query('BEGIN')
+  await client.query(
+    `INSERT INTO event_log (id, account_id, type, data, created_at) VALUES ('evt_slow', $1, 'message.created', '{}', now())`,
+    [accountId],
+  )
+  return { commit: async () => void (await client.query('COMMIT')) }
+}

@@ -4,9 +4,9 @@
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import pg from 'pg'
 import { createAnimalStoreClient, type Event, streamEvents, unwrap } from '../../src/client/index.ts'
 import { build, testDatabaseUrl } from '../helper.ts'
+import { slowEvent } from '../sql.ts'
 import { until } from '../wait.ts'
 
 describe('Event stream on PostgreSQL: transactions that commit out of order', () => {
@@ -17,14 +17,7 @@ describe('Event stream on PostgreSQL: transactions that commit out of order', ()
     const { secret, accountId } = await test.newKey()
     const client = createAnimalStoreClient({ baseUrl: `${api}/v1`, apiKey: secret })
     // A transaction that writes its event first and commits last.
-    const slow = new pg.Client({ connectionString: url })
-    await slow.connect()
-    t.after(() => slow.end())
-    await slow.query('BEGIN')
-    await slow.query(
-      `INSERT INTO event_log (id, account_id, type, data, created_at) VALUES ('evt_slow', $1, 'message.created', '{}', now())`,
-      [accountId],
-    )
+    const slow = await slowEvent(t, url, accountId)
     // Committed before the stream starts, by a transaction that began after the slow one: listed
     // as the account's latest event, a cursor after it would be past the slow one for good.
     unwrap(await client.POST('/messages', { body: { message: 'committed first' } }))
@@ -39,7 +32,7 @@ describe('Event stream on PostgreSQL: transactions that commit out of order', ()
     })()
     try {
       await opened
-      await slow.query('COMMIT')
+      await slow.commit()
       await until('the slow event', () => seen.some((event) => event.id === 'evt_slow'), { timeoutMs: 5000 })
     } finally {
       stop.abort()

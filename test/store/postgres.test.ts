@@ -7,6 +7,7 @@ import { readMigrations } from '../../src/store/migrations.ts'
 import { PostgresStore } from '../../src/store/postgres.ts'
 import { DatabaseNotSetUpError, DatabaseUnavailableError } from '../../src/store/types.ts'
 import { POSTGRES_URL, postgres, testDatabaseUrl } from '../helper.ts'
+import { slowEvent } from '../sql.ts'
 import { until } from '../wait.ts'
 import { checkUndeliveredUpgrade, storeContract, type UpgradedMessages } from './contract.ts'
 
@@ -101,18 +102,11 @@ describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () 
     assert.ok(account)
     const head = await store.eventFeedHead()
     // A transaction that takes its seq first and commits last.
-    const slow = new pg.Client({ connectionString: url })
-    await slow.connect()
-    t.after(() => slow.end())
-    await slow.query('BEGIN')
-    await slow.query(
-      `INSERT INTO event_log (id, account_id, type, data, created_at) VALUES ('evt_slow', $1, 'message.created', '{}', now())`,
-      [account.id],
-    )
+    const slow = await slowEvent(t, url, account.id)
     const fast = await store.createMessage(account.id, 'committed first')
     // Read now, the fast event would put the reader past the slow one's seq for good: it waits instead.
     assert.deepEqual((await store.eventFeed(head, 10)).events, [])
-    await slow.query('COMMIT')
+    await slow.commit()
     const read = await store.eventFeed(head, 10)
     assert.deepEqual(
       read.events.map(({ event }) => (event.id === 'evt_slow' ? 'slow' : (event.data as { id: string }).id)),
