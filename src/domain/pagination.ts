@@ -27,17 +27,62 @@ export interface CursorCodec {
 const issued = (filter: string | undefined) =>
   !filter ? 'the list without filters' : filter.includes('=') ? filter : `status=${filter}`
 
-export function cursorCodec(secret: string): CursorCodec {
-  // Keys of their own for the MAC and the cipher: a tag of the current form never passes the older
-  // form's check (legacyMac), which would tell a client whether a guessed position is right.
-  const legacyMac = (payload: string) => createHmac('sha256', secret).update(payload).digest().subarray(0, MAC_BYTES)
-  const macKey = createHmac('sha256', secret).update('cursor mac').digest()
+/** Strings a client is given and hands back unchanged: sealed, it can neither read nor forge them. */
+export interface Sealer {
+  /** `<base64url(encrypted payload)>.<base64url(HMAC)>`: the same payload always gives the same token. */
+  seal(payload: string): string
+  /** The payload, or null when the token was not sealed by this sealer (edited, forged, another database's). */
+  open(token: string): string | null
+}
+
+/** The token's two parts, in their one canonical spelling, or null. */
+function tokenParts(token: string): { encoded: string; body: Buffer; given: Buffer } | null {
+  const parts = token.split('.')
+  if (parts.length !== 2) return null
+  const [encoded = '', signature = ''] = parts
+  const body = Buffer.from(encoded, 'base64url')
+  const given = Buffer.from(signature, 'base64url')
+  // Only the canonical spelling counts, so that a token has exactly one valid form.
+  const canonical = given.toString('base64url') === signature && body.toString('base64url') === encoded
+  return given.length === MAC_BYTES && canonical ? { encoded, body, given } : null
+}
+
+/** Seals with keys derived from `secret` for `purpose`: tokens of one purpose never open as another's. */
+export function sealer(secret: string, purpose: string): Sealer {
+  const macKey = createHmac('sha256', secret).update(`${purpose} mac`).digest()
   const mac = (payload: string) => createHmac('sha256', macKey).update(payload).digest().subarray(0, MAC_BYTES)
-  const encryptionKey = createHmac('sha256', secret).update('cursor encryption').digest()
-  /** Encrypts or decrypts (CTR is its own inverse) under the cursor's MAC, a 16-byte IV. */
+  const encryptionKey = createHmac('sha256', secret).update(`${purpose} encryption`).digest()
+  /** Encrypts or decrypts (CTR is its own inverse) under the token's MAC, a 16-byte IV (as SIV does). */
   const crypt = (data: Buffer, iv: Buffer) => {
     const cipher = createCipheriv('aes-256-ctr', encryptionKey, iv)
     return Buffer.concat([cipher.update(data), cipher.final()])
+  }
+  return {
+    seal(payload) {
+      const tag = mac(payload)
+      return `${crypt(Buffer.from(payload), tag).toString('base64url')}.${tag.toString('base64url')}`
+    },
+    open(token) {
+      const parts = tokenParts(token)
+      if (parts === null) return null
+      const payload = crypt(parts.body, parts.given).toString()
+      return timingSafeEqual(parts.given, mac(payload)) ? payload : null
+    },
+  }
+}
+
+export function cursorCodec(secret: string): CursorCodec {
+  const sealed = sealer(secret, 'cursor')
+  // A tag of the sealed form never passes the older form's check (keys of their own), which would
+  // tell a client whether a guessed position is right.
+  const legacyMac = (payload: string) => createHmac('sha256', secret).update(payload).digest().subarray(0, MAC_BYTES)
+  /** A cursor issued before positions were encrypted, by a link a client may still be following. */
+  const legacy = (cursor: string) => {
+    const parts = tokenParts(cursor)
+    if (parts === null) return null
+    const payload = parts.body.toString()
+    const genuine = Buffer.from(payload).toString('base64url') === parts.encoded
+    return genuine && timingSafeEqual(parts.given, legacyMac(payload)) ? payload : null
   }
   const invalid = (why: string) => new ApiError('invalid_cursor', `The cursor ${why}; start again without one.`)
 
@@ -49,29 +94,14 @@ export function cursorCodec(secret: string): CursorCodec {
       const payload = `${String(afterId).padStart(POSITION_DIGITS, '0')}.${filter ?? ''}`
       let cursor = encoded.get(payload)
       if (cursor === undefined) {
-        const tag = mac(payload)
-        cursor = `${crypt(Buffer.from(payload), tag).toString('base64url')}.${tag.toString('base64url')}`
+        cursor = sealed.seal(payload)
         encoded.set(payload, cursor)
       }
       return cursor
     },
     decode(cursor, filter) {
-      const parts = cursor.split('.')
-      if (parts.length !== 2) throw invalid('is not valid')
-      const [encoded = '', signature = ''] = parts
-      const body = Buffer.from(encoded, 'base64url')
-      const given = Buffer.from(signature, 'base64url')
-      // Only the canonical spelling counts, so that a cursor has exactly one valid form.
-      const canonical = given.toString('base64url') === signature && body.toString('base64url') === encoded
-      if (given.length !== MAC_BYTES || !canonical) throw invalid('is not valid')
-      let payload = crypt(body, given).toString()
-      if (!timingSafeEqual(given, mac(payload))) {
-        // Issued before positions were encrypted, by a link a client may still be following.
-        payload = body.toString()
-        if (Buffer.from(payload).toString('base64url') !== encoded || !timingSafeEqual(given, legacyMac(payload))) {
-          throw invalid('is not valid')
-        }
-      }
+      const payload = sealed.open(cursor) ?? legacy(cursor)
+      if (payload === null) throw invalid('is not valid')
       // The filter may hold dots (`type=order.placed`, a time): only the first one ends the id.
       const dot = payload.indexOf('.')
       const afterId = payload.slice(0, dot)
@@ -90,5 +120,13 @@ export function cursorCodec(secret: string): CursorCodec {
 
 /** The codec of one list's cursors, keyed by the secret `name` that every instance shares through the store. */
 export async function sharedCursorCodec(store: Pick<Store, 'secret'>, name: string): Promise<CursorCodec> {
-  return cursorCodec(await store.secret(name, () => randomBytes(32).toString('base64url')))
+  return cursorCodec(await sharedSecret(store, name))
 }
+
+/** A sealer for `purpose`, keyed by the secret `name` that every instance shares through the store. */
+export async function sharedSealer(store: Pick<Store, 'secret'>, name: string, purpose: string): Promise<Sealer> {
+  return sealer(await sharedSecret(store, name), purpose)
+}
+
+const sharedSecret = (store: Pick<Store, 'secret'>, name: string) =>
+  store.secret(name, () => randomBytes(32).toString('base64url'))

@@ -10,6 +10,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.ts'
 import type { AnyEventType } from '../domain/events.ts'
+import { type Sealer, sharedSealer } from '../domain/pagination.ts'
 import { ApiError } from '../errors.ts'
 import { backgroundJob } from '../observability/background.ts'
 import type { FeedEvent, FeedPosition } from '../store/types.ts'
@@ -47,6 +48,8 @@ interface Stream {
   body: PassThrough
   /** The last event written, or where the stream started. */
   position: FeedPosition
+  /** The position of the last id the client was sent (an event's, or a position frame's). */
+  announced: FeedPosition
   /** Following the feed; until then, replaying from the store. */
   live: boolean
   /** Ends it at once, with its connection. */
@@ -74,26 +77,28 @@ function isAfter(a: FeedPosition, b: FeedPosition): boolean {
 }
 
 /**
- * Where a stream began, as an id its client sends back as Last-Event-ID when no event has come yet
- * (decision 121): the feed position and when, so that one older than the log's retention is refused.
+ * A position of the feed as an id its client sends back as Last-Event-ID (decision 121): where the
+ * stream began, or, later, where it stands. Sealed, as cursors are: a position is a sequence every
+ * account shares, and the id carries when it was given, so that one older than the log keeps is refused.
  */
-export function startId(position: FeedPosition, at: number): string {
-  return `pos_${position.tx}_${position.seq}_${at}`
-}
-
-function readStartId(id: string): { position: FeedPosition; at: number } | null {
-  const parts = /^pos_(\d{1,20})_(\d{1,16})_(\d{1,15})$/.exec(id)
-  if (parts === null) return null
-  const [, tx = '', seq = '', at = ''] = parts
-  const position = { tx: BigInt(tx), seq: Number(seq) }
-  return Number.isSafeInteger(position.seq) ? { position, at: Number(at) } : null
+function positionIds(sealed: Sealer) {
+  return {
+    // At a fixed width, as cursors: the id's length tells nothing of the position either.
+    make: (position: FeedPosition) =>
+      `pos_${sealed.seal(`${String(position.tx).padStart(20, '0')}.${String(position.seq).padStart(16, '0')}.${Date.now()}`)}`,
+    read(id: string): { position: FeedPosition; at: number } | null {
+      const payload = id.startsWith('pos_') ? sealed.open(id.slice(4)) : null
+      const [tx = '', seq = '', at = ''] = payload?.split('.') ?? []
+      return payload === null ? null : { position: { tx: BigInt(tx), seq: Number(seq) }, at: Number(at) }
+    },
+  }
 }
 
 /**
- * A fresh stream's first frame: its start as `id:`. With data, as parsers pass on no frame without; of
- * its own type, which an EventSource's onmessage does not get (yet it keeps the id, to resume with).
+ * A position as a frame: its `id:`, with data (parsers pass on no frame without), of its own type,
+ * which an EventSource's onmessage does not get (yet it keeps the id, to resume with).
  */
-function startFrame(id: string): string {
+function positionFrame(id: string): string {
   return `id: ${id}\nevent: position\ndata: ${JSON.stringify({ position: id })}\n\n`
 }
 
@@ -121,6 +126,8 @@ export default fp<{ config: Config }>(
     // An outage is logged once, when the feed first fails, not at every poll.
     const feed = backgroundJob(app.log, 'event stream: reading the feed')
     let timers: NodeJS.Timeout[] = []
+    /** Position ids, sealed with a key every instance shares: made at the first stream (a read of the store). */
+    let ids: ReturnType<typeof positionIds> | null = null
 
     /** Writes; a live stream whose client has stopped reading is cut instead (it resumes where it got to). */
     function write(stream: Stream, text: string): void {
@@ -133,7 +140,23 @@ export default fp<{ config: Config }>(
 
     function send(stream: Stream, event: FeedEvent, text = frame(event)): void {
       stream.position = event.position
-      if (stream.types === null || stream.types.has(event.event.type)) write(stream, text)
+      if (stream.types !== null && !stream.types.has(event.event.type)) return
+      stream.announced = event.position
+      write(stream, text)
+    }
+
+    /**
+     * Keeps the connection alive, and moves the client's resume point on when the log has moved past
+     * the last id it got: a stream quiet for its account would otherwise resume, one day, from a
+     * start older than the log keeps (410).
+     */
+    function heartbeat(stream: Stream): void {
+      let text = ': heartbeat\n\n'
+      if (stream.live && position !== null && ids !== null && isAfter(position, stream.announced)) {
+        stream.announced = position
+        text += positionFrame(ids.make(position))
+      }
+      write(stream, text)
     }
 
     /** A replay goes at the client's pace: the next page is read once this one has been taken. */
@@ -161,6 +184,7 @@ export default fp<{ config: Config }>(
             if (!stream.live || !isAfter(event.position, stream.position)) continue
             stream.position = event.position
             if (stream.types !== null && !stream.types.has(event.event.type)) continue
+            stream.announced = event.position
             text ??= frame(event)
             const batch = batches.get(stream)
             if (batch) batch.push(text)
@@ -192,7 +216,7 @@ export default fp<{ config: Config }>(
           timers = [
             setInterval(poll, POLL_MS).unref(),
             setInterval(() => {
-              for (const stream of streams) write(stream, ': heartbeat\n\n')
+              for (const stream of streams) heartbeat(stream)
             }, config.eventStreamHeartbeatMs).unref(),
             setInterval(endRefused, KEY_CHECK_MS).unref(),
           ]
@@ -246,14 +270,20 @@ export default fp<{ config: Config }>(
       }
     }
 
-    /** Where a new stream starts: where the feed stands, or after the event or start a reconnecting client names. */
+    /** Where a new stream starts: where the feed stands, or after the event or position a reconnecting client names. */
     async function startAt(accountId: number, lastEventId: string | string[] | undefined): Promise<FeedPosition> {
+      ids ??= positionIds(await sharedSealer(store, 'events-cursor', 'stream position'))
       const head = await join()
       if (typeof lastEventId !== 'string' || lastEventId === '') return head
-      const start = readStartId(lastEventId)
-      // A start older than the log's retention may be followed by events already pruned: a gap, refused as an old event is.
-      if (start !== null && Date.now() - start.at < config.eventRetentionMs) return start.position
-      const found = start === null ? await store.eventPosition(accountId, lastEventId) : null
+      const given = ids.read(lastEventId)
+      // Older than the log keeps, events after it may be gone; ahead of the log (a database restored
+      // from a backup since), the events to come would sort behind it: either way, a gap, refused.
+      const usable =
+        given !== null &&
+        Date.now() - given.at < config.eventRetentionMs &&
+        !isAfter(given.position, await store.eventFeedHead())
+      if (usable) return given.position
+      const found = given === null ? await store.eventPosition(accountId, lastEventId) : null
       if (found !== null) return found
       throw new ApiError(
         'last_event_id_unknown',
@@ -306,6 +336,7 @@ export default fp<{ config: Config }>(
         types: types && new Set(types),
         body,
         position: start,
+        announced: start,
         live: false,
         cut,
         authorization: request.headers.authorization,
@@ -321,7 +352,8 @@ export default fp<{ config: Config }>(
       socket.setTimeout(0)
       const resumed = typeof request.headers['last-event-id'] === 'string' && request.headers['last-event-id'] !== ''
       // A fresh stream says where it starts, so that a connection lost before its first event resumes from there.
-      body.write(`retry: ${RETRY_MS}\n\n${resumed ? '' : startFrame(startId(start, Date.now()))}`)
+      const begun = resumed || ids === null ? '' : positionFrame(ids.make(start))
+      body.write(`retry: ${RETRY_MS}\n\n${begun}`)
       // Opened while the instance began to stop: ended at once, as the others were.
       if (closing) {
         body.end()

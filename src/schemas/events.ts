@@ -99,7 +99,8 @@ export function withEventStream<Response extends { content: Record<string, unkno
   const stream = Type.String({
     description:
       'Server-Sent Events: `retry:` once; when opened without `Last-Event-ID`, a `position` event whose `id:` ' +
-      'stands for where the stream began (resume from it if the connection is lost before any event); then ' +
+      'stands for where the stream began (resume from it if the connection is lost before any event; a ' +
+      'heartbeat may bring a newer one); then ' +
       'for each new event of the account `id:` (its id, what ' +
       '`Last-Event-ID` names), `event:` (its type) and `data:` (the Event as JSON); `: heartbeat` comments ' +
       'while idle (EVENT_STREAM_HEARTBEAT_SECONDS).',

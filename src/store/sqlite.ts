@@ -910,7 +910,8 @@ function prepareReads(db: DatabaseSync) {
     listEvents: `SELECT ${EVENT_COLUMNS} FROM event_log WHERE account_id = ? AND seq < ? AND created_at > ?
       AND (? IS NULL OR type IN (SELECT value FROM json_each(?))) ORDER BY seq DESC LIMIT ?`,
     getEvent: `SELECT ${EVENT_COLUMNS} FROM event_log WHERE id = ? AND account_id = ?`,
-    eventFeedHead: 'SELECT coalesce(max(seq), 0) AS seq FROM event_log',
+    // The highest seq ever given (AUTOINCREMENT): unlike max(seq), the sweep's deletes never move it back.
+    eventFeedHead: "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'event_log'), 0) AS seq",
     eventFeed: `SELECT 0 AS tx, ${FEED_COLUMNS} FROM event_log WHERE seq > ? ORDER BY seq LIMIT ?`,
     accountEvents: `SELECT 0 AS tx, ${FEED_COLUMNS} FROM event_log WHERE account_id = ? AND seq > ? AND seq <= ?
       AND (? IS NULL OR type IN (SELECT value FROM json_each(?))) ORDER BY seq LIMIT ?`,

@@ -546,7 +546,8 @@ export interface Store {
   getEvent(accountId: number, id: string): Promise<Event | null>
   /**
    * The feed's head: a position at or after every event committed so far, so that a reader starting
-   * there sees only what commits next. Every event committed later has a greater position.
+   * there sees only what commits next. Every event committed later has a greater position. It never
+   * moves back, not even when the sweep deletes the newest events.
    */
   eventFeedHead(): Promise<FeedPosition>
   /**

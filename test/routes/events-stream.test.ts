@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { connect, type Socket } from 'node:net'
 import { describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { sharedSealer } from '../../src/domain/pagination.ts'
 import { bearer, build, errorBody, suiteApp, type TestApp } from '../helper.ts'
 import { nextEvent, openStream, startOf } from '../sse.ts'
 import { until } from '../wait.ts'
@@ -67,7 +68,7 @@ describe('The live event stream (GET /v1/events, Accept: text/event-stream)', ()
       assert.equal(stream.headers.get('x-accel-buffering'), 'no')
       assert.deepEqual(await stream.next(), { retry: '2000' })
       const start = await stream.next()
-      assert.match(start.id ?? '', /^pos_\d+_\d+_\d+$/)
+      assert.match(start.id ?? '', /^pos_[\w-]+\.[\w-]+$/)
       assert.deepEqual(start, { id: start.id, event: 'position', data: JSON.stringify({ position: start.id }) })
       await other.send('not yours')
       const sent = await you.send('hello stream')
@@ -123,13 +124,58 @@ describe('The live event stream (GET /v1/events, Accept: text/event-stream)', ()
     }
   })
 
-  it('refuses a start older than the event log keeps, or a made-up one, as it refuses an unknown event (410)', async () => {
-    const you = await setUp(await shared())
+  it('refuses a position older than the event log keeps, ahead of the log, edited or made up, as an unknown event (410)', async () => {
+    const test = await shared()
+    const you = await setUp(test)
+    const first = await you.open()
+    await first.next()
+    const start = startOf(await first.next()) as string
+    first.close()
+    const sealed = await sharedSealer(test.app.store, 'events-cursor', 'stream position')
+    const head = await test.app.store.eventFeedHead()
     const days31 = 31 * 86_400_000
-    for (const id of [`pos_0_1_${Date.now() - days31}`, 'pos_1_2', `pos_0_${'9'.repeat(17)}_${Date.now()}`]) {
+    const refused = {
+      old: `pos_${sealed.seal(`${head.tx}.${head.seq}.${Date.now() - days31}`)}`,
+      // As after a restore from a backup: the events to come would sort behind it.
+      ahead: `pos_${sealed.seal(`${head.tx + 1000n}.${head.seq}.${Date.now()}`)}`,
+      edited: `${start.slice(0, 6)}${start[6] === 'A' ? 'B' : 'A'}${start.slice(7)}`,
+      unsealed: `pos_0_1_${Date.now()}`,
+    }
+    for (const [what, id] of Object.entries(refused)) {
       const stream = await you.open('', { 'last-event-id': id })
-      assert.equal(stream.status, 410, id)
-      assert.equal(JSON.parse(stream.error).code, 'last_event_id_unknown')
+      assert.equal(stream.status, 410, what)
+      assert.equal(JSON.parse(stream.error).code, 'last_event_id_unknown', what)
+    }
+    // And at the head, fresh, it is taken.
+    const taken = await you.open('', { 'last-event-id': `pos_${sealed.seal(`${head.tx}.${head.seq}.${Date.now()}`)}` })
+    assert.equal(taken.status, 200)
+    taken.close()
+  })
+
+  it('moves a quiet stream on with its heartbeats once the log has moved: resumed from there, nothing earlier comes again', async () => {
+    const test = await shared()
+    const you = await setUp(test)
+    const other = await setUp(test)
+    await you.send('before the stream')
+    const stream = await you.open()
+    let moved: string | undefined
+    try {
+      await stream.next()
+      const start = startOf(await stream.next())
+      await other.send('not yours, but the log moves')
+      // Heartbeats come every second here: the next ones bring it.
+      for (let i = 0; i < 6 && moved === undefined; i++) moved = startOf(await stream.next(3000))
+      assert.ok(moved, 'no newer position with the heartbeats')
+      assert.notEqual(moved, start)
+    } finally {
+      stream.close()
+    }
+    const later = await you.send('after')
+    const resumed = await you.open('', { 'last-event-id': moved })
+    try {
+      assert.equal((await nextEvent(resumed)).data.data.id, later.id)
+    } finally {
+      resumed.close()
     }
   })
 

@@ -145,7 +145,7 @@ export function eventsContract(open: OpenStore): void {
     assert.deepEqual((await store.listEvents({ accountId: alice, limit: 10, createdAfter: later })).events, [])
   })
 
-  it('events: the housekeeping sweep deletes the events that happened before `eventsBefore`, and only those', async (t) => {
+  it('events: the housekeeping sweep deletes the events that happened before `eventsBefore`, and only those; the head stays', async (t) => {
     const store = await open(t)
     const alice = await account(store, 'alice@example.com')
     const old = await store.createMessage(alice, 'old')
@@ -160,6 +160,11 @@ export function eventsContract(open: OpenStore): void {
       kept.map((e) => (e.data as { message: string }).message),
       ['new'],
     )
+    // The head never moves back, the newest event pruned too: a stream's position stays behind it.
+    const head = await store.eventFeedHead()
+    await store.purgeExpired(new Date().toISOString(), new Date(Date.now() + 60_000).toISOString())
+    assert.equal((await store.listEvents({ accountId: alice, limit: 10 })).events.length, 0)
+    assert.deepEqual(await store.eventFeedHead(), head)
   })
 
   it('events: the feed reads every account’s events after a position, in commit order, from the head on', async (t) => {
