@@ -136,8 +136,8 @@ describe('The live event stream (GET /v1/events, Accept: text/event-stream)', ()
     const days31 = 31 * 86_400_000
     const refused = {
       old: `pos_${sealed.seal(`${head.tx}.${head.seq}.${Date.now() - days31}`)}`,
-      // As after a restore from a backup: the events to come would sort behind it.
-      ahead: `pos_${sealed.seal(`${head.tx + 1000n}.${head.seq}.${Date.now()}`)}`,
+      // As after a restore from a backup: the events to come would sort behind it (PostgreSQL xids: far ahead).
+      ahead: `pos_${sealed.seal(`${head.tx + 1_000_000_000n}.${head.seq}.${Date.now()}`)}`,
       edited: `${start.slice(0, 6)}${start[6] === 'A' ? 'B' : 'A'}${start.slice(7)}`,
       unsealed: `pos_0_1_${Date.now()}`,
     }
