@@ -13,10 +13,18 @@ import type { Pet } from '../src/schemas/pets.ts'
 import { runCli } from './cli-run.ts'
 import { DATABASE, tempDir } from './helper.ts'
 import { cli, cliKey, type Exit, runNode, startServer } from './processes.ts'
+import { openStream, startOf } from './sse.ts'
 import { until } from './wait.ts'
 
 const CLIENTS = 6
 const SQLITE_ONLY = DATABASE !== 'sqlite' && 'SQLite only: the CLI backs up SQLite (PostgreSQL: pg_dump)'
+
+const BETA = { 'animal-store-beta': 'webhooks' }
+
+async function postMessage(url: string, headers: Record<string, string>, message: string): Promise<void> {
+  const response = await fetch(`${url}/v1/messages`, { method: 'POST', headers, body: JSON.stringify({ message }) })
+  assert.equal(response.status, 202, await response.text())
+}
 
 /** Every pet GET /v1/pets serves at `url`, following its Link pages. */
 async function allPets(url: string, key: string): Promise<Map<number, Pet>> {
@@ -35,7 +43,7 @@ describe('CLI: backup under load (SQLite)', { skip: SQLITE_ONLY }, () => {
     timeout: 90_000,
   }, async (t) => {
     const dir = tempDir(t)
-    const env = { DATABASE_URL: `sqlite:${join(dir, 'live.db')}`, RATE_LIMIT: '0' }
+    const env = { DATABASE_URL: `sqlite:${join(dir, 'live.db')}`, RATE_LIMIT: '0', EXPERIMENTAL_FEATURES: 'webhooks' }
     const key = await cliKey(env, 'backup@example.com')
     const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' }
     const server = await startServer(t, env)
@@ -54,6 +62,12 @@ describe('CLI: backup under load (SQLite)', { skip: SQLITE_ONLY }, () => {
     const clients = Array.from({ length: CLIENTS }, (_, n) => client(n))
     await until('300 pets acknowledged', () => acknowledged.length >= 300, { timeoutMs: 30_000 })
 
+    // A stream opened before the backup: the key that seals its positions is in the database.
+    const early = await openStream(`${server.url}/v1/events`, { ...headers, ...BETA })
+    await early.next()
+    assert.ok(startOf(await early.next()))
+    early.close()
+
     // Everything acknowledged before the backup starts must be in it; the load goes on meanwhile.
     const before = acknowledged.slice()
     const target = join(dir, 'backups', 'copy.db')
@@ -66,12 +80,20 @@ describe('CLI: backup under load (SQLite)', { skip: SQLITE_ONLY }, () => {
     assert.match(run.stdout, /^Backed up .*live\.db to .*copy\.db: \d+ pages, \d+ bytes, in [\d.]+ s\.\n$/)
     assert.ok(during > 0, 'no pet was acknowledged while the backup ran: it proves nothing about load')
     assert.deepEqual(readdirSync(join(dir, 'backups')), ['copy.db'], 'the backup left other files')
+    // Events after the backup, then a stream's position after them: lost with the restore.
+    const messages = (url: string, n: number) =>
+      Promise.all(Array.from({ length: n }, (_, i) => postMessage(url, headers, `message ${i}`)))
+    await messages(server.url, 3)
+    const stream = await openStream(`${server.url}/v1/events`, { ...headers, ...BETA })
+    await stream.next()
+    const lost = startOf(await stream.next()) as string
+    stream.close()
     await server.stop('SIGTERM')
 
     // Restore as docs/operations.md says: the copy at the DATABASE_URL path, with no -wal or -shm beside it.
     const restoredPath = join(tempDir(t), 'restored.db')
     copyFileSync(target, restoredPath)
-    const restoredEnv = { DATABASE_URL: `sqlite:${restoredPath}`, RATE_LIMIT: '0' }
+    const restoredEnv = { ...env, DATABASE_URL: `sqlite:${restoredPath}` }
     const restored = await startServer(t, restoredEnv, { ready: '/readyz' })
     const served = await allPets(restored.url, key)
     const missing = before.filter((pet) => !isDeepStrictEqual(served.get(pet.id), pet))
@@ -85,6 +107,12 @@ describe('CLI: backup under load (SQLite)', { skip: SQLITE_ONLY }, () => {
     assert.equal(created.status, 201)
     const newId = ((await created.json()) as Pet).id
     assert.ok(!served.has(newId), `the restored copy gave a new pet the id ${newId} of one it holds`)
+    // Its log numbers events again from the backup's point: a position given after the backup would
+    // skip the new ones. It is refused, whatever the restored log's head has reached.
+    await messages(restored.url, 5)
+    const resumed = await openStream(`${restored.url}/v1/events`, { ...headers, ...BETA, 'last-event-id': lost })
+    assert.equal(resumed.status, 410, 'a position from after the backup is taken by the restored copy')
+    assert.equal(JSON.parse(resumed.error).code, 'last_event_id_unknown')
     assert.equal((await fetch(`${restored.url}/readyz`)).status, 200)
     assert.equal(await restored.stop('SIGTERM'), 0)
     t.diagnostic(

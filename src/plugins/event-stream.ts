@@ -13,7 +13,7 @@ import type { AnyEventType } from '../domain/events.ts'
 import { type Sealer, sharedSealer } from '../domain/pagination.ts'
 import { ApiError } from '../errors.ts'
 import { backgroundJob } from '../observability/background.ts'
-import type { FeedEvent, FeedPosition } from '../store/types.ts'
+import { type FeedEvent, type FeedPosition, STREAM_POSITIONS_SECRET } from '../store/types.ts'
 
 /** How often the feed reads the store: an event reaches every instance's streams within this and a read. */
 const POLL_MS = 200
@@ -146,15 +146,19 @@ export default fp<{ config: Config }>(
     }
 
     /**
-     * Keeps the connection alive, and moves the client's resume point on when the log has moved past
-     * the last id it got: a stream quiet for its account would otherwise resume, one day, from a
-     * start older than the log keeps (410).
+     * Keeps the connection alive and, on a live stream, gives its client a fresh id to resume from:
+     * where the log stands, or the last id it was sent when that is further on (a resume from another
+     * instance's event). Every heartbeat, whether or not the log moved: one that came only when it
+     * moved would tell an account when others write, and a quiet log's id would age out (410).
      */
-    function heartbeat(stream: Stream): void {
+    function heartbeat(stream: Stream, made: Map<FeedPosition, string>): void {
       let text = ': heartbeat\n\n'
-      if (stream.live && position !== null && ids !== null && isAfter(position, stream.announced)) {
-        stream.announced = position
-        text += positionFrame(ids.make(position))
+      if (stream.live && position !== null && ids !== null) {
+        if (isAfter(position, stream.announced)) stream.announced = position
+        const at = stream.announced
+        const id = made.get(at) ?? ids.make(at)
+        made.set(at, id)
+        text += positionFrame(id)
       }
       write(stream, text)
     }
@@ -216,7 +220,9 @@ export default fp<{ config: Config }>(
           timers = [
             setInterval(poll, POLL_MS).unref(),
             setInterval(() => {
-              for (const stream of streams) heartbeat(stream)
+              // One id per position and beat, whatever the number of streams at it.
+              const made = new Map<FeedPosition, string>()
+              for (const stream of streams) heartbeat(stream, made)
             }, config.eventStreamHeartbeatMs).unref(),
             setInterval(endRefused, KEY_CHECK_MS).unref(),
           ]
@@ -272,7 +278,7 @@ export default fp<{ config: Config }>(
 
     /** Where a new stream starts: where the feed stands, or after the event or position a reconnecting client names. */
     async function startAt(accountId: number, lastEventId: string | string[] | undefined): Promise<FeedPosition> {
-      ids ??= positionIds(await sharedSealer(store, 'events-cursor', 'stream position'))
+      ids ??= positionIds(await sharedSealer(store, STREAM_POSITIONS_SECRET, 'stream position'))
       const head = await join()
       if (typeof lastEventId !== 'string' || lastEventId === '') return head
       const given = ids.read(lastEventId)

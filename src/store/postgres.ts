@@ -55,6 +55,7 @@ import {
   type PlaceOrderResult,
   type Redelivery,
   type Session,
+  STREAM_POSITIONS_SECRET,
   type Store,
   type StoredWebhookEndpoint,
   type StoreStats,
@@ -386,6 +387,10 @@ const SQL = {
       ORDER BY xid LIMIT $2) c ON true`,
   purgeIdempotency: 'DELETE FROM idempotency_keys WHERE expires_at <= $1',
   purgeEvents: 'DELETE FROM event_log WHERE created_at < $1',
+  // Rows of transactions after this snapshot are invisible to it: only another server's are moved.
+  adoptRestoredEvents: `WITH moved AS (UPDATE event_log SET xid = '1'
+      WHERE xid >= pg_snapshot_xmax(pg_current_snapshot()) RETURNING 1)
+    DELETE FROM secrets WHERE name = $1 AND EXISTS (SELECT 1 FROM moved)`,
 } as const
 
 type Statement = keyof typeof SQL
@@ -457,6 +462,7 @@ export class PostgresStore implements Store {
     if (options.traceparent) store.#traceparent = options.traceparent
     try {
       await store.#migrate(options.existing ?? false)
+      await store.#adoptRestoredEvents()
     } catch (error) {
       await pool.end()
       throw error
@@ -1159,6 +1165,15 @@ export class PostgresStore implements Store {
       await run('completeIdempotency', [status, JSON.stringify(row), idempotency.scope, idempotency.key])
       return row as T
     })
+  }
+
+  /**
+   * Events restored from another server (pg_restore) keep that server's xids, which may be ahead of
+   * this one's: the stream would sort every new event behind them, and skip it. They are put before
+   * every event to come, and the key of the old server's stream positions is forgotten (decision 121).
+   */
+  async #adoptRestoredEvents(): Promise<void> {
+    await this.#query('adoptRestoredEvents', [STREAM_POSITIONS_SECRET], 'write')
   }
 
   async #migrate(existing: boolean): Promise<void> {

@@ -14,7 +14,7 @@ import { closeSync, existsSync, fsyncSync, linkSync, openSync, renameSync, rmSyn
 import { dirname } from 'node:path'
 import { backup, DatabaseSync } from 'node:sqlite'
 import { makeFolders } from './sqlite-file.ts'
-import { DatabaseNotSetUpError } from './types.ts'
+import { DatabaseNotSetUpError, STREAM_POSITIONS_SECRET } from './types.ts'
 
 /** More pages than any database has: `backup()` then copies it all in one step (it refuses -1). */
 const ALL_PAGES = 2 ** 31 - 1
@@ -54,7 +54,10 @@ export async function backupSqlite(source: string, target: string): Promise<Back
   }
 }
 
-/** The copy opens, its pages are sound and its migrations are there; closing it removes its -wal and -shm. */
+/**
+ * The copy opens, its pages are sound and its migrations are there; closing it removes its -wal and
+ * -shm. It forgets the key of the event stream's positions: restored, it makes a new one.
+ */
 function check(path: string): void {
   const copy = new DatabaseSync(path)
   try {
@@ -62,6 +65,7 @@ function check(path: string): void {
     if (result.quick_check !== 'ok')
       throw new Error(`The copy ${path} fails SQLite's quick_check: ${result.quick_check}`)
     copy.prepare('SELECT max(version) FROM schema_migrations').get()
+    copy.prepare('DELETE FROM secrets WHERE name = ?').run(STREAM_POSITIONS_SECRET)
   } finally {
     copy.close()
   }

@@ -163,6 +163,13 @@ export interface EventPage {
 }
 
 /**
+ * The secret (`secret(name)`) that seals the event stream's positions. A backup's copy has none
+ * (src/store/sqlite-backup.ts): restored, it refuses the positions given after the backup, whose
+ * seq its log will give again to other events (decision 121).
+ */
+export const STREAM_POSITIONS_SECRET = 'event-stream-positions'
+
+/**
  * Where a reader of the event feed stands, in commit order: by transaction (`tx`, PostgreSQL's
  * xid8; always 0 on SQLite, whose commits are serial), then by `seq` (decision 116).
  */

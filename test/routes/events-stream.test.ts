@@ -3,8 +3,9 @@ import { connect, type Socket } from 'node:net'
 import { describe, it, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { sharedSealer } from '../../src/domain/pagination.ts'
+import { STREAM_POSITIONS_SECRET } from '../../src/store/types.ts'
 import { bearer, build, errorBody, suiteApp, type TestApp } from '../helper.ts'
-import { nextEvent, openStream, startOf } from '../sse.ts'
+import { type Frame, nextEvent, openStream, startOf } from '../sse.ts'
 import { until } from '../wait.ts'
 
 const ON = { EXPERIMENTAL_FEATURES: 'webhooks' }
@@ -114,9 +115,10 @@ describe('The live event stream (GET /v1/events, Accept: text/event-stream)', ()
     const away = await you.send('made while away')
     const stream = await you.open('', { 'last-event-id': start as string })
     try {
-      // Resumed, it names no new start: its client has one.
+      // Resumed, it names no new start: its client has one. (A heartbeat may come before the replay.)
       assert.deepEqual(await stream.next(), { retry: '2000' })
-      const frame = await stream.next()
+      let frame = await stream.next()
+      while (frame.comment !== undefined) frame = await stream.next()
       assert.equal(frame.event, 'message.created')
       assert.equal(JSON.parse(frame.data as string).data.id, away.id)
     } finally {
@@ -131,7 +133,7 @@ describe('The live event stream (GET /v1/events, Accept: text/event-stream)', ()
     await first.next()
     const start = startOf(await first.next()) as string
     first.close()
-    const sealed = await sharedSealer(test.app.store, 'events-cursor', 'stream position')
+    const sealed = await sharedSealer(test.app.store, STREAM_POSITIONS_SECRET, 'stream position')
     const head = await test.app.store.eventFeedHead()
     const days31 = 31 * 86_400_000
     const refused = {
@@ -152,26 +154,31 @@ describe('The live event stream (GET /v1/events, Accept: text/event-stream)', ()
     taken.close()
   })
 
-  it('moves a quiet stream on with its heartbeats once the log has moved: resumed from there, nothing earlier comes again', async () => {
+  it('gives a live stream a fresh position with each heartbeat: resumed from it, only what came after comes', async () => {
     const test = await shared()
     const you = await setUp(test)
     const other = await setUp(test)
     await you.send('before the stream')
     const stream = await you.open()
-    let moved: string | undefined
+    let fresh: string | undefined
     try {
       await stream.next()
       const start = startOf(await stream.next())
       await other.send('not yours, but the log moves')
-      // Heartbeats come every second here: the next ones bring it.
-      for (let i = 0; i < 6 && moved === undefined; i++) moved = startOf(await stream.next(3000))
-      assert.ok(moved, 'no newer position with the heartbeats')
-      assert.notEqual(moved, start)
+      // Heartbeats come every second here, each with a position, whether or not the log moved.
+      const frames = []
+      for (let i = 0; i < 6 && fresh === undefined; i++) {
+        frames.push(await stream.next(3000))
+        fresh = startOf(frames.at(-1) as Frame)
+      }
+      assert.ok(fresh, `no position with the heartbeats: ${JSON.stringify(frames)}`)
+      assert.equal(frames.at(-2)?.comment, 'heartbeat')
+      assert.notEqual(fresh, start)
     } finally {
       stream.close()
     }
     const later = await you.send('after')
-    const resumed = await you.open('', { 'last-event-id': moved })
+    const resumed = await you.open('', { 'last-event-id': fresh })
     try {
       assert.equal((await nextEvent(resumed)).data.data.id, later.id)
     } finally {

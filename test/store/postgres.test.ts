@@ -5,7 +5,7 @@ import { describe, it, type TestContext } from 'node:test'
 import pg from 'pg'
 import { readMigrations } from '../../src/store/migrations.ts'
 import { PostgresStore } from '../../src/store/postgres.ts'
-import { DatabaseNotSetUpError, DatabaseUnavailableError } from '../../src/store/types.ts'
+import { DatabaseNotSetUpError, DatabaseUnavailableError, STREAM_POSITIONS_SECRET } from '../../src/store/types.ts'
 import { POSTGRES_URL, postgres, testDatabaseUrl } from '../helper.ts'
 import { slowEvent } from '../sql.ts'
 import { until } from '../wait.ts'
@@ -129,6 +129,37 @@ describe('PostgreSQL store: migrations, int64, outages (scale-out point 1)', () 
       [meanwhile.id],
     )
     await elsewhere.query('ROLLBACK')
+  })
+
+  it('puts events restored from another server (xids ahead of its own) before every event to come, and forgets the stream key', async (t) => {
+    const url = await testDatabaseUrl(t)
+    const store = await open(t, url)
+    const account = await store.createAccount('restored@example.com')
+    assert.ok(account)
+    const made = await store.createMessage(account.id, 'made here')
+    const key = await store.secret(STREAM_POSITIONS_SECRET, () => 'the old server key')
+    // As pg_restore leaves a dump of a server whose transaction ids had gone further than this one's.
+    await postgres(
+      `SET search_path TO ${schemaOf(url)}; INSERT INTO event_log (id, account_id, type, data, created_at, xid)
+        VALUES ('evt_restored', ${account.id}, 'message.created', '{}', now(), '999999999999')`,
+    )
+    await store.close()
+    const reopened = await open(t, url)
+    const rows = await postgres(`SELECT id, xid::text AS xid FROM ${schemaOf(url)}.event_log ORDER BY seq`)
+    assert.equal((rows[1] as { xid: string }).xid, '1')
+    assert.notEqual((rows[0] as { xid: string }).xid, '1', `${made.id}'s event was moved too`)
+    const fresh = await reopened.secret(STREAM_POSITIONS_SECRET, () => 'a new key')
+    assert.notEqual(fresh, key)
+    // A new event comes after the restored one in the stream's order.
+    const head = await reopened.eventFeedHead()
+    assert.ok(head.tx > 1n)
+    const feed = await reopened.eventFeed({ tx: 1n, seq: Number.MAX_SAFE_INTEGER }, 10)
+    await reopened.createMessage(account.id, 'after the restore')
+    const after = await reopened.eventFeed(feed.position, 10)
+    assert.deepEqual(
+      after.events.map(({ event }) => (event.data as { message: string }).message),
+      ['after the restore'],
+    )
   })
 
   it("opens a schema that is current without the migrators' lock: another instance migrating does not hold it up", async (t) => {
