@@ -264,8 +264,8 @@ const EVENT_STREAM = 'text/event-stream'
  * text/event-stream` (Server-Sent Events, read by the eventsource-parser package). When the
  * connection is lost once the stream was open (the network, a server restarting or ending a stream
  * its reader did not keep up with), it connects again after a growing wait, with `Last-Event-ID`
- * the last event it yielded (before the first, where the stream began), and the server replays
- * what followed: none skipped, none twice.
+ * the last id it got (an event's, or a `position` the stream gives at its start and with each
+ * heartbeat), and the server replays what followed: none skipped, none twice.
  * An error answer (401, 403, 410 `last_event_id_unknown` when that event is no longer kept, …)
  * throws an AnimalStoreError; so does a first connection that fails. 429 and 5xx answers after the
  * first connection are tried again like a lost connection.
@@ -277,8 +277,8 @@ export async function* streamEvents(
   const { types, signal, idleTimeoutMs = 60_000, retryMs = 500, maxRetryMs = 5000 } = options
   /** The last event yielded (or the one given to start after). */
   let lastEventId = options.lastEventId
-  // What the next connection resumes from: that event, or where the first stream said it began
-  // (its `position` frame), so that a connection lost before any event loses none (decision 121).
+  // What the next connection resumes from: that event, or a later `position` the stream gave (at its
+  // start, with its heartbeats), so that a connection lost before any event loses none (decision 121).
   let resumeFrom = lastEventId
   let opened = false
   let failures = 0
