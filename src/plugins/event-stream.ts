@@ -287,7 +287,8 @@ export default fp<{ config: Config }>(
       const usable =
         given !== null &&
         Date.now() - given.at < config.eventRetentionMs &&
-        !isAfter(given.position, await store.eventFeedHead())
+        // The store's head only when past this instance's feed (one read per resume after a deploy is many).
+        (!isAfter(given.position, head) || !isAfter(given.position, await store.eventFeedHead()))
       if (usable) return given.position
       const found = given === null ? await store.eventPosition(accountId, lastEventId) : null
       if (found !== null) return found

@@ -387,10 +387,9 @@ const SQL = {
       ORDER BY xid LIMIT $2) c ON true`,
   purgeIdempotency: 'DELETE FROM idempotency_keys WHERE expires_at <= $1',
   purgeEvents: 'DELETE FROM event_log WHERE created_at < $1',
-  // Rows of transactions after this snapshot are invisible to it: only another server's are moved.
-  adoptRestoredEvents: `WITH moved AS (UPDATE event_log SET xid = '1'
-      WHERE xid >= pg_snapshot_xmax(pg_current_snapshot()) RETURNING 1)
-    DELETE FROM secrets WHERE name = $1 AND EXISTS (SELECT 1 FROM moved)`,
+  // Rows of transactions after this snapshot are invisible to it: a row ahead is another server's.
+  restoredEventsAhead: `SELECT EXISTS (SELECT 1 FROM event_log
+    WHERE xid >= pg_snapshot_xmax(pg_current_snapshot())) AS ahead`,
 } as const
 
 type Statement = keyof typeof SQL
@@ -1169,11 +1168,34 @@ export class PostgresStore implements Store {
 
   /**
    * Events restored from another server (pg_restore) keep that server's xids, which may be ahead of
-   * this one's: the stream would sort every new event behind them, and skip it. They are put before
-   * every event to come, and the key of the old server's stream positions is forgotten (decision 121).
+   * this one's: the stream would sort every new event behind them, and skip it. Then every event is
+   * put before those to come (xid 1: seq order), not only those ahead, which would put the newer
+   * before the older; and the key of the old server's stream positions is forgotten (decision 121).
+   * Once, under the migrators' lock, without the statement timeout: a month of events may be many.
    */
   async #adoptRestoredEvents(): Promise<void> {
-    await this.#query('adoptRestoredEvents', [STREAM_POSITIONS_SECRET], 'write')
+    const [check] = await this.#query<{ ahead: boolean }>('restoredEventsAhead', [])
+    if (!check?.ahead) return
+    const { client, release } = await this.#checkout()
+    try {
+      await client.query('BEGIN')
+      await client.query("SELECT pg_advisory_xact_lock(hashtext('animal-store:' || current_schema()))")
+      // Another instance starting beside this one may have moved them meanwhile.
+      const { rows } = await client.query(SQL.restoredEventsAhead)
+      if (rows[0]?.ahead) {
+        await client.query('SET LOCAL statement_timeout = 0')
+        // node-pg's own timeout on the answer: a zero there means the pool's.
+        const move = { text: "UPDATE event_log SET xid = '1' WHERE xid <> '1'", query_timeout: 2 ** 31 - 1 }
+        await client.query(move as QueryConfig)
+        await client.query('DELETE FROM secrets WHERE name = $1', [STREAM_POSITIONS_SECRET])
+      }
+      await client.query('COMMIT')
+      release()
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => {})
+      release(error)
+      throw error
+    }
   }
 
   async #migrate(existing: boolean): Promise<void> {
