@@ -1176,19 +1176,25 @@ export class PostgresStore implements Store {
   async #adoptRestoredEvents(): Promise<void> {
     const [check] = await this.#query<{ ahead: boolean }>('restoredEventsAhead', [])
     if (!check?.ahead) return
+    await this.#ownTransaction(async (client) => {
+      await client.query(MIGRATORS_LOCK)
+      // Another instance starting beside this one may have moved them meanwhile.
+      const { rows } = await client.query(SQL.restoredEventsAhead)
+      if (!rows[0]?.ahead) return
+      await client.query('SET LOCAL statement_timeout = 0')
+      // node-pg's own timeout on the answer: a zero there means the pool's.
+      const move = { text: "UPDATE event_log SET xid = '1' WHERE xid <> '1'", query_timeout: 2 ** 31 - 1 }
+      await client.query(move as QueryConfig)
+      await client.query('DELETE FROM secrets WHERE name = $1', [STREAM_POSITIONS_SECRET])
+    })
+  }
+
+  /** Runs `work` in a transaction on a connection of its own, as startup's steps do: committed unless it throws. */
+  async #ownTransaction(work: (client: PoolClient) => Promise<void>): Promise<void> {
     const { client, release } = await this.#checkout()
     try {
       await client.query('BEGIN')
-      await client.query("SELECT pg_advisory_xact_lock(hashtext('animal-store:' || current_schema()))")
-      // Another instance starting beside this one may have moved them meanwhile.
-      const { rows } = await client.query(SQL.restoredEventsAhead)
-      if (rows[0]?.ahead) {
-        await client.query('SET LOCAL statement_timeout = 0')
-        // node-pg's own timeout on the answer: a zero there means the pool's.
-        const move = { text: "UPDATE event_log SET xid = '1' WHERE xid <> '1'", query_timeout: 2 ** 31 - 1 }
-        await client.query(move as QueryConfig)
-        await client.query('DELETE FROM secrets WHERE name = $1', [STREAM_POSITIONS_SECRET])
-      }
+      await work(client)
       await client.query('COMMIT')
       release()
     } catch (error) {
@@ -1199,9 +1205,7 @@ export class PostgresStore implements Store {
   }
 
   async #migrate(existing: boolean): Promise<void> {
-    const { client, release } = await this.#checkout()
-    try {
-      await client.query('BEGIN')
+    await this.#ownTransaction(async (client) => {
       const { rows: where } = await client.query(`SELECT current_schema() AS schema, current_database() AS database,
         current_setting('search_path') AS "searchPath",
         current_schema() IS NOT NULL AND to_regclass(quote_ident(current_schema()) || '.schema_migrations') IS NOT NULL AS "setUp"`)
@@ -1220,14 +1224,9 @@ export class PostgresStore implements Store {
       if (setUp) {
         // Mostly the schema is current: then there is nothing to lock, create or read.
         const { rows } = await client.query('SELECT coalesce(max(version), 0) AS applied FROM schema_migrations')
-        if (Number(rows[0].applied) === latestMigration('postgres')) {
-          await client.query('COMMIT')
-          release()
-          return
-        }
+        if (Number(rows[0].applied) === latestMigration('postgres')) return
       }
-      // One migrator per schema at a time; the lock ends with the transaction.
-      await client.query("SELECT pg_advisory_xact_lock(hashtext('animal-store:' || current_schema()))")
+      await client.query(MIGRATORS_LOCK)
       await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
         version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`)
       const { rows } = await client.query('SELECT coalesce(max(version), 0) AS applied FROM schema_migrations')
@@ -1242,15 +1241,12 @@ export class PostgresStore implements Store {
           migration.name,
         ])
       }
-      await client.query('COMMIT')
-      release()
-    } catch (error) {
-      await client.query('ROLLBACK').catch(() => {})
-      release(error)
-      throw error
-    }
+    })
   }
 }
+
+/** One migrator per schema at a time; the lock ends with the transaction. */
+const MIGRATORS_LOCK = "SELECT pg_advisory_xact_lock(hashtext('animal-store:' || current_schema()))"
 
 async function loadPg(): Promise<typeof import('pg')> {
   try {
