@@ -896,8 +896,7 @@ export class PostgresStore implements Store {
   }
 
   recordDelivery(outcome: DeliveryOutcome): Promise<DeliveryStatus | null> {
-    const { id, lease, at, delivered, status, error, retryAt, disableEndpoint } = outcome
-    const answeredAt = outcome.answeredAt ?? at
+    const { id, lease, at, answeredAt, delivered, status, error, retryAt, disableEndpoint } = outcome
     return this.#transaction(async (run) => {
       // The endpoint's lock before the delivery's, the order in which a delete takes them. A 410 for a
       // delivery failed meanwhile (its endpoint disabled, deleted, or enabled again since) disables nothing.

@@ -535,8 +535,7 @@ function writeOps(sql: ReturnType<typeof prepareWrites>) {
       })
     },
     recordDelivery(outcome: DeliveryOutcome): DeliveryStatus | null {
-      const { at, delivered, retryAt } = outcome
-      const answeredAt = outcome.answeredAt ?? at
+      const { at, answeredAt, delivered, retryAt } = outcome
       const status = delivered ? 'delivered' : retryAt !== null ? 'pending' : 'failed'
       const ended = delivered ? 'delivered' : 'failed'
       // A 410 for a delivery failed meanwhile (its endpoint disabled, deleted, or enabled again since)

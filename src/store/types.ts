@@ -256,8 +256,8 @@ export interface DeliveryOutcome {
   lease: string
   /** When the attempt was made. */
   at: string
-  /** When its answer arrived (a delivery's and its message's `deliveredAt`); `at` when not given. */
-  answeredAt?: string
+  /** When the attempt ended, its answer in (a delivery's and its message's `deliveredAt`). */
+  answeredAt: string
   delivered: boolean
   status: number | null
   error: string | null

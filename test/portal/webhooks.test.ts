@@ -430,7 +430,15 @@ describe('Portal: test event and recovery', () => {
       async () => {
         for (const claimed of await app.store.claimDeliveries(10, 60_000)) {
           const at = new Date().toISOString()
-          const outcome = { at, delivered: false, status: 500, error: null, retryAt: null, disableEndpoint: false }
+          const outcome = {
+            at,
+            answeredAt: at,
+            delivered: false,
+            status: 500,
+            error: null,
+            retryAt: null,
+            disableEndpoint: false,
+          }
           if (await app.store.recordDelivery({ id: claimed.id, lease: claimed.lease, ...outcome }))
             failed.add(claimed.id)
         }
@@ -483,6 +491,7 @@ describe('Portal: recent deliveries', () => {
       id: claimed.id,
       lease: claimed.lease,
       at: new Date().toISOString(),
+      answeredAt: new Date().toISOString(),
       delivered: false,
       status: 500,
       error: null,

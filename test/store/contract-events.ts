@@ -38,6 +38,7 @@ async function failAll(store: Store): Promise<string[]> {
       id,
       lease,
       at,
+      answeredAt: at,
       delivered: false,
       status: 500,
       error: null,
@@ -272,7 +273,15 @@ export function eventsContract(open: OpenStore): void {
     const [ok] = await store.claimDeliveries(10, LEASE_MS)
     assert.ok(ok)
     const at = new Date().toISOString()
-    const outcome = { at, delivered: true, status: 204, error: null, retryAt: null, disableEndpoint: false }
+    const outcome = {
+      at,
+      answeredAt: at,
+      delivered: true,
+      status: 204,
+      error: null,
+      retryAt: null,
+      disableEndpoint: false,
+    }
     assert.equal(await store.recordDelivery({ id: ok.id, lease: ok.lease, ...outcome }), 'delivered')
     assert.equal((await store.getMessage(alice, messages[0]?.id ?? ''))?.status, 'failed')
 

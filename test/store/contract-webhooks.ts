@@ -8,6 +8,8 @@ import type { OpenStore } from './contract.ts'
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'
 const LEASE_MS = 60_000
+/** When an attempt was made and when it ended: at once, unless a test looks at the difference. */
+export const attempt = (at = new Date().toISOString()) => ({ at, answeredAt: at })
 
 /** An endpoint stored with no cap: always stored. */
 async function createEndpoint(store: Store, ...args: Parameters<Store['createWebhookEndpoint']>) {
@@ -187,7 +189,7 @@ export function webhooksContract(open: OpenStore): void {
     const [one, two] = await store.claimDeliveries(10, LEASE_MS)
     assert.ok(one && two)
     const at = new Date().toISOString()
-    const outcome = { at, status: 500, error: null, disableEndpoint: false }
+    const outcome = { at, answeredAt: at, status: 500, error: null, disableEndpoint: false }
     // A stale lease records nothing.
     assert.equal(
       await store.recordDelivery({ ...outcome, id: one.id, lease: 'lease_stale', delivered: false, retryAt: at }),
@@ -270,7 +272,7 @@ export function webhooksContract(open: OpenStore): void {
     const recorded = await store.recordDelivery({
       id: claimed.id,
       lease: claimed.lease,
-      at: new Date().toISOString(),
+      ...attempt(),
       delivered: false,
       status: 410,
       error: null,
@@ -318,7 +320,7 @@ export function webhooksContract(open: OpenStore): void {
     const sent = (text: string) => {
       const delivery = claimed.find((c) => JSON.parse(c.body).data.message === text)
       assert.ok(delivery)
-      return { id: delivery.id, lease: delivery.lease, at: new Date().toISOString() }
+      return { id: delivery.id, lease: delivery.lease, ...attempt() }
     }
     const messageId = (text: string) => JSON.parse(claimed.find((c) => c.body.includes(text))?.body ?? '{}').data.id
     // One attempt answers 410: the endpoint is disabled, and the two others fail with it, under way.
@@ -366,7 +368,7 @@ export function webhooksContract(open: OpenStore): void {
     assert.deepEqual(await store.claimDeliveries(10, LEASE_MS), [])
     // Its answer, a 410, is recorded; it does not disable the endpoint enabled since.
     const at = new Date().toISOString()
-    const gone = { id: claimed.id, lease: claimed.lease, at, status: 410, error: null, delivered: false }
+    const gone = { id: claimed.id, lease: claimed.lease, ...attempt(at), status: 410, error: null, delivered: false }
     assert.equal(await store.recordDelivery({ ...gone, retryAt: null, disableEndpoint: true }), 'failed')
     assert.equal((await store.getWebhookEndpoint(alice, endpoint.id))?.status, 'enabled')
     // Now it may be sent again.
@@ -395,7 +397,7 @@ export function webhooksContract(open: OpenStore): void {
     for (let i = 0; taken.length === 0 && i < 100; i++) taken = await store.claimDeliveries(1, LEASE_MS)
     assert.equal(taken[0]?.id, short.id)
     assert.equal(taken[0]?.attempts, 2)
-    const stale = { id: short.id, lease: short.lease, at: new Date().toISOString(), status: 200, error: null }
+    const stale = { id: short.id, lease: short.lease, ...attempt(), status: 200, error: null }
     assert.equal(await store.recordDelivery({ ...stale, delivered: true, retryAt: null, disableEndpoint: false }), null)
   })
 
@@ -415,7 +417,7 @@ export function webhooksContract(open: OpenStore): void {
     assert.deepEqual(await store.claimDeliveries(10, LEASE_MS, 4), [])
     const [done] = first
     assert.ok(done)
-    const outcome = { id: done.id, lease: done.lease, at: new Date().toISOString(), status: 200, error: null }
+    const outcome = { id: done.id, lease: done.lease, ...attempt(), status: 200, error: null }
     assert.ok(await store.recordDelivery({ ...outcome, delivered: true, retryAt: null, disableEndpoint: false }))
     assert.deepEqual(urls(await store.claimDeliveries(10, LEASE_MS, 4)), ['a.example'])
     assert.equal((await store.listDeliveries(alice, busy.id, 100))?.filter((d) => d.attempts === 0).length, 7)

@@ -9,6 +9,7 @@ import { eventBody } from '../../src/domain/events.ts'
 import { PostgresStore } from '../../src/store/postgres.ts'
 import type { ClaimedDelivery, DeliveryOutcome } from '../../src/store/types.ts'
 import { DATABASE, postgres, testDatabaseUrl } from '../helper.ts'
+import { attempt } from './contract-webhooks.ts'
 
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/
 const schemaOf = (url: string) => /search_path%3D(\w+)/.exec(url)?.[1] as string
@@ -40,7 +41,7 @@ async function setUp(t: TestContext) {
   const outcome = (claimed: ClaimedDelivery, changes: Partial<DeliveryOutcome> = {}): DeliveryOutcome => ({
     id: claimed.id,
     lease: claimed.lease,
-    at: new Date().toISOString(),
+    ...attempt(changes.at),
     delivered: true,
     status: 200,
     error: null,
