@@ -277,10 +277,10 @@ export default fp<{ config: Config }>(
     }
 
     /** Where a new stream starts: where the feed stands, or after the event or position a reconnecting client names. */
-    async function startAt(accountId: number, lastEventId: string | string[] | undefined): Promise<FeedPosition> {
+    async function startAt(accountId: number, lastEventId: string | null): Promise<FeedPosition> {
       ids ??= positionIds(await sharedSealer(store, STREAM_POSITIONS_SECRET, 'stream position'))
       const head = await join()
-      if (typeof lastEventId !== 'string' || lastEventId === '') return head
+      if (lastEventId === null) return head
       const given = ids.read(lastEventId)
       // Older than the log keeps, events after it may be gone; ahead of the log (a database restored
       // from a backup since), the events to come would sort behind it: either way, a gap, refused.
@@ -316,9 +316,11 @@ export default fp<{ config: Config }>(
         else perKey.set(keyId, left)
         if (--holders === 0) stopFeed()
       }
+      const header = request.headers['last-event-id']
+      const lastEventId = typeof header === 'string' && header !== '' ? header : null
       let start: FeedPosition
       try {
-        start = await startAt(accountId, request.headers['last-event-id'])
+        start = await startAt(accountId, lastEventId)
       } catch (error) {
         release()
         throw error
@@ -357,9 +359,8 @@ export default fp<{ config: Config }>(
       socket.once('end', cut)
       // The heartbeat keeps the connection alive: the idle timeout is for requests, not for streams.
       socket.setTimeout(0)
-      const resumed = typeof request.headers['last-event-id'] === 'string' && request.headers['last-event-id'] !== ''
       // A fresh stream says where it starts, so that a connection lost before its first event resumes from there.
-      const begun = resumed || ids === null ? '' : positionFrame(ids.make(start))
+      const begun = lastEventId !== null || ids === null ? '' : positionFrame(ids.make(start))
       body.write(`retry: ${RETRY_MS}\n\n${begun}`)
       // Opened while the instance began to stop: ended at once, as the others were.
       if (closing) {

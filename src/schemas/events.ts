@@ -99,11 +99,10 @@ export function withEventStream<Response extends { content: Record<string, unkno
   const stream = Type.String({
     description:
       'Server-Sent Events: `retry:` once; when opened without `Last-Event-ID`, a `position` event whose `id:` ' +
-      'stands for where the stream began (resume from it if the connection is lost before any event; a ' +
-      'heartbeat may bring a newer one); then ' +
-      'for each new event of the account `id:` (its id, what ' +
-      '`Last-Event-ID` names), `event:` (its type) and `data:` (the Event as JSON); `: heartbeat` comments ' +
-      'while idle (EVENT_STREAM_HEARTBEAT_SECONDS).',
+      'stands for where the stream began (resume from it if the connection is lost before any event); then ' +
+      'for each new event of the account `id:` (its id, what `Last-Event-ID` names), `event:` (its type) and ' +
+      '`data:` (the Event as JSON); every EVENT_STREAM_HEARTBEAT_SECONDS a `: heartbeat` comment and a fresh ' +
+      '`position` event (where the log stands: resume from the last id received, event or position).',
     examples: [
       'id: evt_3kTMd9PqLw2xY8aZ\nevent: message.created\ndata: {"id":"evt_3kTMd9PqLw2xY8aZ","type":"message.created","createdAt":"2026-11-22T12:00:00.000Z","data":{}}\n\n',
     ],
