@@ -10,6 +10,7 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import type { FastifyInstance } from 'fastify'
 import { type BuildOptions, bearer, build, type Cleanup, suiteApp, type TestApp } from '../helper.ts'
+import { givenUp } from '../store/contract-webhooks.ts'
 import { until } from '../wait.ts'
 import { csrfOf, type FormBrowser, heading, navigateTo, signedInBrowser, tableRows } from './browser.ts'
 
@@ -429,18 +430,7 @@ describe('Portal: test event and recovery', () => {
       'both failed',
       async () => {
         for (const claimed of await app.store.claimDeliveries(10, 60_000)) {
-          const at = new Date().toISOString()
-          const outcome = {
-            at,
-            answeredAt: at,
-            delivered: false,
-            status: 500,
-            error: null,
-            retryAt: null,
-            disableEndpoint: false,
-          }
-          if (await app.store.recordDelivery({ id: claimed.id, lease: claimed.lease, ...outcome }))
-            failed.add(claimed.id)
+          if (await app.store.recordDelivery(givenUp(claimed))) failed.add(claimed.id)
         }
         return failed.size === 2
       },
@@ -487,17 +477,7 @@ describe('Portal: recent deliveries', () => {
     const claimed = await until('a delivery claimed', async () => (await app.store.claimDeliveries(10, 60_000))[0], {
       timeoutMs: 40_000,
     })
-    const recorded = await app.store.recordDelivery({
-      id: claimed.id,
-      lease: claimed.lease,
-      at: new Date().toISOString(),
-      answeredAt: new Date().toISOString(),
-      delivered: false,
-      status: 500,
-      error: null,
-      retryAt: null,
-      disableEndpoint: false,
-    })
+    const recorded = await app.store.recordDelivery(givenUp(claimed))
     assert.equal(recorded, 'failed')
 
     const page = `/portal/webhooks/${id}`

@@ -2,10 +2,11 @@
 import assert from 'node:assert/strict'
 import { it } from 'node:test'
 import type { EventType } from '../../src/schemas/webhooks.ts'
-import type { DeliveryOutcome, Store } from '../../src/store/types.ts'
+import type { Store } from '../../src/store/types.ts'
 import { plain } from '../helper.ts'
 import { until } from '../wait.ts'
 import type { OpenStore } from './contract.ts'
+import { givenUp } from './contract-webhooks.ts'
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'
 const LEASE_MS = 60_000
@@ -33,20 +34,7 @@ const after = (iso: string) => until(`the clock past ${iso}`, () => Date.now() >
 async function failAll(store: Store): Promise<string[]> {
   const claimed = await store.claimDeliveries(100, LEASE_MS)
   const at = new Date().toISOString()
-  for (const { id, lease } of claimed) {
-    const outcome: DeliveryOutcome = {
-      id,
-      lease,
-      at,
-      answeredAt: at,
-      delivered: false,
-      status: 500,
-      error: null,
-      retryAt: null,
-      disableEndpoint: false,
-    }
-    assert.equal(await store.recordDelivery(outcome), 'failed')
-  }
+  for (const delivery of claimed) assert.equal(await store.recordDelivery(givenUp(delivery, at)), 'failed')
   return claimed.map(({ id }) => id)
 }
 

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict'
 import { it } from 'node:test'
 import type { EventType } from '../../src/schemas/webhooks.ts'
-import type { Store } from '../../src/store/types.ts'
+import type { ClaimedDelivery, DeliveryOutcome, Store } from '../../src/store/types.ts'
 import { plain } from '../helper.ts'
 import type { OpenStore } from './contract.ts'
 
@@ -10,6 +10,17 @@ const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'
 const LEASE_MS = 60_000
 /** When an attempt was made and when it ended: at once, unless a test looks at the difference. */
 export const attempt = (at = new Date().toISOString()) => ({ at, answeredAt: at })
+/** A claimed delivery answered 500 with no retry left: it fails. */
+export const givenUp = ({ id, lease }: ClaimedDelivery, at?: string): DeliveryOutcome => ({
+  id,
+  lease,
+  ...attempt(at),
+  delivered: false,
+  status: 500,
+  error: null,
+  retryAt: null,
+  disableEndpoint: false,
+})
 
 /** An endpoint stored with no cap: always stored. */
 async function createEndpoint(store: Store, ...args: Parameters<Store['createWebhookEndpoint']>) {
